@@ -24,6 +24,7 @@ from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
 from refold.fold.errors import StoreError
 from refold.fold.extract import ExtractedFact, Extraction, ModelRequest, Rejection
+from .delta_io import read_arrow
 from .layout import Layout
 
 CACHE_SCHEMA = pa.schema(
@@ -121,8 +122,7 @@ class ExtractionCache:
         dt = self._table()
         if dt is None:
             return set()
-        rows = dt.to_pyarrow_dataset().to_table(columns=["event_id"],
-                                                filter=pc.field("spec_hash") == spec_hash)
+        rows = read_arrow(dt, CACHE_SCHEMA, columns=["event_id"], filter=pc.field("spec_hash") == spec_hash)
         return set(rows["event_id"].to_pylist())
 
     def missing(self, spec_hash: str, event_ids: Sequence[str]) -> list[str]:
@@ -138,7 +138,7 @@ class ExtractionCache:
         flt = pc.field("spec_hash") == spec_hash
         if event_ids is not None:
             flt = flt & pc.field("event_id").isin(list(event_ids))
-        rows = dt.to_pyarrow_dataset().to_table(filter=flt).to_pylist()
+        rows = read_arrow(dt, CACHE_SCHEMA, filter=flt).to_pylist()
         return {r["event_id"]: _row_to_extraction(r) for r in rows}
 
     def frame(self):
@@ -146,7 +146,7 @@ class ExtractionCache:
         import polars as pl
 
         dt = self._table()
-        return pl.from_arrow(dt.to_pyarrow_dataset().to_table()) if dt else pl.DataFrame(schema=CACHE_SCHEMA)
+        return pl.from_arrow(read_arrow(dt, CACHE_SCHEMA) if dt else CACHE_SCHEMA.empty_table())
 
     # -- writing ----------------------------------------------------------------------------------
 
@@ -178,7 +178,7 @@ class ExtractionCache:
         dt = self._table()
         if dt is None or not ids:
             return PurgeResult("extractions", 0)
-        data = dt.to_pyarrow_dataset().to_table(columns=["event_id", "spec_hash", "request_event_ids"])
+        data = read_arrow(dt, CACHE_SCHEMA, columns=["event_id", "spec_hash", "request_event_ids"])
         hit = set()
         wanted = set(ids)
         for eid, spec, req in zip(data["event_id"].to_pylist(), data["spec_hash"].to_pylist(),

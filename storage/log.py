@@ -40,6 +40,7 @@ from refold.fold.chain import GENESIS, new_salt, seal
 from refold.fold.errors import ConflictError, StoreError
 from refold.fold.events import Event, NewEvent
 from .layout import Layout, atomic_write_json
+from .delta_io import read_arrow
 from .schema import EVENTS_SCHEMA, TABLE_CONFIGURATION, events_to_table, table_to_events
 
 HEAD_KEY = "refold.head"
@@ -130,7 +131,7 @@ class EventLog:
         return self._head_from_rows(dt)
 
     def _head_from_rows(self, dt: DeltaTable) -> Head:
-        data = dt.to_pyarrow_dataset().to_table(columns=["seq", "link", "recorded_at"])
+        data = read_arrow(dt, EVENTS_SCHEMA, columns=["seq", "link", "recorded_at"])
         if data.num_rows == 0:
             return Head(-1, GENESIS, _EPOCH, dt.version())
         i = pc.index(data["seq"], pc.max(data["seq"])).as_py()
@@ -140,9 +141,7 @@ class EventLog:
     def arrow(self, *, columns: Sequence[str] | None = None, filter: pc.Expression | None = None,
               version: int | None = None) -> pa.Table:
         """Raw rows sorted by seq (refold's internal reader)."""
-        dataset = self._table(version).to_pyarrow_dataset()
-        table = dataset.to_table(columns=list(columns) if columns else None, filter=filter)
-        return table.sort_by("seq")
+        return read_arrow(self._table(version), EVENTS_SCHEMA, columns=columns, filter=filter).sort_by("seq")
 
     def read(self, *, since: int | None = None, until: int | None = None,
              as_of: int | str | datetime | None = None) -> pl.DataFrame:
@@ -182,7 +181,7 @@ class EventLog:
         version = dt.version()
         if version != self._ids_version:
             flt = pc.field("table_version") > self._ids_version if self._ids_version >= 0 else None
-            rows = dt.to_pyarrow_dataset().to_table(columns=["event_id", "seq"], filter=flt)
+            rows = read_arrow(dt, EVENTS_SCHEMA, columns=["event_id", "seq"], filter=flt)
             self._ids.update(zip(rows["event_id"].to_pylist(), rows["seq"].to_pylist()))
             self._ids_version = version
         return self._ids
@@ -254,7 +253,7 @@ class EventLog:
 
     def events_by_id(self, dt: DeltaTable | None, ids: list[str]) -> list[Event]:
         dt = dt or self._table()
-        table = dt.to_pyarrow_dataset().to_table(filter=pc.field("event_id").isin(ids))
+        table = read_arrow(dt, EVENTS_SCHEMA, filter=pc.field("event_id").isin(ids))
         return list(table_to_events(table))
 
     def _seal(self, fresh: Sequence[NewEvent], head: Head, version: int) -> list[Event]:
