@@ -188,10 +188,12 @@ class EventLog:
 
     # -- appending ------------------------------------------------------------------------------
 
-    def append(self, batch: Sequence[NewEvent], *, max_attempts: int = 200) -> list[int]:
+    def append(self, batch: Sequence[NewEvent], *, max_attempts: int = 200, protect: bool = True) -> list[int]:
         """Append ``batch`` atomically in order; return each event's seq.
 
         Events whose id is already in the log keep their original seq and are not written again.
+        ``protect=False`` stores the batch in clear even in shred mode (refold's own system events,
+        which carry no personal data).
         """
         if not batch:
             return []
@@ -202,7 +204,7 @@ class EventLog:
             if not fresh:
                 return [existing[e.event_id] for e in batch]
             head = self.head(dt)
-            rows = self._seal(fresh, head, dt.version() + 1)
+            rows = self._seal(fresh, head, dt.version() + 1, protect=protect)
             new_head = Head(rows[-1].seq, rows[-1].link, rows[-1].recorded_at, dt.version() + 1)
             props = CommitProperties(
                 max_commit_retries=0, custom_metadata={HEAD_KEY: json.dumps(new_head.as_json())}
@@ -256,7 +258,7 @@ class EventLog:
         table = read_arrow(dt, EVENTS_SCHEMA, filter=pc.field("event_id").isin(ids))
         return list(table_to_events(table))
 
-    def _seal(self, fresh: Sequence[NewEvent], head: Head, version: int) -> list[Event]:
+    def _seal(self, fresh: Sequence[NewEvent], head: Head, version: int, *, protect: bool = True) -> list[Event]:
         now = datetime.now(timezone.utc)
         # record time never runs backwards along seq, even if clocks differ between writers
         recorded_at = max(now, head.recorded_at)
@@ -269,7 +271,7 @@ class EventLog:
                 trace_id=e.trace_id, justification=e.justification, valid_from=e.valid_from,
                 valid_to=e.valid_to, ingestion_run=e.ingestion_run, fact=e.fact, salt=new_salt(),
             )
-            overrides = self.protector(e)
+            overrides = self.protector(e) if protect else None
             if overrides:
                 event = event.with_(**overrides)
             event = seal(event, prev)
