@@ -7,17 +7,23 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
+import networkx as nx
 import polars as pl
 
 from refold.fold.errors import StoreError, ValidationError
 from refold.fold.events import (
-    DEFAULT_MAX_CONTENT_BYTES, NewEvent, parse_jsonl, validate_event,
+    DEFAULT_MAX_CONTENT_BYTES, Event, NewEvent, parse_jsonl, validate_event,
 )
+from refold.fold.extract import Extractor
+from refold.fold.spec import FoldSpec
 from refold.storage.layout import Layout, Mode, read_settings, write_settings
 from refold.storage.log import EventLog, Head
 from refold.storage.verify import VerifyReport, verify
+
+if TYPE_CHECKING:
+    from refold.folding import FoldReport, FoldState
 
 
 class Memory:
@@ -34,6 +40,7 @@ class Memory:
         self.settings = read_settings(self.layout)
         self.log_store = EventLog(self.layout, storage_options=storage_options,
                                   protector=self._protector())
+        self._states: dict = {}
 
     @property
     def root(self) -> str:
@@ -99,6 +106,134 @@ class Memory:
     def head(self) -> Head:
         """The newest position of the log (seq -1 when empty)."""
         return self.log_store.head()
+
+    # -- the fold -------------------------------------------------------------------------------
+
+    def current_spec(self) -> FoldSpec:
+        """The newest spec recorded in the log, or the default (rules) spec when none is."""
+        from refold.folding import recorded_specs
+
+        specs = recorded_specs(self)
+        return list(specs.values())[-1] if specs else FoldSpec()
+
+    def events(self, *, as_of: int | str | datetime | None = None, until: int | None = None) -> list[Event]:
+        """Stored events in log order, readable form: shred-mode content decrypted, and events
+        whose key was destroyed returned with ``content=None`` (the fold treats them as erased)."""
+        events = self.log_store.events(as_of=as_of, until=until)
+        if self.mode != "shred":
+            return events
+        from refold.storage.crypto import open_event
+        from refold.storage.keys import FileKeyStore
+
+        keys = FileKeyStore(self.layout.keys)
+        out = []
+        for e in events:
+            if e.cipher:
+                opened = open_event(e, keys)
+                e = opened if opened is not None else e.with_(content=None, justification=None, fact=None)
+            out.append(e)
+        return out
+
+    def fold(self, *, extractor: str | Extractor = "rules", spec: FoldSpec | None = None,
+             full: bool = False, progress: bool = False, runner=None, **options: Any) -> FoldReport:
+        """Bring derived state up to date with the log and return the counts.
+
+        Extracts only events with no cached extraction for the spec (``full`` ignores snapshots,
+        never the cache), records the spec in the log first, merges in log order.
+        """
+        from refold.fold.extractors import get_extractor
+        from refold.folding import FoldReport, extract_missing, record_spec
+
+        ext = get_extractor(extractor, **options) if isinstance(extractor, str) else extractor
+        if spec is None:
+            spec = ext.default_spec() if hasattr(ext, "default_spec") else FoldSpec(extractor=ext.name)
+        record_spec(self, spec)
+        events = self.events()
+        calls, rejected = extract_missing(events, spec=spec, extractor=ext, cache=self.cache,
+                                          progress=progress, runner=runner)
+        state = self._fold_state(spec, events, full=full)
+        return FoldReport(
+            events_folded=len(events), extraction_calls=calls,
+            facts=sum(1 for *_, d in state.graph.edges(data=True) if d["derivation"] == "extracted"),
+            derived_facts=state.stats["derived"], rejected_outputs=state.stats["rejected"],
+            last_seq=state.last_seq, spec_hash=spec.hash, started_from=state.stats.get("resumed_from", -1),
+        )
+
+    @property
+    def cache(self):
+        from refold.storage.cache import ExtractionCache
+
+        return ExtractionCache(self.layout, storage_options=self.storage_options)
+
+    def _fold_state(self, spec: FoldSpec, events: list[Event], *, full: bool = False) -> "FoldState":
+        from refold.folding import build_state
+
+        key = (spec.hash, events[-1].seq if events else -1, events[-1].link if events else "")
+        cached = self._states.get(key)
+        if cached is not None:
+            return cached
+        extractions = self.cache.get(spec.hash, [e.event_id for e in events])
+        state = build_state(spec, events, extractions)
+        self._states = {key: state}
+        return state
+
+    def state(self, *, as_of: int | str | datetime | None = None, spec: FoldSpec | None = None) -> "FoldState":
+        """Folded state of the log (as it stood at ``as_of``, record time) under ``spec``.
+
+        Events with no cached extraction are extracted with the rules extractor when the spec is
+        the rules spec; for model specs run :meth:`fold` first.
+        """
+        from refold.fold.errors import ExtractionError
+        from refold.fold.extractors import get_extractor
+        from refold.folding import extract_missing
+
+        spec = spec or self.current_spec()
+        events = self.events(as_of=as_of)
+        if spec.extractor == "rules":
+            extract_missing(events, spec=spec, extractor=get_extractor("rules"), cache=self.cache)
+        else:
+            missing = self.cache.missing(spec.hash, [e.event_id for e in events if e.content is not None
+                                                     and e.kind not in ("spec_changed", "erasure", "tombstone")])
+            if missing:
+                raise ExtractionError(
+                    f"{len(missing)} event(s) have no {spec.extractor} extraction yet; run `refold fold "
+                    f"{self.root} --extractor {spec.extractor}` first"
+                )
+        return self._fold_state(spec, events)
+
+    def graph(self, *, as_of: int | str | datetime | None = None) -> nx.MultiDiGraph:
+        """The knowledge graph (networkx MultiDiGraph; edges keyed by fact id) at ``as_of``."""
+        return self.state(as_of=as_of).graph
+
+    def facts(self, *, subject: str | None = None, relation: str | None = None,
+              as_of: int | str | datetime | None = None, valid_at: str | datetime | None = None,
+              tenant: str | None = None, current_only: bool = False) -> pl.DataFrame:
+        """Facts as a polars DataFrame: history included (``current`` column) unless ``current_only``.
+
+        ``as_of`` is record time (the fold of the log as it stood then); ``valid_at`` is valid time.
+        """
+        from refold.fold.queries import fact_rows, facts_frame
+        from refold.folding import parse_time_or_none
+
+        when = parse_time_or_none(valid_at)
+        relation = self.current_spec().canonical_relation(relation) if relation else None
+        rows = fact_rows(self.state(as_of=as_of).graph, subject=subject, relation=relation,
+                         valid_at=when, tenant=tenant, current_only=current_only)
+        return facts_frame(rows)
+
+    def why(self, fact_id: str, *, as_of: int | str | datetime | None = None) -> dict[str, Any]:
+        """Why refold believes ``fact_id``: the fact, its derivation and its source events."""
+        from refold.fold.queries import why
+
+        by_id = {e.event_id: e for e in self.events()}
+        return why(self.state(as_of=as_of).graph, fact_id,
+                   lambda ids: {i: by_id[i] for i in ids if i in by_id})
+
+    def audit(self):
+        """Re-derive every recorded model request from the log and the spec (input closure)."""
+        from refold.closure import audit
+
+        return audit(self)
 
     def __repr__(self) -> str:
         return f"Memory({self.root!r}, mode={self.mode!r})"

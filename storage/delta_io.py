@@ -28,4 +28,13 @@ def read_arrow(dt: DeltaTable, schema: pa.Schema, *, columns: Sequence[str] | No
             table = table.filter(filter)
         return table.select(list(columns)) if columns else table
     dataset = ds.dataset(uris, schema=schema, format="parquet")
-    return dataset.to_table(columns=list(columns) if columns else None, filter=filter)
+    wanted = list(columns) if columns else None
+    try:
+        return dataset.to_table(columns=wanted, filter=filter)
+    except (pa.ArrowNotImplementedError, pa.ArrowTypeError):
+        # Files written by delta-rs MERGE/DELETE (DataFusion) store strings as string_view; pushed
+        # down filters then meet mixed string/string_view kernels. Filter after reading instead.
+        table = dataset.to_table()
+        if filter is not None:
+            table = table.filter(filter)
+        return table.select(wanted) if wanted else table

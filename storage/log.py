@@ -141,7 +141,10 @@ class EventLog:
     def arrow(self, *, columns: Sequence[str] | None = None, filter: pc.Expression | None = None,
               version: int | None = None) -> pa.Table:
         """Raw rows sorted by seq (refold's internal reader)."""
-        return read_arrow(self._table(version), EVENTS_SCHEMA, columns=columns, filter=filter).sort_by("seq")
+        wanted = list(columns) if columns else None
+        if wanted is not None and "seq" not in wanted:
+            wanted.append("seq")  # needed for the order; callers may ignore it
+        return read_arrow(self._table(version), EVENTS_SCHEMA, columns=wanted, filter=filter).sort_by("seq")
 
     def read(self, *, since: int | None = None, until: int | None = None,
              as_of: int | str | datetime | None = None) -> pl.DataFrame:

@@ -1,0 +1,146 @@
+"""Running the fold against a store: the IO around the pure core.
+
+    events (log, decrypted in shred mode)
+      → extraction cache: extract only events with no row for this spec (in process, or on Ray)
+      → merge cached extractions in log order → roll-ups → FoldState
+
+Every derived artefact is keyed by the spec hash; the spec is recorded in the log (kind
+``spec_changed``) before the fold first uses it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import networkx as nx
+import pyarrow.compute as pc
+
+from refold.fold.events import Event, NewEvent
+from refold.fold.extract import Extraction, Extractor
+from refold.fold.merge import GraphBuilder, MergeStats
+from refold.fold.rollups import apply_rollups
+from refold.fold.spec import FoldSpec
+from refold.progress import FoldProgress
+from refold.storage.cache import ExtractionCache
+
+if TYPE_CHECKING:
+    from refold.memory import Memory
+
+#: Kinds whose content the extractor reads.
+EXTRACTABLE = frozenset({"observation", "document", "chat_turn", "memory_written", "tool_call"})
+SPEC_SOURCE = "refold:spec"
+
+
+@dataclass(frozen=True)
+class FoldState:
+    """Folded state at a log position under one spec. ``graph`` is not to be mutated."""
+
+    spec: FoldSpec
+    graph: nx.MultiDiGraph
+    last_seq: int
+    stats: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def spec_hash(self) -> str:
+        return self.spec.hash
+
+
+@dataclass(frozen=True)
+class FoldReport:
+    """Counts a fold prints."""
+
+    events_folded: int
+    extraction_calls: int
+    facts: int
+    derived_facts: int
+    rejected_outputs: int
+    last_seq: int
+    spec_hash: str
+    started_from: int = -1  # seq of the snapshot the fold resumed from (-1: from scratch)
+
+    def as_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def needs_extraction(event: Event) -> bool:
+    return event.kind in EXTRACTABLE and event.content is not None
+
+
+def recorded_specs(mem: "Memory") -> dict[str, FoldSpec]:
+    """Specs recorded in the log, by hash, in log order."""
+    rows = mem.log_store.arrow(columns=["kind", "source", "content"], filter=pc.field("kind") == "spec_changed")
+    specs: dict[str, FoldSpec] = {}
+    for content in rows["content"].to_pylist():
+        if content:
+            spec = FoldSpec.from_json(json.loads(content))
+            specs[spec.hash] = spec
+    return specs
+
+
+def record_spec(mem: "Memory", spec: FoldSpec) -> bool:
+    """Append a ``spec_changed`` event unless this spec is already in the log. True if appended."""
+    if spec.hash in recorded_specs(mem):
+        return False
+    event = NewEvent(kind="spec_changed", content=spec.canonical_bytes().decode(),
+                     source=f"{SPEC_SOURCE}/{spec.hash}", event_id=f"spec-{spec.hash}")
+    # bypass the protector: a spec holds no personal data and must stay readable for audits
+    mem.log_store.append([event], protect=False)
+    return True
+
+
+def extract_missing(events: Sequence[Event], *, spec: FoldSpec, extractor: Extractor,
+                    cache: ExtractionCache, batch_size: int = 16, progress: bool = False,
+                    runner: Callable[[list[Event]], list[Extraction]] | None = None) -> tuple[int, int]:
+    """Extract and cache every extractable event with no row for ``spec``.
+
+    Returns (extraction calls, rejected outputs). ``runner`` replaces the in-process loop (Ray).
+    """
+    todo_ids = set(cache.missing(spec.hash, [e.event_id for e in events if needs_extraction(e)]))
+    todo = [e for e in events if e.event_id in todo_ids]
+    if not todo:
+        return 0, 0
+    seqs = {e.event_id: e.seq for e in todo}
+    if runner is not None:
+        results = runner(todo)
+        cache.put(results, seqs=seqs)
+        return len(todo), sum(len(x.rejected) for x in results)
+    rejected = 0
+    with FoldProgress(len(todo), enabled=progress) as bar:
+        for start in range(0, len(todo), batch_size):
+            chunk = todo[start:start + batch_size]
+            results = extractor.extract(chunk, spec)
+            cache.put(results, seqs=seqs)
+            bad = sum(len(x.rejected) for x in results)
+            rejected += bad
+            bar.advance(len(chunk), calls=sum(1 for x in results if x.request is not None), rejected=bad)
+    return len(todo), rejected
+
+
+def build_state(spec: FoldSpec, events: Sequence[Event], extractions: dict[str, Extraction], *,
+                base: GraphBuilder | None = None) -> FoldState:
+    """Merge (in log order) and roll up. ``base`` resumes from a snapshot's builder."""
+    builder = base or GraphBuilder(spec=spec)
+    for event in events:
+        if event.seq > builder.stats.last_seq:
+            builder.apply(event, extractions.get(event.event_id))
+    graph = builder.graph.copy()
+    derived = apply_rollups(graph, spec)
+    stats = dict(builder.stats.__dict__)
+    stats["derived"] = derived
+    return FoldState(spec=spec, graph=graph, last_seq=builder.stats.last_seq, stats=stats)
+
+
+def empty_builder(spec: FoldSpec) -> GraphBuilder:
+    return GraphBuilder(spec=spec, stats=MergeStats())
+
+
+def parse_time_or_none(value: str | datetime | None) -> datetime | None:
+    if value is None or isinstance(value, datetime):
+        return value
+    from refold.fold.events import parse_time
+
+    return parse_time(value, line=None, name="valid_at")
