@@ -1,0 +1,142 @@
+"""Fold commands: fold, facts, why, audit."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from .app import emit_json, json_option, main, open_store, store_argument
+
+
+def _options(pairs: tuple[str, ...]) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep:
+            raise click.BadParameter(f"{pair!r} is not NAME=VALUE", param_hint="--option")
+        try:
+            out[name.replace("-", "_")] = json.loads(value)
+        except json.JSONDecodeError:
+            out[name.replace("-", "_")] = value
+    return out
+
+
+@main.command()
+@store_argument
+@click.option("--extractor", default="rules", show_default=True,
+              help="rules | llamacpp | openai | vllm")
+@click.option("--option", "options", multiple=True, metavar="NAME=VALUE",
+              help="Extractor option, e.g. --option base_url=http://127.0.0.1:8080/v1 (repeatable).")
+@click.option("--full", is_flag=True, help="Rebuild from the cache ignoring snapshots.")
+@click.option("--ray", "use_ray", is_flag=True, help="Shard extraction over Ray workers.")
+@click.option("--address", help="Ray cluster address (default: local Ray).")
+@click.option("--no-progress", is_flag=True, help="No progress bar or progress lines.")
+@json_option
+def fold(store: str, extractor: str, options: tuple[str, ...], full: bool, use_ray: bool,
+         address: str | None, no_progress: bool, as_json: bool) -> None:
+    """Fold the log into derived state; print counts."""
+    mem = open_store(store)
+    opts = _options(options)
+    runner = None
+    if use_ray:
+        from refold.jobs.ray_extract import ray_runner
+
+        runner = ray_runner(extractor, opts, address=address, progress=not no_progress)
+    report = mem.fold(extractor=extractor, full=full, progress=not no_progress, runner=runner, **opts)
+    if as_json:
+        emit_json(report.as_json())
+        return
+    click.echo(f"events folded:     {report.events_folded}")
+    click.echo(f"extraction calls:  {report.extraction_calls}")
+    click.echo(f"facts:             {report.facts}")
+    click.echo(f"derived facts:     {report.derived_facts}")
+    click.echo(f"rejected outputs:  {report.rejected_outputs}")
+    click.echo(f"spec:              {report.spec_hash}")
+
+
+@main.command()
+@store_argument
+@click.option("--subject")
+@click.option("--relation")
+@click.option("--as-of", "as_of", help="Record time: a table VERSION or an ISO-8601 TIME.")
+@click.option("--valid-at", "valid_at", help="Valid time (ISO-8601): facts true then.")
+@click.option("--tenant")
+@click.option("--current", "current_only", is_flag=True, help="Only facts that are still open.")
+@click.option("--format", "fmt", type=click.Choice(["table", "jsonl"]), default="table", show_default=True)
+@json_option
+def facts(store: str, subject, relation, as_of, valid_at, tenant, current_only, fmt, as_json) -> None:
+    """List facts (with validity intervals and derivation)."""
+    frame = open_store(store).facts(subject=subject, relation=relation, as_of=as_of,
+                                    valid_at=valid_at, tenant=tenant, current_only=current_only)
+    if as_json or fmt == "jsonl":
+        for row in frame.to_dicts():
+            click.echo(json.dumps(row, default=str, ensure_ascii=False))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table()
+    for name in ("fact_id", "subject", "relation", "object", "valid_from", "valid_to", "derivation"):
+        table.add_column(name, overflow="fold")
+    for row in frame.iter_rows(named=True):
+        table.add_row(row["fact_id"], row["subject"], row["relation"], row["object"],
+                      _t(row["valid_from"]), _t(row["valid_to"]) or "(current)", row["derivation"])
+    Console().print(table)
+    click.echo(f"{frame.height} fact(s)")
+
+
+def _t(value) -> str:
+    return "" if value is None else value.isoformat(timespec="seconds")
+
+
+@main.command()
+@store_argument
+@click.argument("fact_id")
+@click.option("--as-of", "as_of", help="Record time: a table VERSION or an ISO-8601 TIME.")
+@json_option
+def why(store: str, fact_id: str, as_of: str | None, as_json: bool) -> None:
+    """Explain FACT_ID: its derivation and the events it came from."""
+    answer = open_store(store).why(fact_id, as_of=as_of)
+    if as_json:
+        emit_json(answer)
+        return
+    _print_why(answer, indent=0)
+
+
+def _print_why(answer: dict, indent: int) -> None:
+    pad = "  " * indent
+    f = answer["fact"]
+    until = _t(answer["valid_to"]) or "now"
+    click.echo(f"{pad}{answer['fact_id']}: ({f['subject']}, {f['relation']}, {f['object']}) "
+               f"valid {_t(answer['valid_from'])} → {until}  [{answer['derivation']}]")
+    for e in answer["events"]:
+        if e.get("missing"):
+            click.echo(f"{pad}  event {e['event_id']}: not in the log")
+            continue
+        click.echo(f"{pad}  seq {e['seq']} {e['kind']} from {e['source']}"
+                   + (f", run {e['ingestion_run']}" if e["ingestion_run"] else "")
+                   + (f", trace {e['trace_id']}" if e["trace_id"] else ""))
+        if e["justification"]:
+            click.echo(f"{pad}    justification: {e['justification']}")
+        click.echo(f"{pad}    quote: \"{e['quote']}\"")
+    for sub in answer.get("inputs", []):
+        _print_why(sub, indent + 1)
+
+
+@main.command()
+@store_argument
+@json_option
+def audit(store: str, as_json: bool) -> None:
+    """Re-derive every recorded model request from log + spec. Exit 1 naming a leaking request."""
+    report = open_store(store).audit()
+    if as_json:
+        emit_json(report.as_json())
+    elif report.ok:
+        click.echo(f"ok: {report.requests} model request(s), each re-derived byte for byte from log + spec")
+    else:
+        click.echo(f"AUDIT FAILED: {len(report.findings)} of {report.requests} request(s)", err=True)
+        for f in report.findings:
+            click.echo(f"  request {f.request_id} (events {', '.join(f.event_ids)}): {f.problem}", err=True)
+    sys.exit(0 if report.ok else 1)
