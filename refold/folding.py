@@ -141,6 +141,11 @@ def empty_builder(spec: FoldSpec) -> GraphBuilder:
 def parse_time_or_none(value: str | datetime | None) -> datetime | None:
     if value is None or isinstance(value, datetime):
         return value
+    from refold.fold.errors import ValidationError
     from refold.fold.events import parse_time
 
-    return parse_time(value, line=None, name="valid_at")
+    try:
+        return parse_time(value, line=None, name="valid_at")
+    except ValidationError as exc:
+        raise ValidationError(f"valid_at {value!r} is not a timezone-aware ISO-8601 time "
+                              "(e.g. 2024-01-01T00:00:00+00:00)") from exc
