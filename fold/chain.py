@@ -22,23 +22,80 @@ import hashlib
 import json
 import os
 from datetime import datetime, timezone
+from json.encoder import encode_basestring as _enc  # the C escaper json.dumps uses
 
-from .events import Event
+from .events import Event, Fact
 
 GENESIS = "0" * 64
 _DOMAIN = b"refold/commit/v1"
+_DOMAIN_HASH = hashlib.sha256(_DOMAIN)
 
 
 def new_salt() -> str:
     return os.urandom(16).hex()
 
 
-def _iso(value: datetime | None) -> str | None:
+def canonical_time(value: datetime | None) -> str | None:
+    """A timestamp as the header writes it: UTC, ISO-8601, microseconds."""
     return None if value is None else value.astimezone(timezone.utc).isoformat(timespec="microseconds")
 
 
+_iso = canonical_time
+
+
 def header_bytes(event: Event) -> bytes:
-    """Canonical JSON of the fields the commitment covers besides content."""
+    """Canonical JSON of the fields the commitment covers besides content.
+
+    Canonical means ``json.dumps(header, sort_keys=True, separators=(",", ":"),
+    ensure_ascii=False)``; :func:`canonical_header` writes those exact bytes without building a
+    dict, because the log seals every appended event with it.
+    """
+    return canonical_header(
+        seq=event.seq, event_id=event.event_id, recorded_at=_iso(event.recorded_at),
+        table_version=event.table_version, kind=event.kind, tenant=event.tenant,
+        source=event.source, subjects=event.subjects, principals=event.principals,
+        trace_id=event.trace_id, justification=event.justification,
+        valid_from=_iso(event.valid_from), valid_to=_iso(event.valid_to),
+        ingestion_run=event.ingestion_run, fact=event.fact, cipher=event.cipher,
+        key_ids=event.key_ids, erasure_id=event.erasure_id,
+    )
+
+
+def _s(value: str | None) -> str:
+    return "null" if value is None else _enc(value)
+
+
+def _l(values) -> str:
+    return "[" + ",".join(map(_enc, values)) + "]"
+
+
+def canonical_header(*, seq: int, event_id: str, recorded_at: str | None, table_version: int,
+                     kind: str, tenant: str, source: str | None, subjects, principals,
+                     trace_id: str | None, justification: str | None, valid_from: str | None,
+                     valid_to: str | None, ingestion_run: str | None, fact: Fact | None,
+                     cipher: str | None, key_ids, erasure_id: str | None) -> bytes:
+    """The canonical header from field values (timestamps already as :func:`_iso` strings).
+
+    Keys in sorted order, compact separators, strings escaped by the same C encoder that
+    ``json.dumps(..., ensure_ascii=False)`` uses: byte for byte what ``json.dumps`` would write.
+    """
+    fact_text = "null" if fact is None else (
+        '{"object":' + _enc(fact.object) + ',"relation":' + _enc(fact.relation)
+        + ',"subject":' + _enc(fact.subject) + "}"
+    )
+    return (
+        f'{{"cipher":{_s(cipher)},"erasure_id":{_s(erasure_id)},"event_id":{_enc(event_id)},'
+        f'"fact":{fact_text},"ingestion_run":{_s(ingestion_run)},'
+        f'"justification":{_s(justification)},"key_ids":{_l(key_ids)},"kind":{_enc(kind)},'
+        f'"principals":{_l(principals)},"recorded_at":{_s(recorded_at)},"seq":{int(seq)},'
+        f'"source":{_s(source)},"subjects":{_l(subjects)},"table_version":{int(table_version)},'
+        f'"tenant":{_s(tenant)},"trace_id":{_s(trace_id)},"valid_from":{_s(valid_from)},'
+        f'"valid_to":{_s(valid_to)}}}'
+    ).encode()
+
+
+def reference_header_bytes(event: Event) -> bytes:
+    """``header_bytes`` the slow, obvious way (json.dumps of a dict); tests compare the two."""
     header = {
         "seq": event.seq,
         "event_id": event.event_id,
@@ -70,9 +127,14 @@ def commitment_of(event: Event) -> str:
     """Recompute the commitment of a non-tombstone event from its stored fields."""
     if event.salt is None or event.content is None:
         raise ValueError(f"seq {event.seq}: only events with content and salt have a computable commitment")
-    h = hashlib.sha256(_DOMAIN)
-    h.update(header_bytes(event))
-    h.update(content_digest(event.salt, event.content))
+    return commitment_from(header_bytes(event), event.salt, event.content)
+
+
+def commitment_from(header: bytes, salt: str, content: str) -> str:
+    """H(domain ‖ header ‖ H(salt ‖ content)), hex."""
+    h = _DOMAIN_HASH.copy()
+    h.update(header)
+    h.update(content_digest(salt, content))
     return h.hexdigest()
 
 
@@ -84,3 +146,46 @@ def seal(event: Event, prev_link: str) -> Event:
     """Return ``event`` with commitment, prev_link and link filled in."""
     commitment = commitment_of(event)
     return event.with_(commitment=commitment, prev_link=prev_link, link=link_of(prev_link, commitment))
+
+
+def seal_new(events, *, first_seq: int, recorded_at: datetime, table_version: int,
+             prev_link: str, salts: bytes) -> tuple[list[str], list[str], list[str]]:
+    """Commitments, prev_links and links (hex) of new events placed at ``first_seq``….
+
+    ``events`` are :class:`~refold.fold.events.NewEvent` values stored as they are (no cipher, no
+    key ids, no erasure id); ``salts`` holds 16 random bytes per event. Gives exactly what
+    :func:`seal` gives for each event, but writes the header inline and hashes raw bytes, because
+    the log seals every appended event here (tests compare the two).
+    """
+    enc, sha, dom = _enc, hashlib.sha256, _DOMAIN_HASH
+    when = _enc(canonical_time(recorded_at))
+    version = int(table_version)
+    commitments: list[str] = []
+    links: list[str] = []
+    prev = bytes.fromhex(prev_link)
+    for i, e in enumerate(events):
+        fact, sub, pri = e.fact, e.subjects, e.principals
+        vf, vt, run, just, trace = e.valid_from, e.valid_to, e.ingestion_run, e.justification, e.trace_id
+        header = (
+            f'{{"cipher":null,"erasure_id":null,"event_id":{enc(e.event_id)},"fact":'
+            + ("null" if fact is None else '{"object":' + enc(fact.object) + ',"relation":'
+               + enc(fact.relation) + ',"subject":' + enc(fact.subject) + "}")
+            + ',"ingestion_run":' + ("null" if run is None else enc(run))
+            + ',"justification":' + ("null" if just is None else enc(just))
+            + ',"key_ids":[],"kind":' + enc(e.kind)
+            + ',"principals":' + ("[]" if not pri else "[" + ",".join(map(enc, pri)) + "]")
+            + f',"recorded_at":{when},"seq":{first_seq + i},"source":{enc(e.source)},"subjects":'
+            + ("[]" if not sub else "[" + ",".join(map(enc, sub)) + "]")
+            + f',"table_version":{version},"tenant":{enc(e.tenant)},"trace_id":'
+            + ("null" if trace is None else enc(trace))
+            + ',"valid_from":' + ("null" if vf is None else enc(canonical_time(vf)))
+            + ',"valid_to":' + ("null" if vt is None else enc(canonical_time(vt))) + "}"
+        )
+        h = dom.copy()
+        h.update(header.encode())
+        h.update(sha(salts[16 * i: 16 * i + 16] + e.content.encode("utf-8")).digest())
+        commitment = h.digest()
+        prev = sha(prev + commitment).digest()
+        commitments.append(commitment.hex())
+        links.append(prev.hex())
+    return commitments, [prev_link, *links[:-1]], links

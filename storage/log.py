@@ -10,10 +10,18 @@ silently, which would fork ``seq`` and the chain. So every append:
    ``v``, delta-rs raises ``CommitFailedError`` instead of rebasing, and we go back to 1.
 
 So a commit lands only on top of the head it was computed from: no fork, no gap, for threads and
-processes alike. Idempotency: an ``event_id`` already in the log returns its original seq and
-writes nothing (the same id with different content raises :class:`ConflictError`). An error raised
-after the commit may have landed (an *ambiguous* commit) is resolved by re-reading the table: if
-the batch's ids are there, the append succeeded; a caller that retries anyway gets the same seqs.
+processes alike. A lost race costs a sealed batch and a written data file, so writers on one host
+take turns first (a thread lock per ``EventLog``, a ``flock`` on ``ROOT/.append.lock`` between
+processes); that lock only saves work, the compare-and-append alone keeps the order (writers on
+other hosts, object stores). Each ``EventLog`` keeps its ``DeltaTable`` and refreshes it
+incrementally, keeps the event_id → seq index of the data files it has read, and reuses the head
+of its own last commit, so an append reads only what other writers added since its previous one.
+
+Idempotency: an ``event_id`` already in the log returns its original seq and writes nothing (the
+same id with different content raises :class:`ConflictError`); an id repeated inside one batch is
+written once. An error raised after the commit may have landed (an *ambiguous* commit) is resolved
+by re-reading the table: if the batch's ids are there, the append succeeded; a caller that retries
+anyway gets the same seqs.
 
 After each commit the new head is published under ``receipts/heads/`` so ``verify`` can detect a
 truncated tail (a removed newest commit).
@@ -21,22 +29,32 @@ truncated tail (a removed newest commit).
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import random
+import threading
 import time
-from collections.abc import Callable, Sequence
+import warnings
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+try:
+    import fcntl
+except ImportError:  # not on Windows: writers there rely on compare-and-append alone
+    fcntl = None  # type: ignore[assignment]
+
 import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.dataset as ds
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
-from refold.fold.chain import GENESIS, new_salt, seal
+from refold.fold.chain import GENESIS, seal, seal_new
 from refold.fold.errors import ConflictError, StoreError
 from refold.fold.events import Event, NewEvent
 from .layout import Layout, atomic_write_json
@@ -44,7 +62,26 @@ from .delta_io import read_arrow
 from .schema import EVENTS_SCHEMA, TABLE_CONFIGURATION, events_to_table, table_to_events
 
 HEAD_KEY = "refold.head"
+_LOCK_FILE = ".append.lock"  # under the store root; see EventLog._writer_turn
+_LOCK_WAIT_S = 30.0
+_HEAD_GLOB = "[0-9]" * 20 + ".json"  # receipts/heads/<table version, 20 digits>.json
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+# columns stored exactly as the NewEvent holds them
+_COPIED = ("event_id", "kind", "tenant", "source", "content", "subjects", "principals", "trace_id",
+           "justification", "valid_from", "valid_to", "ingestion_run")
+
+
+def _dedupe(batch: Sequence[NewEvent]) -> list[NewEvent]:
+    """``batch`` with repeated event ids kept once; the same id with different content is a conflict."""
+    seen: dict[str, NewEvent] = {}
+    for e in batch:
+        first = seen.setdefault(e.event_id, e)
+        if first is not e and not e.same_input(first):
+            raise ConflictError(
+                f"event_id {e.event_id} occurs twice in the batch with different content; "
+                "use a new event_id for a new event"
+            )
+    return list(seen.values()) if len(seen) < len(batch) else list(batch)
 
 
 @dataclass(frozen=True)
@@ -90,14 +127,27 @@ class EventLog:
         self.layout = layout
         self.storage_options = storage_options
         self.protector = protector
-        self._ids: dict[str, int] = {}
-        self._ids_version = -1
+        self._init_caches()
         try:
             self._table()
         except TableNotFoundError:
             raise StoreError(
                 f"no event log at {layout.events}; create the store with `refold init {layout.root}`"
             ) from None
+
+    def _init_caches(self) -> None:
+        self._lock = threading.RLock()  # appends of one EventLog take turns (see module doc)
+        self._dt: DeltaTable | None = None  # refreshed with update_incremental before each append
+        self._ids: dict[str, int] = {}  # event_id -> seq of every row in the files below
+        self._indexed: set[str] = set()  # data file URIs already in _ids
+        self._last: Head | None = None  # head of this object's own last commit
+
+    def __getstate__(self) -> dict[str, Any]:  # picklable (Ray): caches are rebuilt on arrival
+        return {k: self.__dict__[k] for k in ("layout", "storage_options", "protector")}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._init_caches()
 
     # -- creation -------------------------------------------------------------------------------
 
@@ -180,13 +230,19 @@ class EventLog:
         return expr
 
     def _known_ids(self, dt: DeltaTable) -> dict[str, int]:
-        """event_id → seq for every row, refreshed incrementally by table version."""
-        version = dt.version()
-        if version != self._ids_version:
-            flt = pc.field("table_version") > self._ids_version if self._ids_version >= 0 else None
-            rows = read_arrow(dt, EVENTS_SCHEMA, columns=["event_id", "seq"], filter=flt)
+        """event_id → seq for every row, refreshed by reading only data files not read before.
+
+        When a file read before is gone (a DELETE or an erasure rewrote it), the index is rebuilt.
+        """
+        uris = dt.file_uris()
+        if not self._indexed.issubset(uris):
+            self._ids, self._indexed = {}, set()
+        new = [u for u in uris if u not in self._indexed]
+        if new:
+            rows = ds.dataset(new, schema=EVENTS_SCHEMA, format="parquet").to_table(
+                columns=["event_id", "seq"])
             self._ids.update(zip(rows["event_id"].to_pylist(), rows["seq"].to_pylist()))
-            self._ids_version = version
+            self._indexed.update(new)
         return self._ids
 
     # -- appending ------------------------------------------------------------------------------
@@ -194,43 +250,95 @@ class EventLog:
     def append(self, batch: Sequence[NewEvent], *, max_attempts: int = 200, protect: bool = True) -> list[int]:
         """Append ``batch`` atomically in order; return each event's seq.
 
-        Events whose id is already in the log keep their original seq and are not written again.
-        ``protect=False`` stores the batch in clear even in shred mode (refold's own system events,
-        which carry no personal data).
+        Events whose id is already in the log keep their original seq and are not written again;
+        an id that occurs twice in ``batch`` is written once (both get its seq), and the same id
+        with different content raises :class:`ConflictError`. ``protect=False`` stores the batch
+        in clear even in shred mode (refold's own system events, which carry no personal data).
         """
         if not batch:
             return []
-        for attempt in range(max_attempts):
-            dt = self._table()
-            existing = self._check_existing(dt, batch)
-            fresh = [e for e in batch if e.event_id not in existing]
-            if not fresh:
-                return [existing[e.event_id] for e in batch]
-            head = self.head(dt)
-            rows = self._seal(fresh, head, dt.version() + 1, protect=protect)
-            new_head = Head(rows[-1].seq, rows[-1].link, rows[-1].recorded_at, dt.version() + 1)
-            props = CommitProperties(
-                max_commit_retries=0, custom_metadata={HEAD_KEY: json.dumps(new_head.as_json())}
-            )
-            try:
-                self._write(dt, events_to_table(rows), props)
-            except CommitFailedError:
-                # Another writer landed first: re-read the head and try again, with jitter so
-                # racing writers spread out.
-                time.sleep(random.uniform(0, min(0.05 * (attempt + 1), 0.5)))
-                continue
-            except Exception as exc:  # ambiguous: the commit may have landed before the error
-                landed = self._check_existing(self._table(), batch)
-                if all(e.event_id in landed for e in batch):
-                    self._publish_head(new_head)
-                    return [landed[e.event_id] for e in batch]
-                raise StoreError(
-                    f"append failed and the batch did not land ({exc}); it is safe to retry"
-                ) from exc
-            self._publish_head(new_head)
-            by_id = {r.event_id: r.seq for r in rows} | existing
-            return [by_id[e.event_id] for e in batch]
+        unique = _dedupe(batch)
+        with self._lock, self._writer_turn():
+            for attempt in range(max_attempts):
+                dt = self._fresh_table()
+                existing = self._check_existing(dt, unique)
+                fresh = [e for e in unique if e.event_id not in existing]
+                if not fresh:
+                    return [existing[e.event_id] for e in batch]
+                head = self._last if self._last and self._last.table_version == dt.version() else self.head(dt)
+                table, new_head = self._seal_table(fresh, head, dt.version() + 1, protect=protect)
+                props = CommitProperties(
+                    max_commit_retries=0, custom_metadata={HEAD_KEY: json.dumps(new_head.as_json())}
+                )
+                try:
+                    self._write(dt, table, props)
+                except CommitFailedError:
+                    # Another writer landed first: re-read the head and try again, with jitter so
+                    # racing writers spread out.
+                    time.sleep(random.uniform(0, min(0.01 * (attempt + 1), 0.2)))
+                    continue
+                except Exception as exc:  # ambiguous: the commit may have landed before the error
+                    self._dt = None  # its state is unknown now; load the table afresh
+                    landed = self._check_existing(self._fresh_table(), unique)
+                    if all(e.event_id in landed for e in unique):
+                        self._publish_head(new_head)
+                        return [landed[e.event_id] for e in batch]
+                    raise StoreError(
+                        f"append failed and the batch did not land ({exc}); it is safe to retry"
+                    ) from exc
+                self._last = new_head
+                self._remember(dt, fresh, new_head)
+                self._publish_head(new_head)
+                first = new_head.seq - len(fresh) + 1
+                by_id = {e.event_id: first + i for i, e in enumerate(fresh)} | existing
+                return [by_id[e.event_id] for e in batch]
         raise StoreError(f"append gave up after {max_attempts} commit conflicts; retry later")
+
+    def _remember(self, dt: DeltaTable, fresh: Sequence[NewEvent], head: Head) -> None:
+        """Index our own commit without reading it back (``dt`` is now at exactly that version)."""
+        if dt.version() != head.table_version:
+            return
+        first = head.seq - len(fresh) + 1
+        self._ids.update((e.event_id, first + i) for i, e in enumerate(fresh))
+        self._indexed.update(u for u in dt.file_uris() if u not in self._indexed)
+
+    @contextlib.contextmanager
+    def _writer_turn(self) -> Iterator[None]:
+        """Writers on this host take turns on a lock file, so a race costs waiting, not work.
+
+        Only an optimisation: a losing compare-and-append writes a data file and seals the batch
+        for nothing, and on a busy host most attempts would lose. Correctness rests on the
+        compare-and-append alone; a writer that waits too long (a stuck holder) goes ahead.
+        """
+        if fcntl is None or "://" in self.layout.root:
+            yield
+            return
+        try:
+            fd = os.open(Path(self.layout.root) / _LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError:
+            yield
+            return
+        try:
+            deadline = time.monotonic() + _LOCK_WAIT_S
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        break
+                    time.sleep(0.002)
+            yield
+        finally:
+            os.close(fd)  # releases the lock
+
+    def _fresh_table(self) -> DeltaTable:
+        """This object's table, brought up to the newest version."""
+        if self._dt is None:
+            self._dt = self._table()
+        else:
+            self._dt.update_incremental()
+        return self._dt
 
     # a seam for fault-injection tests (an error after the commit landed)
     def _write(self, dt: DeltaTable, table: pa.Table, props: CommitProperties) -> None:
@@ -261,42 +369,78 @@ class EventLog:
         table = read_arrow(dt, EVENTS_SCHEMA, filter=pc.field("event_id").isin(ids))
         return list(table_to_events(table))
 
-    def _seal(self, fresh: Sequence[NewEvent], head: Head, version: int, *, protect: bool = True) -> list[Event]:
-        now = datetime.now(timezone.utc)
+    def _seal_table(self, fresh: Sequence[NewEvent], head: Head, version: int, *,
+                    protect: bool = True) -> tuple[pa.Table, Head]:
+        """Rows for ``fresh`` placed after ``head`` and sealed into the chain, and the new head.
+
+        Plain events are sealed column by column (:func:`seal_new`): appends of 10k events spend
+        their time here. A protector that changes stored fields (shred mode) takes the general
+        path, one :class:`Event` per row.
+        """
         # record time never runs backwards along seq, even if clocks differ between writers
-        recorded_at = max(now, head.recorded_at)
-        prev, rows = head.link, []
-        for offset, e in enumerate(fresh):
-            event = Event(
-                seq=head.seq + 1 + offset, event_id=e.event_id, recorded_at=recorded_at,
-                table_version=version, kind=e.kind, tenant=e.tenant, source=e.source,
-                content=e.content, subjects=e.subjects, principals=e.principals,
-                trace_id=e.trace_id, justification=e.justification, valid_from=e.valid_from,
-                valid_to=e.valid_to, ingestion_run=e.ingestion_run, fact=e.fact, salt=new_salt(),
-            )
-            overrides = self.protector(e) if protect else None
-            if overrides:
-                event = event.with_(**overrides)
-            event = seal(event, prev)
-            prev = event.link
-            rows.append(event)
-        return rows
+        recorded_at = max(datetime.now(timezone.utc), head.recorded_at)
+        n, first = len(fresh), head.seq + 1
+        salts = os.urandom(16 * n)
+        if protect and self.protector is not _plain:
+            rows, prev = [], head.link
+            for i, e in enumerate(fresh):
+                event = Event(
+                    seq=first + i, event_id=e.event_id, recorded_at=recorded_at,
+                    table_version=version, kind=e.kind, tenant=e.tenant, source=e.source,
+                    content=e.content, subjects=e.subjects, principals=e.principals,
+                    trace_id=e.trace_id, justification=e.justification, valid_from=e.valid_from,
+                    valid_to=e.valid_to, ingestion_run=e.ingestion_run, fact=e.fact,
+                    salt=salts[16 * i: 16 * i + 16].hex(),
+                )
+                overrides = self.protector(e)
+                event = seal(event.with_(**overrides) if overrides else event, prev)
+                prev = event.link
+                rows.append(event)
+            return events_to_table(rows), Head(first + n - 1, prev, recorded_at, version)
+        commitments, prev_links, links = seal_new(
+            fresh, first_seq=first, recorded_at=recorded_at, table_version=version,
+            prev_link=head.link, salts=salts,
+        )
+        hex_salts = salts.hex()
+        data = {
+            "seq": range(first, first + n),
+            "recorded_at": [recorded_at] * n,
+            "table_version": [version] * n,
+            "salt": [hex_salts[32 * i: 32 * i + 32] for i in range(n)],
+            "cipher": [None] * n,
+            "key_ids": [[]] * n,
+            "erasure_id": [None] * n,
+            "commitment": commitments,
+            "prev_link": prev_links,
+            "link": links,
+            "fact": [None if e.fact is None else json.dumps(e.fact.as_dict(), sort_keys=True)
+                     for e in fresh],
+        }
+        for name in _COPIED:
+            data[name] = [getattr(e, name) for e in fresh]
+        table = pa.table([pa.array(data[f.name], f.type) for f in EVENTS_SCHEMA], schema=EVENTS_SCHEMA)
+        return table, Head(first + n - 1, links[-1], recorded_at, version)
 
     # -- published heads ------------------------------------------------------------------------
 
     def _publish_head(self, head: Head, keep: int = 16) -> None:
+        """Best effort: the commit already landed, so a failure here must not fail the append."""
         if not self.layout.is_local:
             return
         folder = Path(self.layout.heads)
-        atomic_write_json(folder / f"{head.table_version:020d}.json", head.as_json())
-        olds = sorted(folder.glob("*.json"))[:-keep]
-        for old in olds:
-            old.unlink(missing_ok=True)
+        try:
+            atomic_write_json(folder / f"{head.table_version:020d}.json", head.as_json())
+            # only published heads: other writers' temp files (".tmp-*.json") are not ours to remove
+            for old in sorted(folder.glob(_HEAD_GLOB))[:-keep]:
+                old.unlink(missing_ok=True)
+        except OSError as exc:
+            warnings.warn(f"refold: could not publish the chain head of version "
+                          f"{head.table_version} under {folder}: {exc}", RuntimeWarning, stacklevel=3)
 
     def published_head(self) -> Head | None:
         """The newest head published under receipts/heads (None when none was published)."""
         folder = Path(self.layout.heads)
-        files = sorted(folder.glob("*.json")) if folder.exists() else []
+        files = sorted(folder.glob(_HEAD_GLOB)) if folder.exists() else []
         for path in reversed(files):
             try:
                 return Head.from_json(json.loads(path.read_text()))
