@@ -1,0 +1,248 @@
+"""Sharded extraction on Ray: events in, extractions out, each batch cached where it ran.
+
+:func:`ray_runner` returns the ``runner`` that :func:`refold.folding.extract_missing` (and
+``Memory.fold(runner=...)``, ``refold fold --ray``) calls with the events that have no cached
+extraction. It shards them over a Ray Data ``map_batches`` with an actor pool
+(``compute=ActorPoolStrategy(size=num_actors)``): each actor builds the extractor once (a model is
+loaded once per actor, lazily, on its first batch), extracts a batch and — when the runner knows
+the store's cache — writes that batch to the cache itself. ``ExtractionCache.put`` is idempotent
+(a MERGE that inserts only missing keys), so
+
+* a batch retried on a restarted actor (Ray Data restarts dead pool actors and retries their
+  batches by default) adds no rows;
+* killing the whole run keeps every finished batch, and the next run extracts only the rest.
+
+Events travel as pickled :class:`~refold.fold.events.Event` values in an Arrow binary column;
+extractions come back the same way, and the runner returns them in input order.
+
+Actors ask for a fraction of a CPU (``num_cpus_per_actor=0.5`` by default): on a 2-core machine
+an actor pool of two 1-CPU actors leaves no CPU for Ray Data's read task and the pool deadlocks.
+
+:func:`http_processor` builds the Ray Data LLM pipeline (``HttpRequestProcessorConfig`` +
+``build_processor``) for any OpenAI-compatible endpoint; :func:`run_http_extraction` runs it and
+caches the results (see :mod:`refold.jobs.ray_llm`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from refold.fold.errors import ExtractionError, ValidationError
+from refold.fold.events import Event
+from refold.fold.extract import Extraction, Extractor
+from refold.fold.spec import FoldSpec
+from refold.progress import FoldProgress
+
+__all__ = ["RayRunner", "RunStats", "ensure_ray", "ray_runner", "spec_for"]
+
+_INSTALL_HINT = "install the Ray extra: pip install 'refold[ray]'"
+#: CPUs a local runtime started by refold gets (a laptop default; a cluster decides its own).
+LOCAL_NUM_CPUS = 2
+
+
+def _import_ray():
+    try:
+        import ray
+        import ray.data  # noqa: F401 - fails without the `data` extra
+    except ImportError as exc:
+        raise ExtractionError(f"Ray is not installed ({exc}); {_INSTALL_HINT}") from exc
+    return ray
+
+
+def ensure_ray(address: str | None = None, *, num_cpus: int | None = None) -> None:
+    """Connect this process to Ray once; reuse a runtime it is already connected to.
+
+    ``address`` (or ``RAY_ADDRESS``, set inside ``ray job submit``) connects to that cluster;
+    otherwise a local runtime is started with ``num_cpus`` (default :data:`LOCAL_NUM_CPUS`) and no
+    dashboard.
+    """
+    ray = _import_ray()
+    if ray.is_initialized():
+        return
+    quiet = {"ignore_reinit_error": True, "logging_level": logging.WARNING, "log_to_driver": False}
+    try:
+        if address or os.environ.get("RAY_ADDRESS"):
+            ray.init(address=address, **quiet)
+        else:
+            ray.init(num_cpus=num_cpus or LOCAL_NUM_CPUS, include_dashboard=False, **quiet)
+    except ConnectionError as exc:
+        raise ExtractionError(
+            f"cannot connect to Ray at {address or os.environ.get('RAY_ADDRESS')}: {exc}; start it "
+            "with `ray start --head` or drop --address to use a local runtime"
+        ) from exc
+    ctx = ray.data.DataContext.get_current()
+    # refold draws its own progress (FoldProgress); Ray Data's bars would interleave with it
+    ctx.enable_progress_bars = False
+    ctx.print_on_execution_start = False
+
+
+def spec_for(extractor: Extractor) -> FoldSpec:
+    """The spec :meth:`Memory.fold` would use for ``extractor`` when given none."""
+    if hasattr(extractor, "default_spec"):
+        return extractor.default_spec()
+    return FoldSpec(extractor=extractor.name)
+
+
+@dataclass
+class RunStats:
+    """What the last run did (printed by jobs and benchmarks)."""
+
+    events: int = 0
+    batches: int = 0
+    calls: int = 0
+    rejected: int = 0
+    rows_inserted: int = 0
+    seconds: float = 0.0
+
+    @property
+    def events_per_s(self) -> float:
+        return self.events / self.seconds if self.seconds > 0 else 0.0
+
+    def as_json(self) -> dict[str, Any]:
+        return {**self.__dict__, "events_per_s": round(self.events_per_s, 2)}
+
+
+class _ExtractBatch:
+    """The actor behind ``map_batches``: builds the extractor once, then extracts batches.
+
+    A batch is an Arrow table with an ``event`` column of pickled events; the answer has one row
+    per event with the pickled extraction. With a cache, the batch is written to it before the
+    answer is returned, so a finished batch survives whatever happens to the driver.
+    """
+
+    def __init__(self, *, extractor: str | Extractor, options: Mapping[str, Any], spec: FoldSpec,
+                 cache: Any | None):
+        if isinstance(extractor, str):
+            from refold.fold.extractors import get_extractor
+
+            extractor = get_extractor(extractor, **dict(options))
+        self.extractor = extractor
+        self.spec = spec
+        self.cache = cache
+
+    def __call__(self, batch):
+        import pyarrow as pa
+
+        events: list[Event] = [pickle.loads(b) for b in batch.column("event").to_pylist()]
+        results = self.extractor.extract(events, self.spec)
+        if len(results) != len(events):
+            raise ExtractionError(
+                f"extractor {self.extractor.name!r} returned {len(results)} extraction(s) for "
+                f"{len(events)} event(s); the port requires exactly one per event"
+            )
+        inserted = 0
+        if self.cache is not None:
+            inserted = self.cache.put(results, seqs={e.event_id: e.seq for e in events})
+        return pa.table({
+            "event_id": [x.event_id for x in results],
+            "extraction": [pickle.dumps(x) for x in results],
+            "calls": [int(x.request is not None) for x in results],
+            "rejected": [len(x.rejected) for x in results],
+            # the batch's insert count on its first row only, so a sum over rows is the total
+            "inserted": [inserted if i == 0 else 0 for i in range(len(results))],
+        })
+
+
+@dataclass
+class RayRunner:
+    """A ``runner`` for :func:`refold.folding.extract_missing` that extracts on Ray.
+
+    Build with :func:`ray_runner`. Calling it with events returns one extraction per event, in
+    input order; with ``cache`` set, every batch has been written to the cache by then.
+    """
+
+    extractor: str | Extractor
+    options: Mapping[str, Any] = field(default_factory=dict)
+    address: str | None = None
+    progress: bool = True
+    batch_size: int = 8
+    num_actors: int = 2
+    num_cpus_per_actor: float = 0.5
+    num_gpus_per_actor: float = 0.0
+    cache: Any | None = None
+    spec: FoldSpec | None = None
+    last: RunStats = field(default_factory=RunStats)
+
+    def resolved_spec(self) -> FoldSpec:
+        """The spec extractions are made under (built from the extractor when not given)."""
+        if self.spec is None:
+            ext = self.extractor
+            if isinstance(ext, str):
+                from refold.fold.extractors import get_extractor
+
+                ext = get_extractor(ext, **dict(self.options))
+            self.spec = spec_for(ext)
+        return self.spec
+
+    def __call__(self, events: Sequence[Event]) -> list[Extraction]:
+        events = list(events)
+        if not events:
+            return []
+        spec = self.resolved_spec()
+        ensure_ray(self.address)
+        ray = _import_ray()
+        started = time.monotonic()
+        rows = [{"event_id": e.event_id, "event": pickle.dumps(e)} for e in events]
+        # one block per batch, so the pool gets work to share from the start
+        blocks = max(1, min(len(rows) // self.batch_size, 200))
+        ds = ray.data.from_items(rows, override_num_blocks=blocks)
+        ds = ds.map_batches(
+            _ExtractBatch,
+            fn_constructor_kwargs={"extractor": self.extractor, "options": dict(self.options),
+                                   "spec": spec, "cache": self.cache},
+            batch_size=self.batch_size,
+            batch_format="pyarrow",
+            compute=ray.data.ActorPoolStrategy(size=self.num_actors),
+            num_cpus=self.num_cpus_per_actor,
+            num_gpus=self.num_gpus_per_actor or None,
+            # Ray Data's actor pools default to max_restarts=-1 and max_task_retries=-1: a dead
+            # actor is restarted and its batch retried, and the idempotent cache put makes the
+            # retry harmless. (Passing them here is deprecated in Ray 2.60.)
+        )
+        stats = RunStats(events=len(events))
+        found: dict[str, Extraction] = {}
+        with FoldProgress(len(events), label="extracting on ray", enabled=self.progress) as bar:
+            for batch in ds.iter_batches(batch_format="pyarrow", batch_size=None):
+                for blob in batch.column("extraction").to_pylist():
+                    x = pickle.loads(blob)
+                    found[x.event_id] = x
+                calls = sum(batch.column("calls").to_pylist())
+                rejected = sum(batch.column("rejected").to_pylist())
+                stats.batches += 1
+                stats.calls += calls
+                stats.rejected += rejected
+                stats.rows_inserted += sum(batch.column("inserted").to_pylist())
+                bar.advance(batch.num_rows, calls=calls, rejected=rejected)
+        stats.seconds = time.monotonic() - started
+        self.last = stats
+        missing = [e.event_id for e in events if e.event_id not in found]
+        if missing:
+            raise ExtractionError(f"Ray extraction returned nothing for {len(missing)} event(s) "
+                                  f"(first: {missing[0]}); run the fold again to retry them")
+        return [found[e.event_id] for e in events]
+
+
+def ray_runner(extractor_name: str | Extractor, options: Mapping[str, Any] | None = None, *,
+               address: str | None = None, progress: bool = True, batch_size: int = 8,
+               num_actors: int = 2, num_cpus_per_actor: float = 0.5, num_gpus_per_actor: float = 0.0,
+               cache: Any | None = None, spec: FoldSpec | None = None) -> Callable[[list[Event]], list[Extraction]]:
+    """A runner that extracts events on a Ray actor pool (see the module docstring).
+
+    ``extractor_name`` is a registry name (built in each actor with ``options``) or a picklable
+    extractor instance. Pass ``cache`` (the store's :class:`ExtractionCache`) so every batch is
+    cached as soon as it is done; pass ``spec`` when the fold is given one (otherwise the
+    extractor's default spec is used, as ``Memory.fold`` does). Ray is started on first call.
+    """
+    if batch_size < 1 or num_actors < 1 or num_cpus_per_actor <= 0:
+        raise ValidationError("ray_runner: batch_size and num_actors must be >= 1 and "
+                              "num_cpus_per_actor > 0 (e.g. 0.5 on a 2-core machine)")
+    return RayRunner(extractor=extractor_name, options=dict(options or {}), address=address,
+                     progress=progress, batch_size=batch_size, num_actors=num_actors,
+                     num_cpus_per_actor=num_cpus_per_actor, num_gpus_per_actor=num_gpus_per_actor,
+                     cache=cache, spec=spec)
