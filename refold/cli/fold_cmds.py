@@ -43,7 +43,8 @@ def fold(store: str, extractor: str, options: tuple[str, ...], full: bool, use_r
     if use_ray:
         from refold.jobs.ray_extract import ray_runner
 
-        runner = ray_runner(extractor, opts, address=address, progress=not no_progress)
+        runner = ray_runner(extractor, opts, address=address, progress=not no_progress,
+                            cache=mem.cache)  # each batch is cached where it ran: resumable
     report = mem.fold(extractor=extractor, full=full, progress=not no_progress, runner=runner, **opts)
     if as_json:
         emit_json(report.as_json())
