@@ -188,6 +188,7 @@ def validate_event(
             f"unknown field(s) {unknown}; allowed: {sorted(_KNOWN_FIELDS)}", line=line,
             field=unknown[0],
         )
+    _check_text(raw, line=line)
     kind = raw.get("kind")
     if kind is None:
         raise EventValidationError("missing; one of " + ", ".join(sorted(allowed_kinds)),
@@ -248,6 +249,22 @@ def validate_event(
     if ingestion_run and "ingestion_run" not in values:
         values["ingestion_run"] = ingestion_run
     return NewEvent(kind=kind, content=content, source=raw["source"], **values)
+
+
+def _check_text(raw: Mapping[str, Any], *, line: int | None) -> None:
+    """Every string must be encodable text: JSON's "\\ud800" escapes decode to lone surrogates."""
+    for name, value in raw.items():
+        items = value if isinstance(value, list) else (
+            list(value.values()) if isinstance(value, Mapping) else [value])
+        for item in items:
+            if isinstance(item, str):
+                try:
+                    item.encode("utf-8")
+                except UnicodeEncodeError as exc:
+                    raise EventValidationError(
+                        f"holds a lone UTF-16 surrogate at character {exc.start}, which is not "
+                        "text; fix the encoding where the line was produced", line=line, field=name,
+                    ) from None
 
 
 def _validate_fact(value: Any, *, line: int | None) -> Fact:

@@ -163,6 +163,15 @@ def test_wrong_types(mem, field, value, words):
     _reject(mem, _lines(GOOD, GOOD | {field: value}), line=2, field=field, words=words)
 
 
+def test_lone_surrogate_is_not_text(mem):
+    # valid JSON, but "\ud800" decodes to a lone surrogate that cannot be stored as UTF-8
+    _reject(mem, [json.dumps(GOOD), '{"kind": "chat_turn", "content": "a\\ud800b", "source": "s"}'],
+            line=2, field="content", words=["lone UTF-16 surrogate"])
+    _reject(mem, _lines(GOOD | {"subjects": ["\udfff"]}), line=1, field="subjects",
+            words=["surrogate"])
+    assert mem.append_jsonl(['{"kind": "chat_turn", "content": "ok \\ud83d\\ude00", "source": "s"}']) == [2]
+
+
 def test_unknown_field(mem):
     _reject(mem, _lines(GOOD | {"contnet": "typo"}), line=1, field="contnet",
             words=["unknown field"])
