@@ -238,6 +238,30 @@ class Memory:
     def __repr__(self) -> str:
         return f"Memory({self.root!r}, mode={self.mode!r})"
 
+    # -- search (refold.search) -------------------------------------------------------------------
+
+    def search(self, text: str, *, k: int = 5, tenant: str | None = None, principal: str | None = None,
+               as_of: int | str | datetime | None = None, valid_at: str | datetime | None = None,
+               kind: Literal["facts", "events"] = "facts", history: bool = False,
+               embedder: Any = None) -> pl.DataFrame:
+        """The ``k`` facts (or events) most similar to ``text``, filtered before ranking.
+
+        Current facts only unless ``valid_at`` or ``history``; ``as_of`` searches the index of
+        the log as it stood then; ``tenant``/``principal`` scope what may be seen. See refold.search.
+        """
+        from refold.search import search
+
+        return search(self, text, k=k, tenant=tenant, principal=principal, as_of=as_of,
+                      valid_at=valid_at, kind=kind, history=history, embedder=embedder)
+
+    def index(self, *, embedder: Any = None, as_of: int | str | datetime | None = None,
+              backend: Literal["flat", "hnsw"] | None = None):
+        """Bring the vector index up to date (or build it as of ``as_of``); return a Retriever
+        whose ``search``/``search_many`` answer many queries against that one state."""
+        from refold.search import open_index
+
+        return open_index(self, embedder=embedder, as_of=as_of, backend=backend)
+
 
 def init(root: str | Path, *, mode: Mode = "delete", storage_options: dict[str, str] | None = None) -> Memory:
     """Create a new store at ``root`` (erasure ``mode`` is fixed here) and open it."""

@@ -1,0 +1,168 @@
+"""The embedder port, and the items of folded state that get embedded (pure, no IO).
+
+The vector index is derived state like the graph: what gets embedded is a function of the folded
+graph (one sentence per fact, derived facts included) and of the log (one text per event), and the
+index is keyed by the spec hash and the embedder's ``model_id``. This module says *what* is
+embedded and with which metadata; :mod:`refold.storage.index` stores it in faiss and
+:mod:`refold.search` keeps it in step with the log.
+
+Each item has a stable 63-bit ``id`` (a hash of its key: the fact id, or the event id), so an
+index can be updated by difference: items whose key and text are unchanged keep their vector and
+only get fresh metadata (a superseded fact's ``valid_to``, a new corroborating source); new or
+re-worded items are embedded; items that left the state are removed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+from typing import Protocol, runtime_checkable
+
+import networkx as nx
+import numpy as np
+import polars as pl
+
+from .errors import ValidationError
+from .events import Event
+
+__all__ = [
+    "EMBEDDED_KINDS", "EVENT_SCHEMA", "Embedder", "FACT_SCHEMA", "MAX_TEXT_CHARS", "check_vectors",
+    "event_items", "event_text", "fact_items", "fact_sentence", "readers_of", "stable_id", "text_hash",
+]
+
+#: Event kinds whose text is embedded (what an agent or a person said or wrote).
+EMBEDDED_KINDS = frozenset({"observation", "document", "chat_turn", "memory_written", "tool_call"})
+#: Event texts are cut here before embedding (MiniLM reads ~256 tokens anyway).
+MAX_TEXT_CHARS = 2000
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Turns texts into vectors. Must be deterministic for a given ``model_id``.
+
+    ``embed(texts)`` returns a float32 array of shape ``(len(texts), dim)`` whose rows have unit
+    L2 norm (so inner product is cosine similarity). ``model_id`` names the model *and* its
+    version: it keys the index, so two embedders with one ``model_id`` must give the same vectors.
+    Implementations should be picklable (they run inside Ray workers) and load models lazily.
+    """
+
+    model_id: str
+    dim: int
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray: ...
+
+
+def check_vectors(vectors: np.ndarray, *, count: int, dim: int, model_id: str) -> np.ndarray:
+    """Validate an embedder's output (shape, dtype, unit norm); return it as contiguous float32."""
+    arr = np.ascontiguousarray(vectors, dtype=np.float32)
+    if arr.shape != (count, dim):
+        raise ValidationError(
+            f"embedder {model_id!r} returned shape {arr.shape} for {count} texts; expected ({count}, {dim})"
+        )
+    if count:
+        norms = np.linalg.norm(arr, axis=1)
+        if not np.all(np.abs(norms - 1.0) < 1e-3):
+            raise ValidationError(
+                f"embedder {model_id!r} returned vectors that are not L2-normalised "
+                f"(norms {norms.min():.3f}..{norms.max():.3f}); normalise them in embed()"
+            )
+    return arr
+
+
+def stable_id(key: str) -> int:
+    """A non-negative int64 id for ``key`` (faiss ids are int64): 63 bits of BLAKE2b."""
+    return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "big") >> 1
+
+
+def text_hash(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def fact_sentence(subject: str, relation: str, obj: str) -> str:
+    """A fact as the sentence that gets embedded: ``"Alice lives in Berlin"``."""
+    return f"{subject} {relation.replace('_', ' ').strip()} {obj}"
+
+
+def event_text(event: Event) -> str:
+    """The text of an event that gets embedded (its content, cut to :data:`MAX_TEXT_CHARS`)."""
+    return (event.content or "")[:MAX_TEXT_CHARS]
+
+
+def readers_of(principal_lists: Iterable[Sequence[str]]) -> tuple[bool, list[str]]:
+    """``(restricted, readers)`` for an item built from events with these principals lists.
+
+    An event whose list is empty may be read by everyone in its tenant. An item is visible to a
+    principal only if the principal may read *every* source event, so the readers of a
+    restricted item are the intersection of the non-empty lists (possibly nobody).
+    """
+    readers: set[str] | None = None
+    for plist in principal_lists:
+        if plist:
+            readers = set(plist) if readers is None else readers & set(plist)
+    return (readers is not None), sorted(readers or ())
+
+
+FACT_SCHEMA = {
+    "id": pl.Int64, "key": pl.Utf8, "tenant": pl.Utf8, "subject": pl.Utf8, "relation": pl.Utf8,
+    "object": pl.Utf8, "text": pl.Utf8, "text_hash": pl.Utf8,
+    "valid_from": pl.Datetime("us", "UTC"), "valid_to": pl.Datetime("us", "UTC"),
+    "recorded_seq": pl.Int64, "derivation": pl.Utf8, "sources": pl.List(pl.Utf8),
+    "restricted": pl.Boolean, "readers": pl.List(pl.Utf8),
+}
+EVENT_SCHEMA = {
+    "id": pl.Int64, "key": pl.Utf8, "tenant": pl.Utf8, "kind": pl.Utf8, "source": pl.Utf8,
+    "seq": pl.Int64, "recorded_at": pl.Datetime("us", "UTC"),
+    "valid_from": pl.Datetime("us", "UTC"), "valid_to": pl.Datetime("us", "UTC"),
+    "text": pl.Utf8, "text_hash": pl.Utf8, "sources": pl.List(pl.Utf8),
+    "restricted": pl.Boolean, "readers": pl.List(pl.Utf8),
+}
+
+
+def fact_items(graph: nx.MultiDiGraph) -> pl.DataFrame:
+    """One row per fact (edge) of a folded graph, history and derived facts included.
+
+    Filtering (current only, valid time, tenant, principal) happens at search time on these
+    columns, so a fact whose ``valid_to`` changes needs new metadata, not a new vector.
+    """
+    names = graph.nodes
+    rows = []
+    for _, _, d in graph.edges(data=True):
+        subject, obj = names[d["subject"]]["name"], names[d["object"]]["name"]
+        text = fact_sentence(subject, d["relation"], obj)
+        restricted, readers = readers_of(d["source_principals"])
+        rows.append({
+            "id": stable_id(d["fact_id"]), "key": d["fact_id"], "tenant": d["tenant"],
+            "subject": subject, "relation": d["relation"], "object": obj,
+            "text": text, "text_hash": text_hash(text),
+            "valid_from": d["valid_from"], "valid_to": d["valid_to"],
+            "recorded_seq": d["recorded_seq"], "derivation": d["derivation"],
+            "sources": list(d["sources"]), "restricted": restricted, "readers": readers,
+        })
+    return _frame(rows, FACT_SCHEMA)
+
+
+def event_items(events: Iterable[Event]) -> pl.DataFrame:
+    """One row per readable event of an embedded kind (erased events and tombstones have none)."""
+    rows = []
+    for e in events:
+        if e.kind not in EMBEDDED_KINDS or e.content is None or not e.content.strip():
+            continue
+        text = event_text(e)
+        restricted, readers = readers_of([e.principals])
+        rows.append({
+            "id": stable_id(e.event_id), "key": e.event_id, "tenant": e.tenant, "kind": e.kind,
+            "source": e.source, "seq": e.seq, "recorded_at": e.recorded_at,
+            "valid_from": e.valid_from, "valid_to": e.valid_to,
+            "text": text, "text_hash": text_hash(text), "sources": [e.event_id],
+            "restricted": restricted, "readers": readers,
+        })
+    return _frame(rows, EVENT_SCHEMA)
+
+
+def _frame(rows: list[dict], schema: dict) -> pl.DataFrame:
+    frame = pl.DataFrame(rows, schema=schema).sort("id")
+    if frame.height != frame["id"].n_unique():
+        # 63-bit hash collision between two distinct keys: astronomically unlikely, never silent
+        dup = frame.filter(pl.col("id").is_duplicated())["key"].to_list()
+        raise ValidationError(f"index id collision between keys {dup[:4]}; report this as a bug")
+    return frame

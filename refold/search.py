@@ -1,0 +1,313 @@
+"""Search over folded memory: the vector index kept in step with the log, filtered before ranking.
+
+    mem.search("where does Alice live", k=5, tenant="acme", principal="bob")
+    mem.search("where did Alice live", as_of=12)          # as the log stood at version 12
+    view = mem.index(embedder="hashing")                   # a Retriever: many queries, one fold
+
+The index is derived state (see :mod:`refold.fold.embed`): the head index lives under
+``index/<spec_hash>/<model>/`` and is brought up to date by difference whenever the log has moved
+(only new or re-worded facts and events are embedded; a superseded fact only gets new metadata).
+``as_of=T`` builds the index of the log as it stood at T — from ``mem.state(as_of=T)``, not by
+filtering today's index — reusing today's vectors for unchanged texts, and keeps a few of those in
+memory per (spec, model, log position).
+
+Filters, applied to the candidate set *before* ranking:
+
+* time: current facts only (``valid_to`` open in the state searched) unless ``valid_at`` is given
+  (facts valid then) or ``history=True`` (every fact); ``as_of`` chooses the state;
+* ``tenant``: only that tenant's facts and events;
+* ``principal``: only items the principal may read — for a fact, *every* source event must have an
+  empty principals list (the whole tenant may read it) or one that names the principal.
+
+``tenant=None`` and ``principal=None`` mean "no filter" (a trusted caller such as a notebook);
+agent tools always pass their context's tenant.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+import polars as pl
+
+from refold.embedders import get_embedder
+from refold.fold.embed import EVENT_SCHEMA, FACT_SCHEMA, Embedder, check_vectors, event_items, fact_items
+from refold.fold.errors import ValidationError
+from refold.storage.cache import PurgeResult
+from refold.storage.index import KINDS, Candidates, IndexStore, Tuning, VectorIndex
+from refold.storage.layout import Layout
+
+if TYPE_CHECKING:
+    from refold.memory import Memory
+
+__all__ = ["IndexReport", "Retriever", "open_index", "purge_index", "search"]
+
+Kind = Literal["facts", "events"]
+EMBED_BATCH = 1024
+FACT_RESULT = ["fact_id", "subject", "relation", "object", "score", "valid_from", "valid_to", "sources",
+               "tenant", "derivation", "recorded_seq", "text"]
+EVENT_RESULT = ["event_id", "kind", "source", "tenant", "seq", "recorded_at", "score", "text",
+                "valid_from", "valid_to"]
+_PAST_CACHE = 4
+_CANDIDATE_CACHE = 64
+
+
+@dataclass(frozen=True)
+class IndexReport:
+    """Which index a :class:`Retriever` searches and what bringing it up to date cost."""
+
+    spec_hash: str
+    model_id: str
+    backend: str
+    last_seq: int
+    facts: int
+    events: int
+    added: int = 0
+    embedded: int = 0
+    removed: int = 0
+    as_of: str | None = None
+    path: str | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def _embed_batched(embedder: Embedder, texts: list[str]) -> np.ndarray:
+    parts = [check_vectors(embedder.embed(texts[i:i + EMBED_BATCH]), count=len(texts[i:i + EMBED_BATCH]),
+                           dim=embedder.dim, model_id=embedder.model_id)
+             for i in range(0, len(texts), EMBED_BATCH)]
+    return np.vstack(parts) if parts else np.zeros((0, embedder.dim), np.float32)
+
+
+def _when(value: str | datetime | None) -> datetime | None:
+    from refold.folding import parse_time_or_none
+
+    return parse_time_or_none(value)
+
+
+def filter_expr(kind: Kind, *, tenant: str | None, principal: str | None, valid_at: datetime | None,
+                history: bool) -> pl.Expr | None:
+    """The metadata predicate of a search (None when it keeps everything)."""
+    parts: list[pl.Expr] = []
+    if tenant is not None:
+        parts.append(pl.col("tenant") == tenant)
+    if principal is not None:
+        parts.append(~pl.col("restricted") | pl.col("readers").list.contains(principal))
+    start = pl.col("valid_from") if kind == "facts" else pl.coalesce("valid_from", "recorded_at")
+    if valid_at is not None:
+        parts.append((start <= valid_at) & (pl.col("valid_to").is_null() | (pl.col("valid_to") > valid_at)))
+    elif kind == "facts" and not history:
+        parts.append(pl.col("valid_to").is_null())
+    if not parts:
+        return None
+    expr = parts[0]
+    for part in parts[1:]:
+        expr = expr & part
+    return expr
+
+
+class Retriever:
+    """A search view of memory at one log position (the head, or ``as_of``). Immutable; reuse it
+    for many queries (candidate sets are cached per filter)."""
+
+    def __init__(self, *, embedder: Embedder, indexes: dict[str, VectorIndex], link: str, report: IndexReport):
+        self.embedder = embedder
+        self.indexes = indexes
+        self.link = link
+        self.report = report
+        self._candidates: OrderedDict[tuple, Candidates | None] = OrderedDict()
+
+    @property
+    def last_seq(self) -> int:
+        return self.report.last_seq
+
+    @property
+    def backend(self) -> str:
+        return self.report.backend
+
+    def _index(self, kind: str) -> VectorIndex:
+        if kind not in KINDS:
+            raise ValidationError(f"unknown search kind {kind!r}; use 'facts' or 'events'")
+        return self.indexes[kind]
+
+    def candidates(self, *, kind: Kind = "facts", tenant: str | None = None, principal: str | None = None,
+                   valid_at: str | datetime | None = None, history: bool = False) -> Candidates | None:
+        """The ids a search with these filters ranks among (None: every id)."""
+        index = self._index(kind)
+        when = _when(valid_at)
+        key = (kind, tenant, principal, when, history)
+        if key in self._candidates:
+            self._candidates.move_to_end(key)
+            return self._candidates[key]
+        expr = filter_expr(kind, tenant=tenant, principal=principal, valid_at=when, history=history)
+        found = None if expr is None else Candidates(index.meta.filter(expr)["id"].to_numpy())
+        self._candidates[key] = found
+        if len(self._candidates) > _CANDIDATE_CACHE:
+            self._candidates.popitem(last=False)
+        return found
+
+    def search(self, text: str, *, k: int = 5, kind: Kind = "facts", tenant: str | None = None,
+               principal: str | None = None, valid_at: str | datetime | None = None,
+               history: bool = False) -> pl.DataFrame:
+        """The ``k`` items most similar to ``text`` among those the filters allow, best first."""
+        return self.search_many([text], k=k, kind=kind, tenant=tenant, principal=principal,
+                                valid_at=valid_at, history=history)[0]
+
+    def search_many(self, texts: Sequence[str], *, k: int = 5, kind: Kind = "facts", tenant: str | None = None,
+                    principal: str | None = None, valid_at: str | datetime | None = None,
+                    history: bool = False) -> list[pl.DataFrame]:
+        """:meth:`search` for several texts at once (one embedding batch)."""
+        if isinstance(texts, str):
+            raise ValidationError("search_many takes a list of texts; use search() for one")
+        if not all(isinstance(t, str) and t.strip() for t in texts):
+            raise ValidationError("search text must be a non-empty string")
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise ValidationError(f"k must be a positive integer, got {k!r}")
+        index = self._index(kind)
+        cands = self.candidates(kind=kind, tenant=tenant, principal=principal, valid_at=valid_at, history=history)
+        queries = _embed_batched(self.embedder, list(texts))
+        return [self._frame(index, kind, hits.ids, hits.scores)
+                for hits in index.search(queries, k, candidates=cands)]
+
+    @staticmethod
+    def _frame(index: VectorIndex, kind: str, ids: np.ndarray, scores: np.ndarray) -> pl.DataFrame:
+        rows = index.rows(ids).with_columns(pl.Series("score", scores.astype(np.float64)))
+        if kind == "facts":
+            return rows.rename({"key": "fact_id"}).select(FACT_RESULT)
+        return rows.rename({"key": "event_id"}).select(EVENT_RESULT)
+
+    def __repr__(self) -> str:
+        r = self.report
+        return (f"Retriever(spec={r.spec_hash}, model={r.model_id!r}, backend={r.backend}, "
+                f"last_seq={r.last_seq}, facts={r.facts}, events={r.events}, as_of={r.as_of!r})")
+
+
+class _Service:
+    """Per-Memory caches: the head retriever per (spec, model), and a few past ones."""
+
+    def __init__(self) -> None:
+        self.head: dict[tuple[str, str], Retriever] = {}
+        self.past: OrderedDict[tuple, Retriever] = OrderedDict()
+
+
+_services: "weakref.WeakKeyDictionary[Memory, _Service]" = weakref.WeakKeyDictionary()
+
+
+def _service(mem: "Memory") -> _Service:
+    svc = _services.get(mem)
+    if svc is None:
+        svc = _services[mem] = _Service()
+    return svc
+
+
+def _empty(embedder: Embedder, backend: str, tuning: Tuning) -> dict[str, VectorIndex]:
+    return {"facts": VectorIndex.empty(embedder.dim, FACT_SCHEMA, backend=backend, tuning=tuning),
+            "events": VectorIndex.empty(embedder.dim, EVENT_SCHEMA, backend=backend, tuning=tuning)}
+
+
+def _sync(indexes: dict[str, VectorIndex], state, events, embedder: Embedder,
+          donors: dict[str, VectorIndex] | None = None) -> dict[str, int]:
+    items = {"facts": fact_items(state.graph), "events": event_items(events)}
+    totals = {"added": 0, "embedded": 0, "removed": 0}
+    for kind in KINDS:
+        stats = indexes[kind].sync(items[kind], lambda texts: _embed_batched(embedder, texts),
+                                   donor=(donors or {}).get(kind))
+        for name in totals:
+            totals[name] += getattr(stats, name)
+    return totals
+
+
+def open_index(mem: "Memory", *, embedder: str | Embedder | None = None, as_of: int | str | datetime | None = None,
+               backend: str | None = None, persist: bool = True, tuning: Tuning | None = None) -> Retriever:
+    """A :class:`Retriever` over the log's head (brought up to date) or as it stood at ``as_of``.
+
+    ``backend`` ("flat", exact, the default for a new index; or "hnsw") rebuilds the head index
+    when it differs from the stored one. ``persist=False`` keeps everything in memory.
+    """
+    emb = get_embedder(embedder)
+    tuning = tuning or Tuning()
+    if as_of is not None:
+        return _open_past(mem, emb, as_of, backend=backend, persist=persist, tuning=tuning)
+    svc = _service(mem)
+    spec = mem.current_spec()
+    head = mem.head()
+    cached = svc.head.get((spec.hash, emb.model_id))
+    if (cached is not None and (cached.last_seq, cached.link) == (head.seq, head.link)
+            and backend in (None, cached.backend)):
+        return cached
+    store = IndexStore(mem.layout) if persist else None
+    loaded = store.load(spec.hash, emb.model_id, tuning=tuning) if store else None
+    if loaded is not None and loaded[0]["dim"] != emb.dim:
+        loaded = None
+    want = backend or (loaded[0]["backend"] if loaded else "flat")
+    if loaded is not None and (loaded[0]["last_seq"], loaded[0]["link"]) == (head.seq, head.link) \
+            and loaded[0]["backend"] == want:
+        manifest, indexes = loaded
+        totals = {"added": 0, "embedded": 0, "removed": 0}
+    else:
+        # pin the log at the head's table version so the state and the event texts agree
+        pinned = head.table_version if head.seq >= 0 else None
+        state = mem.state(as_of=pinned)
+        events = mem.events(as_of=pinned)
+        indexes = loaded[1] if loaded is not None else _empty(emb, want, tuning)
+        if any(ix.backend != want for ix in indexes.values()):
+            indexes = {k: ix.rebuilt(want) for k, ix in indexes.items()}
+        totals = _sync(indexes, state, events, emb)
+        if store is not None:
+            store.save(spec.hash, emb.model_id, indexes, last_seq=head.seq, link=head.link)
+    report = IndexReport(spec_hash=spec.hash, model_id=emb.model_id, backend=want, last_seq=head.seq,
+                         facts=len(indexes["facts"]), events=len(indexes["events"]), **totals,
+                         path=str(store.folder(spec.hash, emb.model_id)) if store else None)
+    retriever = Retriever(embedder=emb, indexes=indexes, link=head.link, report=report)
+    svc.head[(spec.hash, emb.model_id)] = retriever
+    return retriever
+
+
+def _open_past(mem: "Memory", emb: Embedder, as_of, *, backend, persist: bool, tuning: Tuning) -> Retriever:
+    svc = _service(mem)
+    spec = mem.current_spec()
+    events = mem.events(as_of=as_of)
+    seq, link = (events[-1].seq, events[-1].link) if events else (-1, "")
+    key = (spec.hash, emb.model_id, seq, link, backend)
+    if key in svc.past:
+        svc.past.move_to_end(key)
+        return svc.past[key]
+    head = open_index(mem, embedder=emb, backend=backend, persist=persist, tuning=tuning)
+    if (head.last_seq, head.link) == (seq, link):
+        return head
+    state = mem.state(as_of=as_of)
+    indexes = _empty(emb, head.backend, tuning)
+    totals = _sync(indexes, state, events, emb, donors=head.indexes)  # today's vectors, then's metadata
+    report = IndexReport(spec_hash=spec.hash, model_id=emb.model_id, backend=head.backend, last_seq=seq,
+                         facts=len(indexes["facts"]), events=len(indexes["events"]), **totals, as_of=str(as_of))
+    retriever = Retriever(embedder=emb, indexes=indexes, link=link, report=report)
+    svc.past[key] = retriever
+    if len(svc.past) > _PAST_CACHE:
+        svc.past.popitem(last=False)
+    return retriever
+
+
+def search(mem: "Memory", text: str, *, k: int = 5, tenant: str | None = None, principal: str | None = None,
+           as_of: int | str | datetime | None = None, valid_at: str | datetime | None = None,
+           kind: Kind = "facts", history: bool = False, embedder: str | Embedder | None = None) -> pl.DataFrame:
+    """Search memory; see the module docstring for the filters. Returns a polars DataFrame."""
+    retriever = open_index(mem, embedder=embedder, as_of=as_of)
+    return retriever.search(text, k=k, kind=kind, tenant=tenant, principal=principal,
+                            valid_at=valid_at, history=history)
+
+
+def purge_index(target: "Memory | Layout", event_ids: Sequence[str]) -> PurgeResult:
+    """Remove every vector derived from ``event_ids`` from the stored index and from the in-memory
+    caches of every open Memory on the same store. Erasure calls this; the next search re-syncs."""
+    layout = target if isinstance(target, Layout) else target.layout
+    for mem in list(_services.keys()):
+        if mem.layout.root == layout.root:
+            _services.pop(mem, None)
+    if not layout.is_local:
+        return PurgeResult("index", 0, ("remote store: the index is never persisted there",))
+    return IndexStore(layout).purge(event_ids)
