@@ -39,7 +39,7 @@ from refold.embedders import get_embedder
 from refold.fold.embed import EVENT_SCHEMA, FACT_SCHEMA, Embedder, check_vectors, event_items, fact_items
 from refold.fold.errors import ValidationError
 from refold.storage.cache import PurgeResult
-from refold.storage.index import KINDS, Candidates, IndexStore, Tuning, VectorIndex
+from refold.storage.index import KINDS, Candidates, IndexStore, Tuning, VectorIndex, generation
 from refold.storage.layout import Layout
 
 if TYPE_CHECKING:
@@ -188,10 +188,11 @@ class Retriever:
 
 
 class _Service:
-    """Per-Memory caches: the head retriever per (spec, model), and a few past ones."""
+    """Per-Memory caches: the head retriever per (spec, model), and a few past ones. Every entry
+    remembers the index epoch it was built under; a purge changes the epoch and so drops them."""
 
     def __init__(self) -> None:
-        self.head: dict[tuple[str, str], Retriever] = {}
+        self.head: dict[tuple[str, str], tuple[Any, Retriever]] = {}
         self.past: OrderedDict[tuple, Retriever] = OrderedDict()
 
 
@@ -222,22 +223,31 @@ def _sync(indexes: dict[str, VectorIndex], state, events, embedder: Embedder,
     return totals
 
 
+def _epoch(mem: "Memory", spec_hash: str, model_id: str, persist: bool) -> Any:
+    if persist and mem.layout.is_local:
+        return IndexStore(mem.layout).epoch(spec_hash, model_id)
+    return (generation(mem.layout.index), None) if mem.layout.is_local else None
+
+
 def open_index(mem: "Memory", *, embedder: str | Embedder | None = None, as_of: int | str | datetime | None = None,
                backend: str | None = None, persist: bool = True, tuning: Tuning | None = None) -> Retriever:
     """A :class:`Retriever` over the log's head (brought up to date) or as it stood at ``as_of``.
 
     ``backend`` ("flat", exact, the default for a new index; or "hnsw") rebuilds the head index
-    when it differs from the stored one. ``persist=False`` keeps everything in memory.
+    when it differs from the stored one. ``persist=False`` keeps everything in memory (the
+    default for stores on object storage: the index is kept on local disk only).
     """
     emb = get_embedder(embedder)
     tuning = tuning or Tuning()
+    persist = persist and mem.layout.is_local
     if as_of is not None:
         return _open_past(mem, emb, as_of, backend=backend, persist=persist, tuning=tuning)
     svc = _service(mem)
     spec = mem.current_spec()
     head = mem.head()
-    cached = svc.head.get((spec.hash, emb.model_id))
-    if (cached is not None and (cached.last_seq, cached.link) == (head.seq, head.link)
+    epoch = _epoch(mem, spec.hash, emb.model_id, persist)
+    cached_epoch, cached = svc.head.get((spec.hash, emb.model_id), (None, None))
+    if (cached is not None and cached_epoch == epoch and (cached.last_seq, cached.link) == (head.seq, head.link)
             and backend in (None, cached.backend)):
         return cached
     store = IndexStore(mem.layout) if persist else None
@@ -247,7 +257,7 @@ def open_index(mem: "Memory", *, embedder: str | Embedder | None = None, as_of: 
     want = backend or (loaded[0]["backend"] if loaded else "flat")
     if loaded is not None and (loaded[0]["last_seq"], loaded[0]["link"]) == (head.seq, head.link) \
             and loaded[0]["backend"] == want:
-        manifest, indexes = loaded
+        indexes = loaded[1]
         totals = {"added": 0, "embedded": 0, "removed": 0}
     else:
         # pin the log at the head's table version so the state and the event texts agree
@@ -264,7 +274,7 @@ def open_index(mem: "Memory", *, embedder: str | Embedder | None = None, as_of: 
                          facts=len(indexes["facts"]), events=len(indexes["events"]), **totals,
                          path=str(store.folder(spec.hash, emb.model_id)) if store else None)
     retriever = Retriever(embedder=emb, indexes=indexes, link=head.link, report=report)
-    svc.head[(spec.hash, emb.model_id)] = retriever
+    svc.head[(spec.hash, emb.model_id)] = (epoch, retriever)
     return retriever
 
 
@@ -273,13 +283,13 @@ def _open_past(mem: "Memory", emb: Embedder, as_of, *, backend, persist: bool, t
     spec = mem.current_spec()
     events = mem.events(as_of=as_of)
     seq, link = (events[-1].seq, events[-1].link) if events else (-1, "")
-    key = (spec.hash, emb.model_id, seq, link, backend)
-    if key in svc.past:
-        svc.past.move_to_end(key)
-        return svc.past[key]
     head = open_index(mem, embedder=emb, backend=backend, persist=persist, tuning=tuning)
     if (head.last_seq, head.link) == (seq, link):
         return head
+    key = (spec.hash, emb.model_id, seq, link, head.backend, _epoch(mem, spec.hash, emb.model_id, persist))
+    if key in svc.past:
+        svc.past.move_to_end(key)
+        return svc.past[key]
     state = mem.state(as_of=as_of)
     indexes = _empty(emb, head.backend, tuning)
     totals = _sync(indexes, state, events, emb, donors=head.indexes)  # today's vectors, then's metadata

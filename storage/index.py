@@ -29,6 +29,7 @@ import os
 import re
 import shutil
 import tempfile
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +46,8 @@ Backend = Literal["flat", "hnsw"]
 BACKENDS: tuple[str, ...] = ("flat", "hnsw")
 KINDS: tuple[str, ...] = ("facts", "events")
 FORMAT = 1
+#: purges per store root in this process: cached views built before a purge are stale
+_GENERATION: dict[str, int] = {}
 
 _INSTALL_HINT = ("install faiss with the search extra: first `pip install torch==2.13.0 --index-url "
                  "https://download.pytorch.org/whl/cpu`, then `pip install 'refold[search]'`")
@@ -302,6 +305,16 @@ def _atomic(path: Path, write: Callable[[str], Any]) -> None:
         raise
 
 
+def generation(index_root: str | Path) -> int:
+    """How many purges this process ran on the index folder ``index_root``."""
+    return _GENERATION.get(str(Path(str(index_root).removeprefix("file://")).resolve()), 0)
+
+
+def _bump(index_root: Path) -> None:
+    key = str(index_root.resolve())
+    _GENERATION[key] = _GENERATION.get(key, 0) + 1
+
+
 def model_slug(model_id: str) -> str:
     """A folder name for a model id: readable part plus a short hash (ids may contain '/')."""
     readable = re.sub(r"[^A-Za-z0-9._-]+", "-", model_id).strip("-")[:60]
@@ -316,6 +329,12 @@ class IndexStore:
             raise StoreError(f"the vector index is kept on local disk; {layout.root} is remote. "
                              "Search a local copy, or keep the index in memory (persist=False)")
         self.root = Path(layout.index.removeprefix("file://"))
+
+    def epoch(self, spec_hash: str, model_id: str) -> tuple[int, int | None]:
+        """Changes whenever a purge touched this index (in this process or, via the manifest, in
+        another one); in-memory views built under another epoch must not be used."""
+        manifest = self.manifest(spec_hash, model_id)
+        return generation(self.root), (manifest or {}).get("epoch")
 
     def folder(self, spec_hash: str, model_id: str) -> Path:
         return self.root / spec_hash / model_slug(model_id)
@@ -334,12 +353,13 @@ class IndexStore:
         folder = self.folder(spec_hash, model_id)
         try:
             return manifest, {k: VectorIndex.load(folder, k, backend=manifest["backend"], tuning=tuning) for k in KINDS}
-        except StoreError:
+        except (StoreError, KeyError):
             return None
 
     def save(self, spec_hash: str, model_id: str, indexes: dict[str, VectorIndex], *,
              last_seq: int, link: str) -> dict[str, Any]:
         folder = self.folder(spec_hash, model_id)
+        epoch = int((self.manifest(spec_hash, model_id) or {}).get("epoch", 0))
         # a crash between files leaves the manifest's position stale, so the next search resyncs
         (folder / "manifest.json").unlink(missing_ok=True)
         for kind, index in indexes.items():
@@ -348,6 +368,7 @@ class IndexStore:
             "format": FORMAT, "spec_hash": spec_hash, "model_id": model_id,
             "dim": indexes["facts"].dim, "backend": indexes["facts"].backend,
             "last_seq": last_seq, "link": link, "counts": {k: len(v) for k, v in indexes.items()},
+            "epoch": epoch,
         }
         atomic_write_json(folder / "manifest.json", manifest)
         return manifest
@@ -370,6 +391,7 @@ class IndexStore:
         removed, detail = 0, []
         if not ids:
             return PurgeResult("index", 0)
+        _bump(self.root)
         for folder in self.folders():
             rel = folder.relative_to(self.root.parent).as_posix()
             for tmp in folder.glob(".tmp-*"):
@@ -379,13 +401,16 @@ class IndexStore:
                 indexes = {k: VectorIndex.load(folder, k, backend=manifest["backend"]) for k in KINDS}
             except (OSError, ValueError, KeyError, StoreError):
                 shutil.rmtree(folder)
+                folder.mkdir()  # keep a fresh epoch so other processes drop their cached views
+                atomic_write_json(folder / "manifest.json", {"format": FORMAT, "epoch": time.time_ns()})
                 detail.append(f"{rel}: unreadable, deleted (rebuilt on the next search)")
                 continue
             counts = {k: v.drop_sources(ids) for k, v in indexes.items()}
             if any(counts.values()):
                 for kind, index in indexes.items():
                     index.save(folder, kind)
-            manifest.update(last_seq=-1, link="", counts={k: len(v) for k, v in indexes.items()})
+            manifest.update(last_seq=-1, link="", epoch=time.time_ns(),
+                            counts={k: len(v) for k, v in indexes.items()})
             atomic_write_json(folder / "manifest.json", manifest)
             removed += sum(counts.values())
             detail.append(f"{rel}: {counts['facts']} fact vector(s), {counts['events']} event vector(s) removed")
