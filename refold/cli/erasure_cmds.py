@@ -1,0 +1,185 @@
+"""Erasure commands: subjects, find, erase, receipt verify, scan."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from .app import emit_json, json_option, main, open_store, store_argument
+
+
+def _event_line(e) -> str:
+    text = (e.content or "").replace("\n", " ")
+    return f"{e.seq:>6}  {e.event_id}  {e.kind:<14} {e.source or '':<16} {text[:70]}"
+
+
+@main.command()
+@store_argument
+@click.option("--add", "add_id", metavar="ID", help="Register (or replace) the subject with this opaque id.")
+@click.option("--name", help="Display name (with --add).")
+@click.option("--alias", "aliases", multiple=True, help="Another name (repeatable, with --add).")
+@click.option("--identifier", "identifiers", multiple=True,
+              help="An identifier such as an email (repeatable, with --add).")
+@json_option
+def subjects(store: str, add_id: str | None, name: str | None, aliases: tuple[str, ...],
+             identifiers: tuple[str, ...], as_json: bool) -> None:
+    """List the data subjects of STORE (or register one with --add ID --name NAME)."""
+    from refold import erasing
+    from refold.fold.errors import ValidationError
+
+    mem = open_store(store)
+    if add_id is not None:
+        if not name:
+            raise ValidationError("--add needs --name")
+        erasing.register_subject(mem, add_id, name, aliases=aliases, identifiers=identifiers)
+    items = erasing.subjects(mem)
+    if as_json:
+        emit_json([{"subject_id": s.subject_id, **s.as_json()} for s in items])
+        return
+    for s in items:
+        extra = ", ".join([*s.aliases, *s.identifiers])
+        click.echo(f"{s.subject_id}\t{s.name}" + (f"\t({extra})" if extra else ""))
+    click.echo(f"{len(items)} subject(s)")
+
+
+@main.command()
+@store_argument
+@click.option("--subject", "subject_id", required=True, help="Opaque subject id.")
+@json_option
+def find(store: str, subject_id: str, as_json: bool) -> None:
+    """Events tagged with a subject, and events that name it without the tag."""
+    from refold import erasing
+    from refold.fold.events import event_to_json
+
+    found = erasing.find(open_store(store), subject_id)
+    if as_json:
+        emit_json({"tagged": [event_to_json(e) for e in found.tagged],
+                   "untagged_mentions": [event_to_json(e) for e in found.untagged]})
+        return
+    click.echo(f"tagged with {subject_id}: {len(found.tagged)} event(s)")
+    for e in found.tagged:
+        click.echo(_event_line(e))
+    click.echo(f"untagged mentions: {len(found.untagged)} event(s)"
+               + (" — add them with `refold erase --include-mentions` or --include ID" if found.untagged else ""))
+    for e in found.untagged:
+        click.echo(_event_line(e))
+
+
+@main.command()
+@store_argument
+@click.option("--subject", "subject_id", required=True, help="Opaque subject id to erase.")
+@click.option("--dry-run", is_flag=True, help="Show what would be erased; write nothing.")
+@click.option("--canary", "canaries", multiple=True,
+              help="A string that must not remain anywhere afterwards (repeatable; never stored).")
+@click.option("--include", "include", multiple=True, metavar="EVENT_ID",
+              help="Also erase this (untagged) event (repeatable).")
+@click.option("--include-mentions", is_flag=True, help="Also erase every untagged event naming the subject.")
+@click.option("--orphan-grace-hours", type=int, default=1, show_default=True,
+              help="Delete untracked data files older than this; 0 only when no writer is running.")
+@json_option
+def erase(store: str, subject_id: str, dry_run: bool, canaries: tuple[str, ...], include: tuple[str, ...],
+          include_mentions: bool, orphan_grace_hours: int, as_json: bool) -> None:
+    """Erase a data subject: tombstone (or shred) its events, purge derived data, refold, receipt.
+
+    Safe to rerun after a crash: it resumes the pending erasure. Exit 1 when the residue scan
+    found something.
+    """
+    from refold import erasing
+
+    result = erasing.erase(open_store(store), subject_id, dry_run=dry_run, canaries=canaries,
+                           include=include, include_mentions=include_mentions,
+                           orphan_grace_hours=orphan_grace_hours)
+    if dry_run:
+        _print_plan(result, as_json)
+        return
+    hits = len(result.scan.get("hits", []))
+    if as_json:
+        emit_json(result.as_json())
+    else:
+        _print_receipt(result)
+    sys.exit(1 if hits else 0)
+
+
+def _print_plan(plan, as_json: bool) -> None:
+    if as_json:
+        emit_json(plan.as_json())
+        return
+    ranges = ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in plan.seq_ranges[:20])
+    click.echo(f"dry run: erasing {plan.subject_id} ({plan.mode} mode) would")
+    click.echo(f"  erase {len(plan.events)} event(s) (seqs {ranges or '-'}"
+               f"{' …' if len(plan.seq_ranges) > 20 else ''}), {plan.untagged} of them untagged")
+    if plan.key_ids:
+        click.echo(f"  destroy {len(plan.key_ids)} key(s)")
+    click.echo(f"  purge {plan.cache_rows} extraction-cache row(s)")
+    for d in plan.derived:
+        click.echo(f"  purge {d['rows']} from {d['store']}")
+    click.echo(f"  remove the registry entry: {'yes' if plan.registered else 'none registered'}")
+    click.echo("out of scope (refold cannot reach these):")
+    for item in plan.out_of_scope:
+        click.echo(f"  - {item}")
+    if plan.nothing_to_do:
+        click.echo(f"nothing to do: already erased by {plan.previous_erasure_id}")
+
+
+def _print_receipt(r) -> None:
+    if r.status == "noop":
+        click.echo(f"nothing to erase: {r.subject_id} was erased by {r.previous_erasure_id} "
+                   f"(receipt {r.erasure_id})")
+        return
+    hits = r.scan.get("hits", [])
+    click.echo(f"erased {r.subject_id} ({r.mode} mode): {len(r.events)} event(s), "
+               f"{len(r.destroyed_key_ids)} key(s) destroyed, {len(r.removed_files)} file(s) removed")
+    for p in r.purged:
+        click.echo(f"  purged {p['rows']} from {p['store']}")
+    click.echo(f"  residue scan: {len(hits)} hit(s) for {r.scan.get('needles', 0)} needle(s)")
+    for h in hits[:20]:
+        click.echo(f"    {h['file']} @ {h['location']} (needle #{h['needle_index']})")
+    click.echo(f"receipt {r.erasure_id}")
+
+
+@main.group()
+def receipt() -> None:
+    """Erasure receipts."""
+
+
+@receipt.command("verify")
+@store_argument
+@click.argument("receipt_file", metavar="RECEIPT")
+@click.option("--needle", "needles", multiple=True, help="Re-scan for this string (repeatable).")
+@click.option("--no-refold", is_flag=True, help="Skip refolding to compare the state digest.")
+@json_option
+def receipt_verify(store: str, receipt_file: str, needles: tuple[str, ...], no_refold: bool, as_json: bool) -> None:
+    """Re-check RECEIPT (a path or an erasure id) against STORE. Exit 0 when every check passes."""
+    from refold import erasing
+
+    report = erasing.verify_receipt(open_store(store), receipt_file, needles=needles, refold=not no_refold)
+    if as_json:
+        emit_json(report.as_json())
+    else:
+        for c in report.checks:
+            click.echo(f"{'ok  ' if c.ok else 'FAIL'} {c.name}: {c.detail}")
+    sys.exit(0 if report.ok else 1)
+
+
+@main.command()
+@store_argument
+@click.option("--needle", "needles", multiple=True, required=True, help="A string to look for (repeatable).")
+@json_option
+def scan(store: str, needles: tuple[str, ...], as_json: bool) -> None:
+    """Search every file under STORE for the needles, decoding Parquet, JSON, base64 and compression.
+
+    Exit 0 when nothing is found, 1 when something is.
+    """
+    from refold.storage.scan import scan_report
+
+    report = scan_report(store, needles)
+    if as_json:
+        emit_json(report.as_json())
+    else:
+        for h in report.hits:
+            click.echo(f"{h.file}\t{h.location}\t{h.needle}")
+        for err in report.errors:
+            click.echo(f"warning: {err}", err=True)
+        click.echo(f"{len(report.hits)} hit(s) in {report.files} file(s)")
+    sys.exit(1 if report.hits else 0)

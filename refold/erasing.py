@@ -1,0 +1,150 @@
+"""Erasure verbs of a :class:`~refold.memory.Memory` (functions taking the Memory first).
+
+    from refold import erasing
+    erasing.register_subject(mem, "s-3f9c", "Ada Lovelace", aliases=["Ada"])
+    erasing.find(mem, "s-3f9c")                 # tagged events and untagged mentions
+    erasing.erase(mem, "s-3f9c", dry_run=True)  # ErasurePlan: what would go
+    receipt = erasing.erase(mem, "s-3f9c", canaries=["a phrase only Ada wrote"])
+    erasing.verify_receipt(mem, receipt)        # chain, tombstones/keys, old versions, digest
+
+The procedure lives in :mod:`refold.storage.erasure`; this module supplies the store's pieces:
+its subject registry, key store (shred mode), derived stores (extraction cache, vector index, and
+whatever ``mem.derived_stores()`` adds) and a refold that returns the spec hash and a digest of
+the folded graph.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from refold.fold.errors import ErasureError, ExtractionError
+from refold.storage.erasure import erase as _erase
+from refold.storage.erasure import plan as _plan
+from refold.storage.erasure_plan import ErasurePlan, RefoldOutcome
+from refold.storage.receipts import Receipt, ReceiptReport, receipt_path
+from refold.storage.receipts import verify_receipt as _verify_receipt
+from refold.storage.scan import ScanReport, scan_report
+from refold.storage.subjects import Mentions, Subject, SubjectRegistry, find_mentions
+
+if TYPE_CHECKING:
+    from refold.memory import Memory
+
+__all__ = [
+    "derived_stores", "erase", "find", "keystore", "refold_outcome", "register_subject", "registry",
+    "scan", "state_digest", "subjects", "verify_receipt",
+]
+
+
+def registry(mem: "Memory") -> SubjectRegistry:
+    return SubjectRegistry(mem.layout.subjects)
+
+
+def register_subject(mem: "Memory", subject_id: str, name: str, *, aliases: Sequence[str] = (),
+                     identifiers: Sequence[str] = ()) -> Subject:
+    """Add (or replace) a subject: opaque id → display name, aliases, identifiers (e.g. emails)."""
+    return registry(mem).register(subject_id, name, aliases=aliases, identifiers=identifiers)
+
+
+def subjects(mem: "Memory") -> list[Subject]:
+    return registry(mem).list()
+
+
+def keystore(mem: "Memory"):
+    """The store's key store in shred mode, else None."""
+    if mem.mode != "shred":
+        return None
+    from refold.storage.keys import FileKeyStore
+
+    return FileKeyStore(mem.layout.keys)
+
+
+def find(mem: "Memory", subject_id: str) -> Mentions:
+    """Events tagged with ``subject_id`` and readable events naming it without the tag.
+
+    Untagged mentions need a registry entry (its name, aliases and identifiers are the search).
+    """
+    subject = registry(mem).get(subject_id) or Subject(subject_id, "")
+    return find_mentions(mem.events(), subject)
+
+
+def derived_stores(mem: "Memory") -> list[Any]:
+    """Every derived store of ``mem`` with ``purge(event_ids)``: cache, index, and the lead's extras."""
+    stores: list[Any] = [mem.cache]
+    if Path(mem.layout.index).exists():
+        from refold.storage.index import IndexStore
+
+        stores.append(IndexStore(mem.layout))
+    extra = getattr(mem, "derived_stores", None)
+    if callable(extra):
+        stores += [s for s in extra() if type(s) not in {type(x) for x in stores}]
+    return stores
+
+
+def state_digest(graph) -> str:
+    """SHA-256 over a canonical JSON of the graph's nodes and edges with all attributes."""
+    def plain(value):
+        if isinstance(value, datetime):
+            return value.isoformat()
+        if isinstance(value, (list, tuple, set, frozenset)):
+            items = [plain(v) for v in value]
+            return sorted(items, key=repr) if isinstance(value, (set, frozenset)) else items
+        if isinstance(value, dict):
+            return {str(k): plain(v) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
+        return value
+
+    nodes = sorted(([str(n), plain(d)] for n, d in graph.nodes(data=True)), key=lambda x: x[0])
+    edges = sorted(([str(u), str(v), str(k), plain(d)] for u, v, k, d in graph.edges(keys=True, data=True)),
+                   key=lambda x: (x[0], x[1], x[2]))
+    text = json.dumps({"nodes": nodes, "edges": edges}, sort_keys=True, default=str, ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def refold_outcome(mem: "Memory") -> RefoldOutcome:
+    """Refold ``mem`` (current spec) and return its spec hash and state digest."""
+    try:
+        state = mem.state()
+    except ExtractionError as exc:
+        raise ErasureError(
+            f"the refold after the erasure needs model extractions ({exc}); run the fold with the "
+            "model, then rerun the same `refold erase` command: it resumes where it stopped"
+        ) from exc
+    return RefoldOutcome(state.spec_hash, state_digest(state.graph))
+
+
+def erase(mem: "Memory", subject_id: str, *, dry_run: bool = False, canaries: Iterable[str] = (),
+          include: Iterable[str] = (), include_mentions: bool = False,
+          orphan_grace_hours: int = 1) -> Receipt | ErasurePlan:
+    """Erase a subject (or, with ``dry_run``, return the plan and write nothing).
+
+    ``include``: extra event ids to erase with the subject; ``include_mentions`` adds every
+    untagged event that names it (see :func:`find`). ``canaries``: strings the residue scan must
+    not find afterwards (never stored).
+    """
+    extra = set(include)
+    if include_mentions:
+        extra |= {e.event_id for e in find(mem, subject_id).untagged}
+    common = dict(keystore=keystore(mem), registry=registry(mem), extra_event_ids=sorted(extra))
+    if dry_run:
+        return _plan(mem, subject_id, derived=derived_stores(mem), **common)
+    return _erase(mem, subject_id, derived=derived_stores(mem), refold=lambda: refold_outcome(mem),
+                  canaries=canaries, orphan_grace_hours=orphan_grace_hours, **common)
+
+
+def scan(mem: "Memory", needles: Iterable[str]) -> ScanReport:
+    """Residue scan of every file under the store (see :mod:`refold.storage.scan`)."""
+    return scan_report(mem.root, needles)
+
+
+def verify_receipt(mem: "Memory", receipt: Receipt | str | Path, *, needles: Iterable[str] = (),
+                   refold: bool = True) -> ReceiptReport:
+    """Re-check a receipt (a Receipt, a path, or an erasure id) against the store."""
+    if isinstance(receipt, str) and not receipt.endswith(".json") and not Path(receipt).exists():
+        receipt = receipt_path(mem.layout, receipt)
+    return _verify_receipt(mem.root, receipt, needles=needles, keystore=keystore(mem),
+                           refold=(lambda: refold_outcome(mem)) if refold else None,
+                           storage_options=mem.storage_options)

@@ -1,0 +1,166 @@
+"""Shred mode: event content encrypted under keys of the event's data subjects (AES-256-GCM).
+
+What is encrypted: ``content``, ``justification`` and ``fact``, as one JSON payload. The stored
+row keeps ``content`` = base64(nonce ‖ ciphertext ‖ tag), ``justification`` = ``fact`` = NULL,
+``cipher`` = ``"aes256gcm-v1"`` and ``key_ids`` = the ids of the keys it needs. The commitment
+and the chain are computed over the stored (encrypted) row, so ``verify`` never needs a key and
+still passes after a key is destroyed.
+
+Event key. ``HKDF-SHA256(ikm = k_1 ‖ … ‖ k_n, info = "refold/event-key/v1" ‖ 0 ‖ event_id)``
+where ``k_i`` are the 32-byte keys of ALL the event's subjects, sorted by key id. Without any one
+of them the event key cannot be derived, so destroying one subject's key makes every event that
+concerns that subject unreadable, including events shared with other subjects (their shared text
+goes too: it was about the erased person as well). Putting the event id in ``info`` gives every
+event its own key, so random 96-bit nonces never repeat under one key.
+
+Events without subjects are encrypted under a per-tenant key (subject id ``tenant:<tenant>`` in
+the key store): erasing ``tenant:acme`` shreds every subject-less event of that tenant, and there
+is no per-event key to lose or to keep in sync. Subject-bearing events do not depend on the tenant
+key.
+
+Associated data binds the ciphertext to its row: cipher version, event id, subjects, tenant and
+key ids (canonical JSON). Moving a ciphertext to another row, or editing its subjects, makes
+decryption fail with :class:`IntegrityError` (tampering is not erasure).
+
+Stays in clear, by design: ``event_id``, ``kind``, ``tenant``, ``subjects`` (opaque ids),
+``source``, ``principals``, ``trace_id``, ``ingestion_run``, ``valid_from``/``valid_to``, and the
+chain fields. The log needs them to order, de-duplicate and route events without keys. So in a
+shred-mode store **``source``, ``trace_id`` and ``ingestion_run`` must not carry personal data**
+(use ``chat#7``, not ``chat with Alice``), and subject ids must be opaque (``s-3f9c``, not an email).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from refold.fold.errors import IntegrityError, StoreError
+from refold.fold.events import Event, Fact, NewEvent
+from .keys import FileKeyStore, KeyStore
+from .layout import Layout
+
+CIPHER = "aes256gcm-v1"
+SCHEMA_VERSION = 1
+NONCE_BYTES = 12
+TENANT_PREFIX = "tenant:"
+_INFO = b"refold/event-key/v1\x00"
+
+
+def key_subjects(subjects: Sequence[str], tenant: str) -> list[str]:
+    """The key-store subjects an event's keys belong to: its subjects, or its tenant's key."""
+    return sorted(set(subjects)) if subjects else [TENANT_PREFIX + tenant]
+
+
+def event_key(keys: Sequence[tuple[str, bytes]], event_id: str) -> bytes:
+    """Derive the event key from ``(key_id, key)`` pairs (order-independent: sorted by key id)."""
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+    if not keys:
+        raise StoreError("an encrypted event needs at least one key")
+    ikm = b"".join(key for _, key in sorted(keys))
+    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None,
+                info=_INFO + event_id.encode("utf-8")).derive(ikm)
+
+
+def associated_data(*, event_id: str, subjects: Sequence[str], tenant: str,
+                    key_ids: Sequence[str]) -> bytes:
+    value = {
+        "cipher": CIPHER, "schema": SCHEMA_VERSION, "event_id": event_id,
+        "subjects": list(subjects), "tenant": tenant, "key_ids": sorted(key_ids),
+    }
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def encrypt_event(event: NewEvent, keystore: KeyStore) -> dict[str, Any]:
+    """Column overrides that replace ``event``'s readable fields by their ciphertext."""
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+    keys = [keystore.get_or_create(s) for s in key_subjects(event.subjects, event.tenant)]
+    key_ids = tuple(sorted(k for k, _ in keys))
+    payload = json.dumps(
+        {"content": event.content, "justification": event.justification,
+         "fact": event.fact.as_dict() if event.fact else None},
+        sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+    ).encode("utf-8")
+    nonce = os.urandom(NONCE_BYTES)
+    aad = associated_data(event_id=event.event_id, subjects=event.subjects, tenant=event.tenant,
+                          key_ids=key_ids)
+    sealed = AESGCM(event_key(keys, event.event_id)).encrypt(nonce, payload, aad)
+    return {
+        "content": base64.b64encode(nonce + sealed).decode("ascii"),
+        "justification": None,
+        "fact": None,
+        "cipher": CIPHER,
+        "key_ids": key_ids,
+    }
+
+
+def shred_protector(layout: Layout, *, keystore: KeyStore | None = None):
+    """The :data:`refold.storage.log.Protector` of a shred-mode store (keys under ``keys/``)."""
+    if keystore is None:
+        if not layout.is_local:
+            raise StoreError(
+                "shred mode needs a key store whose delete is real; for an object-store root pass "
+                "a KeyStore adapter (e.g. a KMS) explicitly"
+            )
+        keystore = FileKeyStore(layout.keys)
+    store = keystore
+
+    def protect(event: NewEvent) -> dict[str, Any]:
+        return encrypt_event(event, store)
+
+    return protect
+
+
+def open_event(event: Event, keystore: KeyStore) -> Event | None:
+    """``event`` with plaintext content, justification and fact; ``None`` when it is erased.
+
+    Erased means: a tombstone, or an encrypted event one of whose keys is gone. A plain-text
+    event is returned unchanged. The returned event has ``cipher=None`` (its fields are plain
+    text now); it is for reading and folding, not for ``verify``. Raises
+    :class:`IntegrityError` when the keys are all there but the ciphertext does not open
+    (tampered bytes or associated data), and :class:`StoreError` for an unknown cipher.
+    """
+    from cryptography.exceptions import InvalidTag
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+    if event.is_tombstone:
+        return None
+    if event.cipher is None:
+        return event
+    if event.cipher != CIPHER:
+        raise StoreError(f"seq {event.seq}: unknown cipher {event.cipher!r}; this refold reads {CIPHER}")
+    keys = []
+    for key_id in event.key_ids:
+        key = keystore.get(key_id)
+        if key is None:
+            return None
+        keys.append((key_id, key))
+    if not keys or event.content is None:
+        raise IntegrityError(f"seq {event.seq}: encrypted event without keys or ciphertext",
+                             first_bad_seq=event.seq)
+    try:
+        blob = base64.b64decode(event.content, validate=True)
+        aad = associated_data(event_id=event.event_id, subjects=event.subjects,
+                              tenant=event.tenant, key_ids=event.key_ids)
+        plain = AESGCM(event_key(keys, event.event_id)).decrypt(
+            blob[:NONCE_BYTES], blob[NONCE_BYTES:], aad)
+    except (InvalidTag, binascii.Error, ValueError) as exc:
+        raise IntegrityError(
+            f"seq {event.seq}: ciphertext does not open with its keys (tampered row?); run `refold verify`",
+            first_bad_seq=event.seq,
+        ) from exc
+    payload = json.loads(plain)
+    fact = payload.get("fact")
+    return event.with_(content=payload["content"], justification=payload.get("justification"),
+                       fact=Fact(**fact) if fact else None, cipher=None)
+
+
+def open_events(events: Sequence[Event], keystore: KeyStore) -> list[Event | None]:
+    """:func:`open_event` for each event (same order)."""
+    return [open_event(e, keystore) for e in events]

@@ -1,0 +1,353 @@
+"""The erasure procedure: remove (or crypto-shred) one data subject's events, purge everything
+derived from them, refold, scan for residue, and write a receipt.
+
+:func:`plan` is read-only (the ``--dry-run`` preview). :func:`erase` runs these steps in order;
+each is idempotent and recorded in a journal (``receipts/<erasure_id>.pending.json``, no personal
+data in it), so after a crash at any point — kill -9 included — calling :func:`erase` again for
+the same subject resumes the pending erasure and completes it:
+
+=================  =====================================================================
+erasure_event      append an ``erasure`` event (no personal data) naming the erasure id
+destroy_keys       shred mode: destroy the subject's keys (every event needing one is gone)
+tombstones         replace each erased event's row by a tombstone in ONE Delta commit
+                   (delete mode; in shred mode only for extra, untagged events)
+scrub_log          vacuum, orphan removal, checkpoint + log cleanup of the event table
+purge              ``purge(event_ids)`` on every derived store (cache, snapshots, index …)
+scrub_derived      the same scrub for every other Delta table under the store
+refold             rebuild derived state; the receipt keeps its spec hash and state digest
+registry           remove the subject from ``subjects.json``
+scan               residue scan of every file for the subject's names and caller canaries
+receipt            write ``receipts/<erasure_id>.json``, then drop the journal
+=================  =====================================================================
+
+Test seam: with ``REFOLD_ERASE_CRASH_AT=<step>`` in the environment the process kills itself
+with SIGKILL right after that step's work and before the journal records it (the worst moment);
+``scrub_log:vacuumed`` kills it between the event table's vacuum and its log cleanup. The crash
+tests use it; it has no other purpose.
+
+A tombstone keeps ``seq``, ``event_id``, ``recorded_at``, ``table_version``, ``commitment``,
+``prev_link`` and ``link`` (so the chain still verifies) plus ``kind="tombstone"`` and the
+``erasure_id``; every other column is NULL or empty.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pyarrow.compute as pc
+from deltalake import CommitProperties, write_deltalake
+from deltalake.exceptions import CommitFailedError
+
+from refold.fold.errors import ErasureError, StoreError
+from refold.fold.events import Event, NewEvent, new_event_id
+from .delta_io import read_arrow
+from .layout import atomic_write_json, read_settings
+from .log import EventLog
+from .erasure_plan import ErasurePlan, RefoldOutcome, load_journal, make_plan, pending_journal, seq_predicate
+from .receipts import Receipt, list_receipts
+from .scan import scan_report
+from .schema import EVENTS_SCHEMA, events_to_table, table_to_events
+from .scrub import delta_tables, scrub_table
+from .subjects import SubjectRegistry
+
+__all__ = ["CRASH_ENV", "STEPS", "ErasurePlan", "RefoldOutcome", "erase", "plan"]
+
+CRASH_ENV = "REFOLD_ERASE_CRASH_AT"
+STEPS = ("erasure_event", "destroy_keys", "tombstones", "scrub_log", "purge", "scrub_derived",
+         "refold", "registry", "scan", "receipt")
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat()
+
+
+def _resolve(source, mode, keystore, registry):
+    log: EventLog = getattr(source, "log_store", source)
+    if mode is None:
+        mode = getattr(source, "mode", None) or read_settings(log.layout).get("mode", "delete")
+    if keystore is None and mode == "shred":
+        from .keys import FileKeyStore
+
+        keystore = FileKeyStore(log.layout.keys)
+    if registry is None and log.layout.is_local:
+        registry = SubjectRegistry(log.layout.subjects)
+    return log, mode, keystore, registry
+
+
+def plan(source, subject_id: str, *, mode: str | None = None, keystore=None, registry=None,
+         extra_event_ids: Iterable[str] = (), derived: Sequence[Any] = ()) -> ErasurePlan:
+    """What erasing ``subject_id`` would remove; writes nothing (``source``: Memory or EventLog).
+
+    Raises :class:`ErasureError` for a subject refold knows nothing about (no events, keys,
+    registry entry, or earlier receipt).
+    """
+    log, mode, keystore, registry = _resolve(source, mode, keystore, registry)
+    result = make_plan(log, subject_id, mode=mode, keystore=keystore, registry=registry,
+                       extra_event_ids=extra_event_ids, derived=derived)
+    if result.nothing_to_do and result.previous_erasure_id is None:
+        _unknown(subject_id)
+    return result
+
+
+def _unknown(subject_id: str) -> None:
+    raise ErasureError(
+        f"unknown subject {subject_id!r}: no event is tagged with it, it has no key and no registry "
+        "entry, and no earlier erasure names it; check the id with `refold subjects STORE` or "
+        "`refold find STORE --subject ID`"
+    )
+
+
+def erase(source, subject_id: str, *, mode: str | None = None, keystore=None,
+          derived: Sequence[Any] = (), refold: Callable[[], Any] | None = None,
+          registry: SubjectRegistry | None = None, erasure_id: str | None = None,
+          canaries: Iterable[str] = (), extra_event_ids: Iterable[str] = (),
+          orphan_grace_hours: int = 1) -> Receipt:
+    """Erase ``subject_id`` (see the module docstring); returns the written receipt.
+
+    ``derived``: objects with ``purge(event_ids) -> PurgeResult`` (extraction cache, snapshots,
+    index). ``refold``: rebuilds derived state and returns a :class:`RefoldOutcome` or a digest
+    string. ``canaries``: extra strings for the residue scan (never stored). A subject with
+    nothing left to erase but an earlier receipt gets a ``noop`` receipt pointing to it.
+    """
+    log, mode, keystore, registry = _resolve(source, mode, keystore, registry)
+    layout = log.layout
+    if not layout.is_local:
+        raise StoreError("erasure needs a local store root (journal, keys and receipts are files)")
+    subject = registry.get(subject_id) if registry is not None else None
+    needles = list(dict.fromkeys([*(subject.needles if subject else ()), *[c for c in canaries if c]]))
+    journal = pending_journal(layout, subject_id)
+    if journal is None:
+        the_plan = make_plan(log, subject_id, mode=mode, keystore=keystore, registry=registry,
+                             extra_event_ids=extra_event_ids, derived=derived)
+        if the_plan.nothing_to_do:
+            if the_plan.previous_erasure_id is None:
+                _unknown(subject_id)
+            return _noop(layout, the_plan, erasure_id)
+        journal = {
+            "format": "refold-erasure-journal/v1", "erasure_id": erasure_id or new_event_id(),
+            "subject_id": subject_id, "mode": mode, "started_at": _now(),
+            "head_before": log.head().as_json(), "plan": the_plan.as_json(),
+            "done": [], "results": {},
+        }
+        _save(layout, journal)
+    run = _Run(log, journal, keystore=keystore, derived=derived, refold=refold, registry=registry,
+               needles=needles, registry_needles=len(subject.needles) if subject else 0,
+               orphan_grace_hours=orphan_grace_hours)
+    return run.execute()
+
+
+def _journal_path(layout, erasure_id: str) -> Path:
+    return Path(layout.receipts) / f"{erasure_id}.pending.json"
+
+
+def _save(layout, journal: dict) -> None:
+    atomic_write_json(_journal_path(layout, journal["erasure_id"]), journal)
+
+
+def _noop(layout, the_plan: ErasurePlan, erasure_id: str | None) -> Receipt:
+    now = _now()
+    receipt = Receipt(
+        erasure_id=erasure_id or new_event_id(), subject_id=the_plan.subject_id, mode=the_plan.mode,
+        status="noop", started_at=now, completed_at=now, head_before=the_plan.head,
+        head_after=the_plan.head, previous_erasure_id=the_plan.previous_erasure_id,
+        notes=(f"nothing left to erase: subject already erased by {the_plan.previous_erasure_id}",),
+    )
+    receipt.write(layout)
+    return receipt
+
+
+def _crash_point(step: str) -> None:
+    if os.environ.get(CRASH_ENV) == step:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+class _Run:
+    """One pass over the steps of a journal (fresh or resumed)."""
+
+    def __init__(self, log: EventLog, journal: dict, *, keystore, derived, refold, registry,
+                 needles, registry_needles, orphan_grace_hours):
+        self.log, self.journal = log, journal
+        self.layout = log.layout
+        self.keystore, self.derived, self.refold, self.registry = keystore, list(derived), refold, registry
+        self.needles, self.registry_needles = needles, registry_needles
+        self.grace = orphan_grace_hours
+        self.plan = ErasurePlan.from_json(journal["plan"])
+        self.erasure_id: str = journal["erasure_id"]
+
+    def execute(self) -> Receipt:
+        for step in STEPS:
+            if step in self.journal["done"]:
+                continue
+            result = getattr(self, f"_{step}")()
+            _crash_point(step)
+            if step == "receipt":
+                _journal_path(self.layout, self.erasure_id).unlink(missing_ok=True)
+                return result
+            self.journal["results"][step] = result
+            self.journal["done"].append(step)
+            _save(self.layout, self.journal)
+        raise ErasureError("erasure journal is inconsistent: every step done but no receipt")  # pragma: no cover
+
+    # -- steps ------------------------------------------------------------------------------------
+
+    def _erasure_event(self) -> dict:
+        eid = self.erasure_id
+        system = EventLog(self.layout, storage_options=self.log.storage_options,
+                          protector=lambda _e: {"erasure_id": eid})
+        (seq,) = system.append([NewEvent(kind="erasure", content=f"erasure {eid}",
+                                         source="refold:erasure", event_id=eid)])
+        return {"seq": seq}
+
+    def _destroy_keys(self) -> dict:
+        planned = list(self.plan.key_ids)
+        if self.keystore is None:
+            return {"destroyed": planned}
+        now = self.keystore.destroy(self.plan.subject_id)
+        return {"destroyed": sorted(set(planned) | set(now))}
+
+    def _tombstones(self) -> dict:
+        seqs = set(self.plan.tombstone_seqs)
+        if not seqs:
+            return {"tombstoned": 0, "removed_files": []}
+        expected = {e["seq"]: e["commitment"] for e in self.plan.events}
+        for attempt in range(50):
+            dt = self.log._table()
+            rows = list(table_to_events(read_arrow(dt, EVENTS_SCHEMA, filter=pc.field("seq").isin(sorted(seqs)))))
+            todo = [e for e in rows if not e.is_tombstone]
+            for e in todo:
+                if e.commitment != expected.get(e.seq):
+                    raise ErasureError(f"seq {e.seq} changed since the erasure was planned; run `refold verify`")
+            if not todo:
+                return {"tombstoned": 0, "removed_files": []}
+            before = set(dt.file_uris())
+            try:
+                write_deltalake(dt, events_to_table([_tombstone(e, self.erasure_id) for e in todo]),
+                                mode="overwrite", predicate=seq_predicate([e.seq for e in todo]),
+                                commit_properties=CommitProperties(max_commit_retries=0),
+                                storage_options=self.log.storage_options)
+            except CommitFailedError:
+                time.sleep(0.02 * (attempt + 1))  # a writer landed first; re-read and retry
+                continue
+            after = set(self.log._table().file_uris())
+            return {"tombstoned": len(todo), "table_version": self.log._table().version(),
+                    "removed_files": sorted(_rel(self.layout.events, u) for u in before - after)}
+        raise ErasureError("tombstone commit kept conflicting with writers; rerun the erasure")
+
+    def _scrub_log(self) -> dict:
+        if not self.plan.tombstone_seqs:
+            return {}
+        return scrub_table(self.layout.events, erased_ids=self.plan.event_ids,
+                           orphan_grace_hours=self.grace, storage_options=self.log.storage_options,
+                           after_vacuum=lambda: _crash_point("scrub_log:vacuumed"))
+
+    def _purge(self) -> dict:
+        done: dict = self.journal["results"].setdefault("purge_partial", {})
+        for i, store in enumerate(self.derived):
+            key = f"{i}:{type(store).__name__}"
+            if key in done:
+                continue
+            r = store.purge(list(self.plan.event_ids))
+            done[key] = {"store": r.store, "rows": r.rows, "detail": list(r.detail)}
+            _save(self.layout, self.journal)
+        return {"stores": [done[k] for k in sorted(done)]}
+
+    def _scrub_derived(self) -> dict:
+        out = {}
+        events = Path(self.layout.events).resolve()
+        for table in delta_tables(self.layout.root):
+            if table.resolve() == events:
+                continue
+            out[_rel(self.layout.root, str(table))] = scrub_table(
+                table, erased_ids=self.plan.event_ids, orphan_grace_hours=self.grace)
+        return out
+
+    def _refold(self) -> dict:
+        if self.refold is None:
+            return {"spec_hash": None, "state_digest": None}
+        outcome = RefoldOutcome.coerce(self.refold())
+        return {"spec_hash": outcome.spec_hash, "state_digest": outcome.state_digest}
+
+    def _registry(self) -> dict:
+        removed = self.registry.remove(self.plan.subject_id) if self.registry is not None else False
+        return {"removed": removed}
+
+    def _scan(self) -> dict:
+        if not self.needles:
+            return {"needles": 0, "hits": [], "files": None,
+                    "note": "no needles: the subject has no registry entry and no canaries were given"}
+        report = scan_report(self.layout.root, self.needles)
+        out = report.as_json(include_needles=False)
+        out["registry_needles"] = self.registry_needles
+        out["caller_needles"] = len(self.needles) - self.registry_needles
+        return out
+
+    def _receipt(self) -> Receipt:
+        j, res = self.journal, self.journal["results"]
+        tomb = res.get("tombstones", {})
+        removed = [f"events/{f}" for f in tomb.get("removed_files", [])]
+        delta = {}
+        if res.get("scrub_log"):
+            removed += [f"events/{f}" for f in res["scrub_log"]["removed"]]
+            delta["events"] = _delta_summary(res["scrub_log"])
+        for table, info in res.get("scrub_derived", {}).items():
+            removed += [f"{table}/{f}" for f in info["removed"]]
+            delta[table] = _delta_summary(info)
+        notes = []
+        if self.plan.registered and not self.registry_needles:
+            notes.append("the registry entry was removed before a crash; the resumed run scanned only "
+                         "for caller canaries")
+        tombstoned = set(self.plan.tombstone_seqs)
+        receipt = Receipt(
+            erasure_id=self.erasure_id, subject_id=self.plan.subject_id, mode=self.plan.mode,
+            status="erased", started_at=j["started_at"], completed_at=_now(),
+            head_before=j["head_before"], head_after=self.log.head().as_json(),
+            events=tuple({**e, "how": "tombstone" if e["seq"] in tombstoned else "shredded"}
+                         for e in self.plan.events),
+            destroyed_key_ids=tuple(res.get("destroy_keys", {}).get("destroyed", ())),
+            erasure_event_seq=res.get("erasure_event", {}).get("seq"),
+            purged=tuple(res.get("purge", {}).get("stores", ())),
+            removed_files=tuple(sorted(set(removed))), delta=delta,
+            spec_hash=res.get("refold", {}).get("spec_hash"),
+            state_digest=res.get("refold", {}).get("state_digest"),
+            scan=res.get("scan", {}), engines=self.plan.engines, out_of_scope=self.plan.out_of_scope,
+            notes=tuple(notes),
+        )
+        receipt.write(self.layout)
+        return receipt
+
+
+def _delta_summary(info: dict) -> dict:
+    return {"checkpoint_version": info.get("checkpoint_version"),
+            "log_files_removed": info.get("log_files_removed", 0),
+            "data_files_removed": len(info.get("removed", []))}
+
+
+def _rel(base: str, uri: str) -> str:
+    path = uri[len("file://"):] if uri.startswith("file://") else uri
+    try:
+        return Path(path).resolve().relative_to(Path(base).resolve()).as_posix()
+    except ValueError:
+        return path
+
+
+def _tombstone(event: Event, erasure_id: str) -> Event:
+    return Event(
+        seq=event.seq, event_id=event.event_id, recorded_at=event.recorded_at,
+        table_version=event.table_version, kind="tombstone", tenant=None,  # type: ignore[arg-type]
+        source=None, content=None, erasure_id=erasure_id, commitment=event.commitment,
+        prev_link=event.prev_link, link=event.link,
+    )
+
+
+def previous_erasures(layout, subject_id: str) -> list[Receipt]:
+    """Completed (non-noop) receipts for ``subject_id``, oldest first."""
+    return [r for r in list_receipts(layout) if r.subject_id == subject_id and r.status == "erased"]
+
+
+__all__ += ["previous_erasures", "load_journal"]

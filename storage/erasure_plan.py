@@ -1,0 +1,255 @@
+"""What an erasure will remove (the read-only part of :mod:`refold.storage.erasure`).
+
+:func:`make_plan` gathers, without writing anything: the events to erase (tagged with the subject,
+plus any extra ids the operator chose, e.g. untagged mentions from ``refold find``), how each goes
+(tombstone or shredded key), the subject's keys, the extraction-cache rows built from those events
+and the engines, models and hosts that produced them (read BEFORE any purge, for the out-of-scope
+list), what derived stores that can preview report, and the current head. The plan is also what
+the erasure journal stores, so a resumed erasure erases exactly what the first run planned.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import pyarrow.compute as pc
+
+from refold.fold.errors import StoreError
+from .delta_io import read_arrow
+from .layout import Layout
+from .receipts import list_receipts
+
+#: What refold cannot reach, listed on every plan and receipt.
+OUT_OF_SCOPE = (
+    "backups, snapshots and replicas of the store made outside refold (file-system or volume "
+    "snapshots, object-store versioning, copies of the folder)",
+    "exports: anything read out of the store before the erasure (log exports, notebooks, query "
+    "results, agent transcripts)",
+    "memory of processes that read the events before the erasure",
+    "free blocks of the disk: unlinked files are not overwritten (use full-disk encryption)",
+)
+
+
+@dataclass(frozen=True)
+class RefoldOutcome:
+    """What a refold reports for the receipt: the spec hash and a digest of the folded state."""
+
+    spec_hash: str | None
+    state_digest: str | None
+
+    @classmethod
+    def coerce(cls, value: Any) -> "RefoldOutcome":
+        if isinstance(value, RefoldOutcome):
+            return value
+        if value is None or isinstance(value, str):
+            return cls(None, value)
+        if isinstance(value, Mapping):
+            return cls(value.get("spec_hash"), value.get("state_digest"))
+        return cls(getattr(value, "spec_hash", None), getattr(value, "state_digest", None))
+
+
+@dataclass(frozen=True)
+class ErasurePlan:
+    """The impact of erasing one subject (JSON-ready with :meth:`as_json`; no personal data)."""
+
+    subject_id: str
+    mode: str
+    #: {"event_id", "seq", "commitment"} per event to erase, in seq order
+    events: tuple[Mapping[str, Any], ...] = ()
+    #: seqs that get a tombstone (all of them in delete mode; untagged extras in shred mode)
+    tombstone_seqs: tuple[int, ...] = ()
+    key_ids: tuple[str, ...] = ()
+    registered: bool = False
+    cache_rows: int = 0
+    engines: tuple[Mapping[str, Any], ...] = ()
+    derived: tuple[Mapping[str, Any], ...] = ()
+    head: Mapping[str, Any] | None = None
+    previous_erasure_id: str | None = None
+    untagged: int = 0
+    out_of_scope: tuple[str, ...] = field(default=OUT_OF_SCOPE)
+
+    @property
+    def event_ids(self) -> tuple[str, ...]:
+        return tuple(e["event_id"] for e in self.events)
+
+    @property
+    def seq_ranges(self) -> list[tuple[int, int]]:
+        return seq_ranges(e["seq"] for e in self.events)
+
+    @property
+    def nothing_to_do(self) -> bool:
+        return not self.events and not self.key_ids and not self.registered
+
+    def as_json(self) -> dict[str, Any]:
+        out = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, tuple):
+                value = [dict(v) if isinstance(v, Mapping) else v for v in value]
+            elif isinstance(value, Mapping):
+                value = dict(value)
+            out[f.name] = value
+        out["seq_ranges"] = [list(r) for r in self.seq_ranges]
+        return out
+
+    @classmethod
+    def from_json(cls, value: Mapping[str, Any]) -> "ErasurePlan":
+        names = {f.name for f in fields(cls)}
+        kwargs = {k: tuple(v) if isinstance(v, list) else v for k, v in value.items() if k in names}
+        return cls(**kwargs)
+
+
+def seq_ranges(seqs: Iterable[int]) -> list[tuple[int, int]]:
+    """Contiguous inclusive ranges covering ``seqs``: [1, 2, 3, 7] → [(1, 3), (7, 7)]."""
+    out: list[list[int]] = []
+    for s in sorted(set(seqs)):
+        if out and s == out[-1][1] + 1:
+            out[-1][1] = s
+        else:
+            out.append([s, s])
+    return [(a, b) for a, b in out]
+
+
+def seq_predicate(seqs: Iterable[int]) -> str:
+    """A Delta SQL predicate matching exactly ``seqs`` (compact for long runs)."""
+    parts = [f"seq = {a}" if a == b else f"(seq >= {a} AND seq <= {b})" for a, b in seq_ranges(seqs)]
+    if not parts:
+        raise ValueError("no seqs")
+    return " OR ".join(parts)
+
+
+def _cache_impact(layout: Layout, ids: set[str]) -> tuple[int, tuple[dict, ...]]:
+    """Cache rows built from ``ids`` and the (engine, model, host) that made them."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    from .cache import CACHE_SCHEMA
+
+    if not ids:
+        return 0, ()
+    try:
+        dt = DeltaTable(layout.extractions)
+    except TableNotFoundError:
+        return 0, ()
+    data = read_arrow(dt, CACHE_SCHEMA, columns=["event_id", "request_event_ids", "model_id", "engine", "host"])
+    rows, engines = 0, {}
+    for row in data.to_pylist():
+        if row["event_id"] in ids or ids.intersection(row["request_event_ids"] or ()):
+            rows += 1
+            key = (row["engine"] or "", row["model_id"] or "", row["host"] or "")
+            engines[key] = engines.get(key, 0) + 1
+    return rows, tuple({"engine": e, "model_id": m or None, "host": h or None, "events": n}
+                       for (e, m, h), n in sorted(engines.items()))
+
+
+def _engine_note(engines: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
+    notes = []
+    for e in engines:
+        if e["engine"] == "rules":
+            continue  # rules run inside refold: no text left the process
+        notes.append(f"model engine {e['engine']!r} (model {e['model_id']}, host {e['host'] or 'unknown'}) "
+                     f"processed {e['events']} request(s) built from the erased events: its logs and caches")
+    return tuple(notes)
+
+
+def make_plan(log, subject_id: str, *, mode: str, keystore=None, registry=None,
+              extra_event_ids: Iterable[str] = (), derived: Sequence[Any] = ()) -> ErasurePlan:
+    """Build the plan (see the module docstring); reads, never writes."""
+    if not isinstance(subject_id, str) or not subject_id:
+        raise StoreError("a subject id must be a non-empty string")
+    extras = set(extra_event_ids)
+    rows = log.arrow(columns=["seq", "event_id", "kind", "subjects", "key_ids", "commitment", "cipher"])
+    key_ids = tuple(keystore.key_ids(subject_id)) if keystore is not None else ()
+    live = set(key_ids)
+    events, tomb, untagged = [], [], 0
+    found_extras = set()
+    known: dict[str, bool] = {}
+
+    def _exists(key_id: str) -> bool:
+        if key_id not in known:
+            known[key_id] = keystore is not None and keystore.exists(key_id)
+        return known[key_id]
+
+    for r in rows.to_pylist():
+        if r["kind"] in ("tombstone", "erasure"):
+            found_extras.add(r["event_id"])  # an extra already erased is simply done
+            continue
+        extra = r["event_id"] in extras
+        if extra:
+            found_extras.add(r["event_id"])
+        if r["cipher"] and not all(_exists(k) for k in r["key_ids"] or ()):
+            continue  # a key is gone: this event is shredded already
+        tagged = subject_id in (r["subjects"] or ())
+        shreddable = bool(r["cipher"]) and bool(live.intersection(r["key_ids"] or ()))
+        if not (tagged or extra or shreddable):
+            continue
+        if not tagged:
+            untagged += 1
+        events.append({"event_id": r["event_id"], "seq": r["seq"], "commitment": r["commitment"]})
+        if mode == "delete" or not shreddable:
+            tomb.append(r["seq"])
+    missing = extras - found_extras
+    if missing:
+        raise StoreError(f"extra event id(s) not in the log (or already erased): {sorted(missing)[:5]}")
+    ids = {e["event_id"] for e in events}
+    cache_rows, engines = _cache_impact(log.layout, ids) if log.layout.is_local else (0, ())
+    previews = []
+    for store in derived:
+        preview = getattr(store, "preview", None)
+        if preview is not None and ids:
+            r = preview(sorted(ids))
+            previews.append({"store": r.store, "rows": r.rows, "detail": list(r.detail)})
+    registered = registry is not None and subject_id in registry
+    previous = [r for r in list_receipts(log.layout) if r.subject_id == subject_id and r.status == "erased"]
+    scope = list(OUT_OF_SCOPE) + list(_engine_note(engines))
+    if mode == "shred":
+        scope.append("ciphertext of shredded events stays in the log and in every copy of it; "
+                     "it cannot be read without the destroyed keys")
+    return ErasurePlan(
+        subject_id=subject_id, mode=mode, events=tuple(events), tombstone_seqs=tuple(tomb),
+        key_ids=key_ids, registered=registered, cache_rows=cache_rows, engines=engines,
+        derived=tuple(previews), head=log.head().as_json(),
+        previous_erasure_id=previous[-1].erasure_id if previous else None, untagged=untagged,
+        out_of_scope=tuple(scope),
+    )
+
+
+def pending_journal(layout: Layout, subject_id: str) -> dict | None:
+    """The journal of an unfinished erasure of ``subject_id``, if a run was interrupted."""
+    folder = Path(layout.receipts)
+    for path in sorted(folder.glob("*.pending.json")) if folder.exists() else []:
+        journal = load_journal(path)
+        if journal.get("subject_id") == subject_id:
+            return journal
+    return None
+
+
+def load_journal(path: str | Path) -> dict:
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise StoreError(f"erasure journal {path} is damaged ({exc}); inspect it before rerunning") from exc
+
+
+def readable_log_digest(log, keystore=None) -> RefoldOutcome:
+    """A stand-in 'refold': SHA-256 over the readable events (seq, id, kind, subjects, content).
+
+    Input-closed like the real fold (a function of the log alone), so it changes exactly when
+    readable content changes. Used by tests and until a store has a real fold.
+    """
+    from .crypto import open_event
+
+    h = hashlib.sha256(b"refold/log-digest/v1")
+    for event in log.events():
+        opened = open_event(event, keystore) if (event.cipher and keystore is not None) else (
+            None if event.is_tombstone or event.cipher else event)
+        if opened is None or opened.kind == "erasure":
+            continue
+        h.update(json.dumps([opened.seq, opened.event_id, opened.kind, list(opened.subjects),
+                             opened.content, opened.justification], ensure_ascii=False).encode())
+    return RefoldOutcome(None, h.hexdigest())
