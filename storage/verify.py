@@ -40,40 +40,82 @@ class VerifyReport:
         }
 
 
-def _read_rows(log: EventLog) -> tuple[pa.Table, list[tuple[int | None, str]]]:
-    """All rows, reading file by file so one damaged file does not hide the others."""
+def _read_events(log: EventLog) -> tuple[list[Event], list[tuple[int | None, str]]]:
+    """All events, reading file by file so one damaged file does not hide the others.
+
+    A file that cannot be read, holds text that is not UTF-8, or a field that does not decode
+    (a garbled ``fact``) is a finding named by its lowest seq, not a crash.
+    """
     dt = log._table()
     if not log.layout.is_local:
-        return log.arrow(), []
+        return list(table_to_events(log.arrow())), []
     actions = pa.table(dt.get_add_actions(flatten=True)).to_pylist()
-    tables, broken = [], []
+    events: list[Event] = []
+    broken: list[tuple[int | None, str]] = []
     for action in actions:
         path = Path(log.layout.events) / action["path"]
         try:
-            table = pq.read_table(path)
-            tables.append(table.select(EVENTS_SCHEMA.names).cast(EVENTS_SCHEMA))
+            table = pq.read_table(path).select(EVENTS_SCHEMA.names).cast(EVENTS_SCHEMA)
+            table.validate(full=True)
         except Exception as exc:  # noqa: BLE001 - any unreadable file is a finding, not a crash
             broken.append((action.get("min.seq"), f"data file {action['path']} unreadable: {exc}"))
-    table = pa.concat_tables(tables) if tables else EVENTS_SCHEMA.empty_table()
-    return table.sort_by("seq"), broken
+            continue
+        try:
+            events.extend(table_to_events(table))
+        except Exception:  # noqa: BLE001 - find the row that does not decode
+            for i in range(table.num_rows):
+                row = table.slice(i, 1)
+                try:
+                    events.extend(table_to_events(row))
+                except Exception as exc:  # noqa: BLE001
+                    seq = row["seq"][0].as_py()
+                    broken.append((seq, f"seq {seq}: a stored field does not decode ({exc})"))
+    events.sort(key=lambda e: e.seq)
+    return events, broken
 
 
 def verify(log: EventLog, *, against: Head | None = None) -> VerifyReport:
-    """Recompute commitments and links; compare the tail with ``against`` or the published head."""
-    table, broken = _read_rows(log)
+    """Recompute commitments and links; compare the tail with ``against`` or the published head.
+
+    ``first_bad_seq`` is the first position whose event is missing, altered, or claimed by two
+    different rows; when nothing else is wrong but some rows are stored twice (a data file copied,
+    or one replaced by an older one), it is the first duplicated seq.
+    """
+    events, broken = _read_events(log)
     problems: list[str] = [msg for _, msg in broken]
     bad: list[int] = [seq for seq, _ in broken if seq is not None]
-    events = list(table_to_events(table))
     erasures = {e.erasure_id for e in events if e.kind == "erasure" and e.erasure_id}
+    by_seq: dict[int, list[Event]] = {}
+    for event in events:
+        by_seq.setdefault(event.seq, []).append(event)
+    if by_seq and min(by_seq) < 0:
+        problems.append(f"seq {min(by_seq)}: negative positions do not exist")
+        bad.append(0)
     prev = GENESIS
     last: Event | None = None
-    for expected, event in enumerate(events):
-        problem = _check(event, expected, prev, erasures)
+    duplicated: list[int] = []
+    for expected in range(max(by_seq, default=-1) + 1):
+        rows = list(dict.fromkeys(by_seq.get(expected, ())))  # identical copies count once
+        if not rows:
+            problem: str | None = f"seq {expected}: missing (a row or a data file was removed)"
+        elif len(rows) > 1:
+            problem = f"seq {expected}: {len(rows)} different rows claim this position (a row was inserted)"
+        else:
+            problem = _check(rows[0], expected, prev, erasures)
         if problem:
             problems.append(problem)
-            bad.append(min(expected, event.seq))
+            bad.append(expected)
             break
-        prev, last = event.link, event
+        if len(by_seq[expected]) > 1:
+            duplicated.append(expected)
+        prev, last = rows[0].link, rows[0]
+    if duplicated:
+        problems.append(
+            f"{len(duplicated)} event(s) stored more than once, from seq {duplicated[0]} to "
+            f"{duplicated[-1]} (a data file was copied, or replaced by an older one)"
+        )
+        if not bad:
+            bad.append(duplicated[0])
     reference = against or log.published_head()
     if reference is not None and not bad:
         last_seq = last.seq if last else -1
@@ -83,8 +125,9 @@ def verify(log: EventLog, *, against: Head | None = None) -> VerifyReport:
                 "the tail was truncated"
             )
             bad.append(last_seq + 1)
-        elif reference.seq >= 0 and events[reference.seq].link != reference.link:
-            problems.append(f"seq {reference.seq}: link differs from the recorded head")
+        elif reference.seq >= 0 and by_seq[reference.seq][0].link != reference.link:
+            problems.append(f"seq {reference.seq}: link differs from the recorded head "
+                            "(the log was rewritten up to here)")
             bad.append(reference.seq)
     head = Head(last.seq, last.link, last.recorded_at, log._table().version()) if last else None
     first = min(bad) if bad else None
@@ -93,9 +136,6 @@ def verify(log: EventLog, *, against: Head | None = None) -> VerifyReport:
 
 
 def _check(event: Event, expected: int, prev: str, erasures: set[str]) -> str | None:
-    if event.seq != expected:
-        what = "missing" if event.seq > expected else "duplicated or out of order"
-        return f"seq {expected}: {what} (found seq {event.seq} in its place)"
     if event.prev_link != prev:
         return f"seq {expected}: prev_link does not match the link of seq {expected - 1}"
     if event.is_tombstone:
@@ -105,9 +145,13 @@ def _check(event: Event, expected: int, prev: str, erasures: set[str]) -> str | 
         try:
             commitment = commitment_of(event)
         except ValueError:
-            return f"seq {expected}: content or salt missing from a non-tombstone event"
+            return f"seq {expected}: content or salt missing or malformed in a non-tombstone event"
         if commitment != event.commitment:
             return f"seq {expected}: stored fields do not match the commitment (a byte was changed)"
-    if link_of(prev, event.commitment) != event.link:
+    try:
+        link = link_of(prev, event.commitment)
+    except (TypeError, ValueError):
+        return f"seq {expected}: the stored commitment is not a SHA-256 hash"
+    if link != event.link:
         return f"seq {expected}: link does not match H(prev_link ‖ commitment)"
     return None
