@@ -57,7 +57,7 @@ from deltalake.exceptions import CommitFailedError, TableNotFoundError
 from refold.fold.chain import GENESIS, seal, seal_new
 from refold.fold.errors import ConflictError, StoreError
 from refold.fold.events import Event, NewEvent
-from .layout import Layout, atomic_write_json
+from .layout import Layout
 from .delta_io import read_arrow
 from .schema import EVENTS_SCHEMA, TABLE_CONFIGURATION, events_to_table, table_to_events
 
@@ -140,6 +140,7 @@ class EventLog:
         self._dt: DeltaTable | None = None  # refreshed with update_incremental before each append
         self._ids: dict[str, int] = {}  # event_id -> seq of every row in the files below
         self._indexed: set[str] = set()  # data file URIs already in _ids
+        self._ids_version = -1  # table version _ids is complete for
         self._last: Head | None = None  # head of this object's own last commit
 
     def __getstate__(self) -> dict[str, Any]:  # picklable (Ray): caches are rebuilt on arrival
@@ -234,6 +235,8 @@ class EventLog:
 
         When a file read before is gone (a DELETE or an erasure rewrote it), the index is rebuilt.
         """
+        if dt.version() == self._ids_version:
+            return self._ids
         uris = dt.file_uris()
         if not self._indexed.issubset(uris):
             self._ids, self._indexed = {}, set()
@@ -243,6 +246,7 @@ class EventLog:
                 columns=["event_id", "seq"])
             self._ids.update(zip(rows["event_id"].to_pylist(), rows["seq"].to_pylist()))
             self._indexed.update(new)
+        self._ids_version = dt.version()
         return self._ids
 
     # -- appending ------------------------------------------------------------------------------
@@ -301,6 +305,7 @@ class EventLog:
         first = head.seq - len(fresh) + 1
         self._ids.update((e.event_id, first + i) for i, e in enumerate(fresh))
         self._indexed.update(u for u in dt.file_uris() if u not in self._indexed)
+        self._ids_version = head.table_version
 
     @contextlib.contextmanager
     def _writer_turn(self) -> Iterator[None]:
@@ -333,10 +338,17 @@ class EventLog:
             os.close(fd)  # releases the lock
 
     def _fresh_table(self) -> DeltaTable:
-        """This object's table, brought up to the newest version."""
+        """This object's table, brought up to the newest version.
+
+        On a local store a missing next commit file means nothing landed since (one ``stat``
+        instead of listing ``_delta_log``). Were a commit to land right after, the
+        compare-and-append would fail and the retry would refresh, so a stale view never commits.
+        """
         if self._dt is None:
             self._dt = self._table()
-        else:
+        elif "://" in self.layout.root or (
+            Path(self.layout.events) / "_delta_log" / f"{self._dt.version() + 1:020d}.json"
+        ).exists():
             self._dt.update_incremental()
         return self._dt
 
@@ -429,7 +441,12 @@ class EventLog:
             return
         folder = Path(self.layout.heads)
         try:
-            atomic_write_json(folder / f"{head.table_version:020d}.json", head.as_json())
+            # rename without fsync, like the Delta commit itself: after a crash a head file may
+            # be empty, and published_head() then falls back to the one before
+            folder.mkdir(parents=True, exist_ok=True)
+            tmp = folder / f".tmp-{os.getpid()}-{threading.get_ident()}.json"
+            tmp.write_text(json.dumps(head.as_json()), encoding="utf-8")
+            os.replace(tmp, folder / f"{head.table_version:020d}.json")
             # only published heads: other writers' temp files (".tmp-*.json") are not ours to remove
             for old in sorted(folder.glob(_HEAD_GLOB))[:-keep]:
                 old.unlink(missing_ok=True)
