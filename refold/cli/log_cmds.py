@@ -12,6 +12,11 @@ from .app import emit_json, json_option, main, open_store, store_argument
 _TABLE_COLUMNS = ["seq", "event_id", "recorded_at", "kind", "tenant", "source", "content"]
 
 
+def _iso(value):
+    """Timestamps as ISO-8601 (``2026-01-01T12:00:00+00:00``, what --as-of reads back), else str."""
+    return value.isoformat() if hasattr(value, "isoformat") else str(value)
+
+
 @main.command()
 @store_argument
 @click.option("--mode", type=click.Choice(["delete", "shred"]), default="delete", show_default=True,
@@ -58,7 +63,7 @@ def log_cmd(store: str, since: int | None, as_of: str | None, fmt: str, as_json:
     frame = open_store(store).log(since=since, as_of=as_of)
     if as_json or fmt == "jsonl":
         for row in frame.to_dicts():
-            click.echo(json.dumps(row, default=str, ensure_ascii=False))
+            click.echo(json.dumps(row, default=_iso, ensure_ascii=False))
         return
     from rich.console import Console
     from rich.table import Table
