@@ -1,0 +1,267 @@
+"""Append throughput of the refold log against plain Parquet files and SQLite, measured in one run.
+
+    python benchmarks/append.py            # full run (a few minutes on 2 cores)
+    python benchmarks/append.py --quick    # small counts, < 30 s; the test suite runs this
+
+Workloads: single-event appends, and batches of 10, 100, 1k and 10k events. Every backend gets
+the same pre-built, already validated events and must make each batch durable-as-configured and
+visible as one unit before the next starts:
+
+- refold: ``EventLog.append(batch)``: idempotency check, seq assignment, sealing into the hash
+  chain (salt, commitment, link per event), one Parquet data file and one Delta commit
+  (compare-and-append), published head.
+- parquet: build an Arrow table of the same user fields plus seq and record time, and
+  ``pyarrow.parquet.write_table`` it as one new file per batch (no transaction log, no chain,
+  no idempotency).
+- sqlite: WAL journal, ``synchronous=NORMAL`` (no fsync per commit, like the other two), one
+  transaction per batch, ``event_id`` UNIQUE as the idempotency key.
+
+Each cell is the best of ``--repeat`` runs (the machine is shared and noisy). Printed ratios are
+time ratios, refold / baseline (lower is better; 1.5 means refold takes 1.5× as long). For
+batches, a breakdown shows where refold's time goes: sealing (hashing), the Delta write and
+commit, and the rest (table refresh, id index, head publication).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sqlite3
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+import refold
+from refold.fold.events import NewEvent
+from refold.storage.log import EventLog
+
+TARGET = 1.5  # refold time / plain Parquet time at >= 1k events per batch (issue 2)
+
+BASE_SCHEMA = pa.schema([
+    ("seq", pa.int64()), ("event_id", pa.string()), ("recorded_at", pa.timestamp("us", tz="UTC")),
+    ("kind", pa.string()), ("tenant", pa.string()), ("source", pa.string()),
+    ("content", pa.string()), ("subjects", pa.list_(pa.string())),
+    ("principals", pa.list_(pa.string())), ("trace_id", pa.string()),
+    ("justification", pa.string()), ("valid_from", pa.timestamp("us", tz="UTC")),
+    ("valid_to", pa.timestamp("us", tz="UTC")), ("ingestion_run", pa.string()),
+    ("fact", pa.string()),
+])
+
+
+def make_events(n: int, tag: str) -> list[NewEvent]:
+    """Chat-like events (~150 bytes of content, a subject, a trace id)."""
+    return [
+        NewEvent(
+            kind="chat_turn", source=f"chat#{i // 20}", subjects=(f"subj-{i % 97}",),
+            trace_id=f"trace-{i // 5}", ingestion_run=f"bench-{tag}",
+            content=(f"turn {i}: the user mentioned that their sister moved to Lyon last spring "
+                     f"and that they will visit her in June; note {i * 7919 % 10007}"),
+        )
+        for i in range(n)
+    ]
+
+
+def _fact(e: NewEvent):
+    return None if e.fact is None else json.dumps(e.fact.as_dict(), sort_keys=True)
+
+
+# -- backends ------------------------------------------------------------------------------------
+
+
+class Refold:
+    name = "refold"
+
+    def __init__(self, root: Path):
+        self.log = refold.init(root).log_store
+        self.seal_s = self.write_s = 0.0
+        seal, write = self.log._seal_table, self.log._write
+
+        def timed_seal(*args, **kwargs):
+            t = time.perf_counter()
+            try:
+                return seal(*args, **kwargs)
+            finally:
+                self.seal_s += time.perf_counter() - t
+
+        def timed_write(*args, **kwargs):
+            t = time.perf_counter()
+            try:
+                return write(*args, **kwargs)
+            finally:
+                self.write_s += time.perf_counter() - t
+
+        self.log._seal_table, self.log._write = timed_seal, timed_write
+
+    def append(self, batch: list[NewEvent]) -> None:
+        self.log.append(batch)
+
+    def close(self) -> None:
+        pass
+
+
+class Parquet:
+    name = "parquet"
+
+    def __init__(self, root: Path):
+        self.root = root
+        root.mkdir(parents=True)
+        self.seq = 0
+        self.files = 0
+
+    def append(self, batch: list[NewEvent]) -> None:
+        now = datetime.now(timezone.utc)
+        n = len(batch)
+        columns = {
+            "seq": range(self.seq, self.seq + n), "recorded_at": [now] * n,
+            "fact": [_fact(e) for e in batch],
+        }
+        for name in BASE_SCHEMA.names:
+            if name not in columns:
+                columns[name] = [getattr(e, name) for e in batch]
+        table = pa.table([pa.array(columns[f.name], f.type) for f in BASE_SCHEMA], schema=BASE_SCHEMA)
+        pq.write_table(table, self.root / f"part-{self.files:06d}.parquet")
+        self.seq += n
+        self.files += 1
+
+    def close(self) -> None:
+        pass
+
+
+class SQLite:
+    name = "sqlite"
+
+    def __init__(self, root: Path):
+        root.mkdir(parents=True)
+        self.db = sqlite3.connect(root / "events.db", isolation_level=None)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=NORMAL")
+        self.db.execute(
+            "CREATE TABLE events (seq INTEGER PRIMARY KEY, event_id TEXT UNIQUE NOT NULL, "
+            "recorded_at TEXT, kind TEXT, tenant TEXT, source TEXT, content TEXT, subjects TEXT, "
+            "principals TEXT, trace_id TEXT, justification TEXT, valid_from TEXT, valid_to TEXT, "
+            "ingestion_run TEXT, fact TEXT)"
+        )
+        self.seq = 0
+
+    def append(self, batch: list[NewEvent]) -> None:
+        now = datetime.now(timezone.utc).isoformat()
+        rows = [
+            (self.seq + i, e.event_id, now, e.kind, e.tenant, e.source, e.content,
+             json.dumps(e.subjects), json.dumps(e.principals), e.trace_id, e.justification,
+             e.valid_from and e.valid_from.isoformat(), e.valid_to and e.valid_to.isoformat(),
+             e.ingestion_run, _fact(e))
+            for i, e in enumerate(batch)
+        ]
+        self.db.execute("BEGIN")
+        self.db.executemany("INSERT INTO events VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
+        self.db.execute("COMMIT")
+        self.seq += len(batch)
+
+    def close(self) -> None:
+        self.db.close()
+
+
+BACKENDS = (Refold, Parquet, SQLite)
+
+
+# -- running ---------------------------------------------------------------------------------------
+
+
+def run_one(cls, root: Path, batches: list[list[NewEvent]]) -> tuple[float, object]:
+    backend = cls(root)
+    try:
+        start = time.perf_counter()
+        for batch in batches:
+            backend.append(batch)
+        return time.perf_counter() - start, backend
+    finally:
+        backend.close()
+
+
+def measure(workdir: Path, label: str, size: int, count: int, repeat: int) -> dict:
+    """Best-of-``repeat`` seconds per backend for ``count`` batches of ``size`` events."""
+    best: dict[str, float] = {}
+    breakdown = (0.0, 0.0)
+    for r in range(repeat):
+        for cls in BACKENDS:  # interleaved, so a noisy moment hits every backend alike
+            events = make_events(size * count, f"{label}-{r}-{cls.name}")
+            batches = [events[i:i + size] for i in range(0, len(events), size)]
+            root = workdir / f"{label}-{r}-{cls.name}"
+            seconds, backend = run_one(cls, root, batches)
+            if seconds < best.get(cls.name, float("inf")):
+                best[cls.name] = seconds
+                if cls is Refold:
+                    breakdown = (backend.seal_s, backend.write_s)
+            shutil.rmtree(root, ignore_errors=True)
+    return {"label": label, "size": size, "count": count, "seconds": best, "breakdown": breakdown}
+
+
+def report(results: list[dict]) -> bool:
+    print()
+    print(f"{'workload':<12}{'events':>8}  {'refold ev/s':>12}{'parquet ev/s':>14}{'sqlite ev/s':>13}"
+          f"  {'refold/parquet':>15}{'refold/sqlite':>14}")
+    for res in results:
+        n = res["size"] * res["count"]
+        s = res["seconds"]
+        print(f"{res['label']:<12}{n:>8}  {n / s['refold']:>12,.0f}{n / s['parquet']:>14,.0f}"
+              f"{n / s['sqlite']:>13,.0f}  {s['refold'] / s['parquet']:>14.2f}x"
+              f"{s['refold'] / s['sqlite']:>13.2f}x")
+    print()
+    print("refold time per batch, where it goes (best run):")
+    for res in results:
+        seal, write = res["breakdown"]
+        total = res["seconds"]["refold"]
+        per = 1000 / res["count"]
+        print(f"  {res['label']:<12} {total * per:8.2f} ms/batch = seal {seal * per:7.2f}"
+              f" + delta write/commit {write * per:7.2f} + other {(total - seal - write) * per:7.2f}")
+    print()
+    met = True
+    for res in results:
+        s = res["seconds"]
+        to_parquet, to_sqlite = s["refold"] / s["parquet"], s["refold"] / s["sqlite"]
+        note = ""
+        if res["size"] >= 1000:
+            ok = to_parquet <= TARGET
+            met &= ok
+            note = f"  (target <= {TARGET}x: {'met' if ok else 'MISSED'})"
+        print(f"ratio refold/parquet {res['label']}: {to_parquet:.2f}x{note}")
+        print(f"ratio refold/sqlite {res['label']}: {to_sqlite:.2f}x")
+    return met
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small counts (< 30 s), for the test suite")
+    parser.add_argument("--repeat", type=int, default=None, help="runs per cell; the best is kept")
+    parser.add_argument("--dir", type=Path, default=None, help="work folder (default: a temp folder)")
+    args = parser.parse_args(argv)
+    if args.quick:
+        plan = [("single", 1, 20), ("batch=10", 10, 10), ("batch=100", 100, 5),
+                ("batch=1k", 1000, 3), ("batch=10k", 10_000, 1)]
+        repeat = args.repeat or 1
+    else:
+        plan = [("single", 1, 300), ("batch=10", 10, 100), ("batch=100", 100, 40),
+                ("batch=1k", 1000, 20), ("batch=10k", 10_000, 5)]
+        repeat = args.repeat or 3
+    workdir = Path(tempfile.mkdtemp(prefix="refold-bench-", dir=args.dir))
+    try:
+        print(f"append benchmark ({'quick' if args.quick else 'full'}, best of {repeat}); "
+              f"python {sys.version.split()[0]}, sqlite {sqlite3.sqlite_version}, pyarrow {pa.__version__}")
+        results = []
+        for label, size, count in plan:
+            results.append(measure(workdir, label, size, count, repeat))
+            print(f"  measured {label}", flush=True)
+        report(results)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,29 @@
+"""benchmarks/append.py --quick runs and prints what it promises (no timing is asserted: the
+machine is shared and noisy, so speed is reported as ratios, not tested)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "append.py"
+WORKLOADS = ("single", "batch=10", "batch=100", "batch=1k", "batch=10k")
+
+
+@pytest.mark.slow
+def test_append_benchmark_quick(tmp_path):
+    done = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--dir", str(tmp_path)],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    for workload in WORKLOADS:
+        for baseline in ("parquet", "sqlite"):
+            match = re.search(rf"^ratio refold/{baseline} {re.escape(workload)}: (\d+\.\d+)x", out, re.M)
+            assert match, f"no {baseline} ratio for {workload}:\n{out}"
+            assert float(match.group(1)) > 0
+    assert re.search(r"^ratio refold/parquet batch=1k: .*\(target <= 1\.5x: (met|MISSED)\)", out, re.M)
+    assert list(tmp_path.iterdir()) == []  # the work folder is cleaned up
