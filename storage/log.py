@@ -262,6 +262,7 @@ class EventLog:
         if not batch:
             return []
         unique = _dedupe(batch)
+        reloaded = False
         with self._lock, self._writer_turn():
             for attempt in range(max_attempts):
                 dt = self._fresh_table()
@@ -287,6 +288,9 @@ class EventLog:
                     if all(e.event_id in landed for e in unique):
                         self._publish_head(new_head)
                         return [landed[e.event_id] for e in batch]
+                    if not reloaded:  # the cached table may have been the problem: once more
+                        reloaded = True
+                        continue
                     raise StoreError(
                         f"append failed and the batch did not land ({exc}); it is safe to retry"
                     ) from exc
@@ -340,17 +344,29 @@ class EventLog:
     def _fresh_table(self) -> DeltaTable:
         """This object's table, brought up to the newest version.
 
-        On a local store a missing next commit file means nothing landed since (one ``stat``
-        instead of listing ``_delta_log``). Were a commit to land right after, the
-        compare-and-append would fail and the retry would refresh, so a stale view never commits.
+        On a local store, our version's commit file still there and the next one absent means
+        nothing landed since (two ``stat`` calls instead of listing ``_delta_log``). Were a commit
+        to land right after, the compare-and-append would fail and the retry would refresh, so a
+        stale view never commits. When the log was checkpointed and cleaned up past our version
+        (erasure does that), the incremental update cannot work and the table is loaded afresh.
         """
-        if self._dt is None:
-            self._dt = self._table()
-        elif "://" in self.layout.root or (
-            Path(self.layout.events) / "_delta_log" / f"{self._dt.version() + 1:020d}.json"
-        ).exists():
-            self._dt.update_incremental()
+        if self._dt is not None:
+            try:
+                if not self._is_current(self._dt):
+                    self._dt.update_incremental()
+                return self._dt
+            except Exception:  # noqa: BLE001 - commits we never saw were cleaned up: reload
+                self._dt = None
+        self._dt = self._table()
         return self._dt
+
+    def _is_current(self, dt: DeltaTable) -> bool:
+        if "://" in self.layout.root:
+            return False
+        log_dir = Path(self.layout.events) / "_delta_log"
+        version = dt.version()
+        return (log_dir / f"{version:020d}.json").exists() and not (
+            log_dir / f"{version + 1:020d}.json").exists()
 
     # a seam for fault-injection tests (an error after the commit landed)
     def _write(self, dt: DeltaTable, table: pa.Table, props: CommitProperties) -> None:

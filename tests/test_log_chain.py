@@ -471,6 +471,23 @@ def test_idempotency_index_survives_a_rewrite_of_files(mem):
     assert log.append([NewEvent(kind="chat_turn", content="y", source="s", event_id="new")]) == [21]
 
 
+def test_long_lived_writer_survives_a_cleaned_up_log(tmp_path):
+    """A checkpoint plus a zero-retention cleanup (what erasure's scrub does) removes commit
+    files a long-lived EventLog never saw; its next append must reload, not fail."""
+    mem = _store(tmp_path / "store", batches=(2, 2))  # this object's table is at version 2
+    refold.Memory(mem.root).append(_event(4))  # version 3, by another writer
+    path = mem.layout.events
+    DeltaTable(path).alter.set_table_properties({"delta.logRetentionDuration": "interval 0 seconds"})
+    dt = DeltaTable(path)
+    dt.create_checkpoint()
+    dt.cleanup_metadata()
+    assert not (Path(path) / "_delta_log" / f"{3:020d}.json").exists()
+    assert mem.append(_event(5)) == [5]
+    assert mem.append(_event(5, event_id="again")) == [6]
+    assert mem.log()["seq"].to_list() == list(range(7))
+    assert mem.verify().ok
+
+
 # -- reading ----------------------------------------------------------------------------------------
 
 
