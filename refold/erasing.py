@@ -15,6 +15,7 @@ the folded graph.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from collections.abc import Iterable, Sequence
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
     from refold.memory import Memory
 
 __all__ = [
-    "derived_stores", "erase", "find", "keystore", "refold_outcome", "register_subject", "registry",
+    "derived_stores", "erase", "fact_impact", "find", "keystore", "refold_outcome", "register_subject", "registry",
     "scan", "state_digest", "subjects", "verify_receipt",
 ]
 
@@ -116,6 +117,36 @@ def refold_outcome(mem: "Memory") -> RefoldOutcome:
     return RefoldOutcome(state.spec_hash, state_digest(state.graph))
 
 
+def fact_impact(mem: "Memory", event_ids: Iterable[str]) -> dict[str, Any] | None:
+    """How the folded graph changes when ``event_ids`` go (for the dry run); None if not folded.
+
+    Extracted facts whose sources are all erased disappear (counted as current or historical);
+    facts that other events also state stay; derived facts whose lineage includes an erased event
+    are recomputed without it.
+    """
+    ids = set(event_ids)
+    try:
+        graph = mem.state().graph
+    except ExtractionError:
+        return None
+    gone = current = kept = derived = 0
+    for *_, d in graph.edges(data=True):
+        sources = set(d.get("sources") or ())
+        if not sources & ids:
+            continue
+        if d.get("derivation") != "extracted":
+            derived += 1
+        elif sources <= ids:
+            gone += 1
+            current += d.get("valid_to") is None
+        else:
+            kept += 1
+    detail = (f"{gone} fact(s) removed: {current} current, {gone - current} historical",
+              f"{kept} fact(s) also stated by other events: kept with fewer sources",
+              f"{derived} derived fact(s) depend on erased events: recomputed by the refold")
+    return {"store": "graph", "rows": gone + derived, "detail": list(detail)}
+
+
 def erase(mem: "Memory", subject_id: str, *, dry_run: bool = False, canaries: Iterable[str] = (),
           include: Iterable[str] = (), include_mentions: bool = False,
           orphan_grace_hours: int = 1) -> Receipt | ErasurePlan:
@@ -130,7 +161,9 @@ def erase(mem: "Memory", subject_id: str, *, dry_run: bool = False, canaries: It
         extra |= {e.event_id for e in find(mem, subject_id).untagged}
     common = dict(keystore=keystore(mem), registry=registry(mem), extra_event_ids=sorted(extra))
     if dry_run:
-        return _plan(mem, subject_id, derived=derived_stores(mem), **common)
+        plan = _plan(mem, subject_id, derived=derived_stores(mem), **common)
+        impact = fact_impact(mem, plan.event_ids)
+        return dataclasses.replace(plan, derived=(*plan.derived, impact)) if impact else plan
     return _erase(mem, subject_id, derived=derived_stores(mem), refold=lambda: refold_outcome(mem),
                   canaries=canaries, orphan_grace_hours=orphan_grace_hours, **common)
 

@@ -32,6 +32,7 @@ A tombstone keeps ``seq``, ``event_id``, ``recorded_at``, ``table_version``, ``c
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -216,6 +217,14 @@ class _Run:
         if not seqs:
             return {"tombstoned": 0, "removed_files": []}
         expected = {e["seq"]: e["commitment"] for e in self.plan.events}
+        # local appenders take turns on the log's host lock: holding it keeps a stream of small
+        # appends from starving this larger read-rewrite commit (the compare-and-commit below is
+        # what keeps it correct, also against writers on other hosts)
+        turn = getattr(self.log, "_writer_turn", None)
+        with turn() if turn is not None else contextlib.nullcontext():
+            return self._commit_tombstones(seqs, expected)
+
+    def _commit_tombstones(self, seqs: set[int], expected: dict[int, str]) -> dict:
         for attempt in range(50):
             dt = self.log._table()
             rows = list(table_to_events(read_arrow(dt, EVENTS_SCHEMA, filter=pc.field("seq").isin(sorted(seqs)))))
@@ -244,7 +253,8 @@ class _Run:
             return {}
         return scrub_table(self.layout.events, erased_ids=self.plan.event_ids,
                            orphan_grace_hours=self.grace, storage_options=self.log.storage_options,
-                           after_vacuum=lambda: _crash_point("scrub_log:vacuumed"))
+                           after_vacuum=lambda: _crash_point("scrub_log:vacuumed"),
+                           hold=getattr(self.log, "_writer_turn", None))
 
     def _purge(self) -> dict:
         done: dict = self.journal["results"].setdefault("purge_partial", {})

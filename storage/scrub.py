@@ -22,11 +22,12 @@ Each step is idempotent, so a rerun after a crash finishes what the first run st
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, ContextManager
 
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
@@ -71,11 +72,15 @@ def _vacuum(dt: DeltaTable, hours: int, *, full: bool) -> list[str]:
 
 def scrub_table(path: str | os.PathLike, *, erased_ids: Iterable[str] = (),
                 orphan_grace_hours: int = 1, storage_options: dict[str, str] | None = None,
-                after_vacuum: Callable[[], None] | None = None) -> dict[str, Any]:
+                after_vacuum: Callable[[], None] | None = None,
+                hold: Callable[[], ContextManager[Any]] | None = None) -> dict[str, Any]:
     """Vacuum, remove orphans holding erased rows, checkpoint and clean the log of one table.
 
     Returns ``{"removed": [relative file paths], "checkpoint_version": int, "log_files_removed": int}``.
     ``after_vacuum`` runs between the file removal and the log cleanup (a crash-test seam).
+    ``hold`` is held around the log cleanup: a writer that loaded the table before the cleanup
+    and commits after it fails (the commits it would check against are gone), so the event log
+    passes its host lock to make local appenders wait instead.
     """
     table = Path(path)
     erased = set(erased_ids)
@@ -96,7 +101,8 @@ def scrub_table(path: str | os.PathLike, *, erased_ids: Iterable[str] = (),
         after_vacuum()
     log_dir = table / "_delta_log"
     before = {p.name for p in log_dir.iterdir()}
-    version = _clean_log(str(table), storage_options)
+    with hold() if hold is not None else contextlib.nullcontext():
+        version = _clean_log(str(table), storage_options)
     after = {p.name for p in log_dir.iterdir()}
     return {"removed": sorted(set(removed)), "checkpoint_version": version,
             "log_files_removed": len(before - after)}

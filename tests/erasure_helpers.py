@@ -46,7 +46,8 @@ X_EVENT_IDS = frozenset([f"ev-x-{i:02d}" for i in range(12)] + ["ev-mention"])
 
 
 def build(root: Path, *, mode: str = "delete", include: set[str] | None = None) -> refold.Memory:
-    """A store at ``root`` with the events above (optionally only ``include`` ids), registered and folded."""
+    """A store at ``root`` with the events above (optionally only ``include`` ids), registered,
+    folded (extraction cache) and snapshotted."""
     mem = refold.init(root, mode=mode)
     chosen = [e for e in events() if include is None or e["event_id"] in include]
     mem.append(chosen[:12])
@@ -54,6 +55,7 @@ def build(root: Path, *, mode: str = "delete", include: set[str] | None = None) 
     erasing.register_subject(mem, X, X_NAME, aliases=[X_ALIAS], identifiers=[X_EMAIL])
     erasing.register_subject(mem, Y, Y_NAME)
     mem.fold()
+    mem.snapshot()  # a snapshot on disk that holds X's facts (erasure must purge it)
     return mem
 
 

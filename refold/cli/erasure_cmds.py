@@ -113,7 +113,7 @@ def _print_plan(plan, as_json: bool) -> None:
         click.echo(f"  destroy {len(plan.key_ids)} key(s)")
     click.echo(f"  purge {plan.cache_rows} extraction-cache row(s)")
     for d in plan.derived:
-        click.echo(f"  purge {d['rows']} from {d['store']}")
+        click.echo(f"  {d['store']}: {d['rows']}" + "".join(f"\n    {line}" for line in d.get("detail", ())))
     click.echo(f"  remove the registry entry: {'yes' if plan.registered else 'none registered'}")
     click.echo("out of scope (refold cannot reach these):")
     for item in plan.out_of_scope:
