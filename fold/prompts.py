@@ -52,7 +52,8 @@ _FORMAT_KEY = "response_format"
 DEFAULT_PROMPT_TEMPLATE = """\
 Extract the facts (subject, relation, object) that the text states. Copy subjects and objects \
 from the text. Use short snake_case relations such as lives_in, works_at, likes, has_pet. \
-Write at most $max_facts facts. If the text states nothing, give an empty list.
+Add valid_from (YYYY-MM-DD) only when the text states a date. Write at most $max_facts facts. \
+If the text states nothing, give an empty list.
 
 Examples:
 
@@ -68,9 +69,10 @@ DEFAULT_FEW_SHOT: tuple[tuple[str, str], ...] = (
     ("Bob: I work at Acme in Denver.",
      '{"facts": [{"subject": "Bob", "relation": "works_at", "object": "Acme"}, '
      '{"subject": "Acme", "relation": "located_in", "object": "Denver"}]}'),
-    ("Maria lives in Lisbon and has a cat named Tiago.",
+    ("Maria lives in Lisbon. Her sister Ines is a teacher.",
      '{"facts": [{"subject": "Maria", "relation": "lives_in", "object": "Lisbon"}, '
-     '{"subject": "Maria", "relation": "has_cat", "object": "Tiago"}]}'),
+     '{"subject": "Ines", "relation": "sister_of", "object": "Maria"}, '
+     '{"subject": "Ines", "relation": "job_title", "object": "teacher"}]}'),
 )
 
 _DATE_PATTERN = "^[0-9]{4}-[0-9]{2}-[0-9]{2}$"

@@ -62,7 +62,7 @@ class OpenAIExtractor(LLMExtractor):
     engine = "openai-http"
 
     def __init__(self, base_url: str | None = None, *, api_key: str | None = None,
-                 model: str | None = None, timeout: float = 30.0, max_retries: int = 3,
+                 model: str | None = None, timeout: float = 60.0, max_retries: int = 3,
                  backoff_s: float = 0.5) -> None:
         if not base_url:
             raise ExtractionError("the openai extractor needs base_url, e.g. http://127.0.0.1:8000/v1 "
@@ -134,12 +134,8 @@ class OpenAIExtractor(LLMExtractor):
                 problem = f"{url} answered HTTP {response.status_code}: {response.text[:300]}"
                 continue
             if response.status_code != 200:
-                hint = ""
-                if "response_format" in response.text:
-                    hint = (" (the server refused the response_format wire form: use a spec built "
-                            "with response_format='json_object' for llama.cpp, 'json_schema' otherwise)")
                 raise ExtractionError(f"{url} refused the request with HTTP {response.status_code}: "
-                                      f"{response.text[:300]}{hint}")
+                                      f"{response.text[:300]}{_format_hint(response.text)}")
             try:
                 data = response.json()
                 text, tokens_in, tokens_out = postprocess(data)
@@ -149,5 +145,13 @@ class OpenAIExtractor(LLMExtractor):
             meta = (("attempts", attempt + 1), ("finish_reason", data["choices"][0].get("finish_reason")),
                     ("served_model", data.get("model")))
             return Completion(text, tokens_in, tokens_out, latency, meta=meta)
-        hint = f"; {_START_HINT}" if problem.startswith("cannot reach") else ""
+        hint = f"; {_START_HINT}" if problem.startswith("cannot reach") else _format_hint(problem)
         raise ExtractionError(f"{problem} after {self.max_retries + 1} attempts{hint}")
+
+
+def _format_hint(text: str) -> str:
+    # the llama.cpp server answers a response_format it does not know with HTTP 500 (not 4xx)
+    if "response_format" not in text:
+        return ""
+    return (" (the server refused the response_format wire form: build the spec with "
+            "response_format='json_object' for the llama.cpp server, 'json_schema' otherwise)")
