@@ -16,6 +16,11 @@ visible as one unit before the next starts:
 - sqlite: WAL journal, ``synchronous=NORMAL`` (no fsync per commit, like the other two), one
   transaction per batch, ``event_id`` UNIQUE as the idempotency key.
 
+A second part measures many concurrent single-event callers in one process (threads): refold
+with a commit per call (threads take turns), refold with :class:`~refold.storage.group.GroupCommit`
+(calls that arrive while a commit is in flight share the next one), and SQLite with a connection
+and a one-row transaction per call.
+
 Each cell is the best of ``--repeat`` runs (the machine is shared and noisy). Printed ratios are
 time ratios, refold / baseline (lower is better; 1.5 means refold takes 1.5× as long). For
 batches, a breakdown shows where refold's time goes: sealing (hashing), the Delta write and
@@ -30,6 +35,7 @@ import shutil
 import sqlite3
 import sys
 import tempfile
+import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -39,7 +45,7 @@ import pyarrow.parquet as pq
 
 import refold
 from refold.fold.events import NewEvent
-from refold.storage.log import EventLog
+from refold.storage.group import GroupCommit
 
 TARGET = 1.5  # refold time / plain Parquet time at >= 1k events per batch (issue 2)
 
@@ -202,6 +208,71 @@ def measure(workdir: Path, label: str, size: int, count: int, repeat: int) -> di
     return {"label": label, "size": size, "count": count, "seconds": best, "breakdown": breakdown}
 
 
+def _threads(n: int, per: int, call) -> float:
+    """Seconds for ``n`` threads to make ``per`` calls each (started together)."""
+    start = threading.Barrier(n + 1)
+    errors: list[BaseException] = []
+
+    def run(t: int) -> None:
+        start.wait()
+        try:
+            for i in range(per):
+                call(t, i)
+        except BaseException as exc:  # noqa: BLE001 - re-raised below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(t,)) for t in range(n)]
+    for th in threads:
+        th.start()
+    start.wait()
+    t0 = time.perf_counter()
+    for th in threads:
+        th.join()
+    if errors:
+        raise errors[0]
+    return time.perf_counter() - t0
+
+
+def measure_concurrent(workdir: Path, n: int, per: int, repeat: int) -> dict:
+    """Best-of seconds for ``n`` threads × ``per`` single-event appends, per way of appending."""
+    best: dict[str, float] = {}
+    commits = 0
+    for r in range(repeat):
+        events = {k: make_events(n * per, f"conc-{r}-{k}") for k in ("refold", "group", "sqlite")}
+        root = workdir / f"conc-{r}"
+        log = refold.init(root / "refold").log_store
+        seconds = {"refold": _threads(n, per, lambda t, i: log.append([events["refold"][t * per + i]]))}
+        glog = refold.init(root / "group").log_store
+        group = GroupCommit(glog)
+        seconds["group"] = _threads(n, per, lambda t, i: group.append([events["group"][t * per + i]]))
+        db_path = root / "sqlite.db"
+        SQLite(root / "sqlite-init").close()  # the same schema and pragmas, in its own file
+        local = threading.local()
+
+        def sqlite_call(t: int, i: int) -> None:
+            db = getattr(local, "db", None)
+            if db is None:
+                db = local.db = sqlite3.connect(db_path, isolation_level=None, timeout=60)
+                db.execute("PRAGMA journal_mode=WAL")
+                db.execute("PRAGMA synchronous=NORMAL")
+                db.execute("CREATE TABLE IF NOT EXISTS events (seq INTEGER PRIMARY KEY, "
+                           "event_id TEXT UNIQUE NOT NULL, recorded_at TEXT, content TEXT)")
+            e = events["sqlite"][t * per + i]
+            db.execute("BEGIN IMMEDIATE")
+            db.execute("INSERT INTO events (event_id, recorded_at, content) VALUES (?,?,?)",
+                       (e.event_id, datetime.now(timezone.utc).isoformat(), e.content))
+            db.execute("COMMIT")
+
+        seconds["sqlite"] = _threads(n, per, sqlite_call)
+        for name, value in seconds.items():
+            if value < best.get(name, float("inf")):
+                best[name] = value
+                if name == "group":
+                    commits = group.commits
+        shutil.rmtree(root, ignore_errors=True)
+    return {"threads": n, "per": per, "seconds": best, "commits": commits}
+
+
 def report(results: list[dict]) -> bool:
     print()
     print(f"{'workload':<12}{'events':>8}  {'refold ev/s':>12}{'parquet ev/s':>14}{'sqlite ev/s':>13}"
@@ -235,6 +306,21 @@ def report(results: list[dict]) -> bool:
     return met
 
 
+def report_concurrent(res: dict) -> None:
+    n, per, s = res["threads"], res["per"], res["seconds"]
+    total = n * per
+    label = f"{n}threads"
+    print()
+    print(f"{n} threads x {per} single-event appends ({total} events, one process):")
+    print(f"  refold, a commit per call      {total / s['refold']:>10,.0f} events/s")
+    print(f"  refold, group commit           {total / s['group']:>10,.0f} events/s"
+          f"  ({res['commits']} commits, {total / max(res['commits'], 1):.1f} events per commit)")
+    print(f"  sqlite, a transaction per call {total / s['sqlite']:>10,.0f} events/s")
+    print(f"ratio refold/sqlite {label}: {s['refold'] / s['sqlite']:.2f}x")
+    print(f"ratio refold-group/sqlite {label}: {s['group'] / s['sqlite']:.2f}x")
+    print(f"ratio refold-group/refold {label}: {s['group'] / s['refold']:.2f}x")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small counts (< 30 s), for the test suite")
@@ -244,10 +330,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         plan = [("single", 1, 20), ("batch=10", 10, 10), ("batch=100", 100, 5),
                 ("batch=1k", 1000, 3), ("batch=10k", 10_000, 1)]
+        threads, per = 4, 8
         repeat = args.repeat or 1
     else:
         plan = [("single", 1, 300), ("batch=10", 10, 100), ("batch=100", 100, 40),
                 ("batch=1k", 1000, 20), ("batch=10k", 10_000, 5)]
+        threads, per = 8, 40
         repeat = args.repeat or 3
     workdir = Path(tempfile.mkdtemp(prefix="refold-bench-", dir=args.dir))
     try:
@@ -257,7 +345,10 @@ def main(argv: list[str] | None = None) -> int:
         for label, size, count in plan:
             results.append(measure(workdir, label, size, count, repeat))
             print(f"  measured {label}", flush=True)
+        concurrent = measure_concurrent(workdir, threads, per, repeat)
+        print(f"  measured {threads} threads", flush=True)
         report(results)
+        report_concurrent(concurrent)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     return 0

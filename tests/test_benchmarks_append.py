@@ -26,4 +26,7 @@ def test_append_benchmark_quick(tmp_path):
             assert match, f"no {baseline} ratio for {workload}:\n{out}"
             assert float(match.group(1)) > 0
     assert re.search(r"^ratio refold/parquet batch=1k: .*\(target <= 1\.5x: (met|MISSED)\)", out, re.M)
+    for ratio in ("refold/sqlite", "refold-group/sqlite", "refold-group/refold"):
+        assert re.search(rf"^ratio {ratio} 4threads: \d+\.\d+x", out, re.M), out
+    assert re.search(r"group commit .*\((\d+) commits", out)
     assert list(tmp_path.iterdir()) == []  # the work folder is cleaned up
