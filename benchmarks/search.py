@@ -1,7 +1,8 @@
 """Filtered vs unfiltered search latency on the refold vector index (exact and HNSW).
 
-Random unit vectors (the index does not care where they came from) with refold's real metadata
-frame; every filtered search ranks only the ids its filter allows (pre-filtering). For each
+Synthetic unit vectors with refold's real metadata frame: ``clustered`` (default: 1,000 topic
+centres plus noise, shaped like sentence embeddings, which HNSW handles well) or ``random``
+(uniform on the sphere: no structure at all, HNSW's worst case); every filtered search ranks only the ids its filter allows (pre-filtering). For each
 backend it prints the per-query latency of:
 
 * ``unfiltered``      a plain faiss search;
@@ -13,10 +14,12 @@ as a ratio to the unfiltered search of the same backend (measured in the same ru
 against brute force over the allowed ids. It also times building a candidate set from the
 metadata (a polars filter; cached per filter by a Retriever).
 
-    python benchmarks/search.py [--n 100000] [--dim 384] [--queries 200] [--k 10] [--threads 1] [--quick] [--json]
+    python benchmarks/search.py [--n 100000] [--dim 384] [--queries 200] [--k 10] [--threads 1]
+                                [--data clustered|random] [--quick] [--json]
 
-``--threads`` sets faiss's OpenMP threads (default 1: one query at a time is latency-bound, and
-on a busy 2-core machine OpenMP threads spinning for a core made a flat search ~40x slower).
+``--threads`` sets faiss's OpenMP threads for the searches (default 1: one query at a time is
+latency-bound, and on a busy 2-core machine OpenMP threads spinning for a core made a flat search
+~40x slower); index builds use faiss's default.
 
 ``--quick``: 10,000 vectors and 30 queries (what tests/test_benchmarks_search.py runs).
 """
@@ -35,7 +38,8 @@ from refold.search import filter_expr
 from refold.storage.index import Candidates, Tuning, VectorIndex
 
 
-def build(n: int, dim: int, backend: str, vectors: np.ndarray, tuning: Tuning) -> tuple[VectorIndex, float]:
+def build(n: int, dim: int, backend: str, vectors: np.ndarray, tuning: Tuning,
+          search_threads: int) -> tuple[VectorIndex, float]:
     ids = np.arange(1, n + 1, dtype=np.int64)
     rng = np.random.default_rng(5)
     meta = pl.DataFrame({
@@ -49,7 +53,12 @@ def build(n: int, dim: int, backend: str, vectors: np.ndarray, tuning: Tuning) -
     lookup = {f"t{i}": row for i, row in zip(ids, vectors)}
     start = time.perf_counter()
     ix.sync(meta, lambda texts: np.stack([lookup[t] for t in texts]))
-    return ix, time.perf_counter() - start
+    took = time.perf_counter() - start
+    if search_threads:
+        import faiss
+
+        faiss.omp_set_num_threads(search_threads)
+    return ix, took
 
 
 def timed(ix: VectorIndex, queries: np.ndarray, k: int, cands: Candidates | None) -> tuple[float, list]:
@@ -68,17 +77,30 @@ def recall(hits: list, vectors: np.ndarray, queries: np.ndarray, allowed: np.nda
     return got / (k * len(queries))
 
 
-def run(n: int, dim: int, nq: int, k: int) -> dict:
+def _vectors(n: int, dim: int, data: str, rng: np.random.Generator) -> np.ndarray:
+    if data == "random":
+        return rng.standard_normal((n, dim)).astype(np.float32)
+    centres = rng.standard_normal((1000, dim)).astype(np.float32)
+    centres /= np.linalg.norm(centres, axis=1, keepdims=True)
+    noise = rng.standard_normal((n, dim)).astype(np.float32) * (0.6 / np.sqrt(dim))
+    return centres[rng.integers(len(centres), size=n)] + noise
+
+
+def run(n: int, dim: int, nq: int, k: int, *, data: str = "clustered", threads: int = 1) -> dict:
+    import faiss
+
+    default_threads = faiss.omp_get_max_threads()
     rng = np.random.default_rng(0)
-    vectors = rng.standard_normal((n, dim)).astype(np.float32)
+    vectors = _vectors(n, dim, data, rng)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
     queries = vectors[rng.integers(n, size=nq)] + 0.05 * rng.standard_normal((nq, dim)).astype(np.float32)
     queries = (queries / np.linalg.norm(queries, axis=1, keepdims=True)).astype(np.float32)
     half = np.sort(rng.choice(np.arange(1, n + 1), size=n // 2, replace=False))
     one = np.sort(rng.choice(np.arange(1, n + 1), size=max(k, n // 100), replace=False))
-    out: dict = {"n": n, "dim": dim, "queries": nq, "k": k, "rows": []}
+    out: dict = {"n": n, "dim": dim, "queries": nq, "k": k, "data": data, "threads": threads, "rows": []}
     for backend in ("flat", "hnsw"):
-        ix, build_s = build(n, dim, backend, vectors, Tuning())
+        faiss.omp_set_num_threads(default_threads)
+        ix, build_s = build(n, dim, backend, vectors, Tuning(), threads)
         out[f"build_{backend}_s"] = round(build_s, 2)
         base_ms, base_hits = timed(ix, queries, k, None)
         cases = [("unfiltered", None, base_ms, base_hits, np.arange(1, n + 1))]
@@ -113,20 +135,17 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--k", type=int, default=10)
     parser.add_argument("--threads", type=int, default=1, help="faiss OpenMP threads (0: faiss's default)")
+    parser.add_argument("--data", choices=["clustered", "random"], default="clustered")
     parser.add_argument("--quick", action="store_true", help="10,000 vectors, 30 queries")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
     n, nq = (10_000, 30) if args.quick else (args.n, args.queries)
-    if args.threads:
-        import faiss
-
-        faiss.omp_set_num_threads(args.threads)
-    result = run(n, args.dim, nq, args.k)
-    result["threads"] = args.threads
+    result = run(n, args.dim, nq, args.k, data=args.data, threads=args.threads)
     if args.json:
         print(json.dumps(result))
         return result
-    print(f"{n} vectors x {args.dim} dims, {nq} queries, k={args.k}, faiss threads {args.threads or 'default'}; "
+    print(f"{n} {args.data} vectors x {args.dim} dims, {nq} queries, k={args.k}, "
+          f"faiss search threads {args.threads or 'default'}; "
           f"build flat {result['build_flat_s']} s, hnsw {result['build_hnsw_s']} s")
     print(f"{'backend':8} {'filter':16} {'strategy':14} {'kept':>7} {'ms/query':>9} {'ratio':>6} {'recall':>7} {'empty':>6}")
     for r in result["rows"]:
