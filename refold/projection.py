@@ -1,0 +1,221 @@
+"""Incremental projection against a store: resume from the newest valid state, apply only the rest.
+
+    candidates (newest first): the in-process LiveFold of this Memory, then snapshots on disk
+      → the first VALID one: the log still has its link at its last_seq, and none of the events
+        it contains has been erased since (a tombstone, or content that can no longer be read)
+      → read the events after it, extract the ones with no cached extraction, merge them in log
+        order, refresh roll-ups for what changed
+      → write snapshots at multiples of ``snapshot_every`` reached on the way (only the newest
+        ``keep``; older ones are pruned)
+
+With no valid candidate (or ``full=True``) the fold starts from the beginning of the log and the
+cache: the old, always-correct path. An erasure refold is the same call: the erasure purged every
+snapshot holding the subject's events, so the newest valid one lies before the first erased event,
+and the surviving events after it are re-merged from the cache (no extraction call, unless an
+extraction's own inputs were erased and its cache row purged).
+"""
+
+from __future__ import annotations
+
+import bisect
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import pyarrow.compute as pc
+
+from refold.fold.errors import ExtractionError
+from refold.fold.events import Event
+from refold.fold.extract import Extraction, Extractor
+from refold.fold.incremental import LiveFold, paused_gc
+from refold.fold.spec import FoldSpec
+from refold.folding import extract_missing, needs_extraction
+from refold.storage.schema import table_to_events
+from refold.storage.snapshots import SnapshotInfo, SnapshotStore
+
+if TYPE_CHECKING:
+    from refold.memory import Memory
+
+__all__ = ["Projection", "project", "ListSource", "DeltaSource"]
+
+
+class ListSource:
+    """Log events held in memory (a prefix for ``as_of``, or a decrypted shred-mode log)."""
+
+    def __init__(self, events: Sequence[Event]):
+        self.events = list(events)
+        self._seqs = [e.seq for e in self.events]
+        self._erased = [(e.seq, e.event_id) for e in self.events if e.content is None or e.is_tombstone]
+
+    @property
+    def last_seq(self) -> int:
+        return self._seqs[-1] if self._seqs else -1
+
+    def window(self, start: int) -> tuple[list[Event], set[str]]:
+        """(events with seq >= start, ids of erased events with seq < start)."""
+        i = bisect.bisect_left(self._seqs, start)
+        return self.events[i:], {eid for seq, eid in self._erased if seq < start}
+
+
+class DeltaSource:
+    """The log's head read straight from Delta, only from a start position (delete mode: an erased
+    event is a tombstone row, so the erased ids before the start come from one narrow read)."""
+
+    def __init__(self, log):
+        self.log = log
+        self._cached: tuple[int, list[Event], list[tuple[int, str]]] | None = None
+
+    def window(self, start: int) -> tuple[list[Event], set[str]]:
+        if self._cached is None or start < self._cached[0]:
+            start_read = max(start, 0)
+            rows = self.log.arrow(filter=(pc.field("seq") >= start_read) | (pc.field("kind") == "tombstone"))
+            tail_rows = rows.filter(pc.field("seq") >= start_read)
+            tombs = rows.filter(pc.field("seq") < start_read)
+            self._cached = (start_read, list(table_to_events(tail_rows)),
+                            list(zip(tombs["seq"].to_pylist(), tombs["event_id"].to_pylist())))
+        first, events, tombs = self._cached
+        i = bisect.bisect_left([e.seq for e in events], start)
+        erased = {eid for seq, eid in tombs if seq < start}
+        erased.update(e.event_id for e in events[:i] if e.is_tombstone or e.content is None)
+        return events[i:], erased
+
+
+@dataclass
+class Projection:
+    """What :func:`project` did."""
+
+    live: LiveFold
+    extraction_calls: int
+    rejected: int
+    applied: int
+    resumed_from: int  # seq of the state resumed from (-1: the beginning of the log)
+    snapshots_written: tuple[int, ...] = ()
+    #: seconds per phase (resume, extract, cache_read, merge, snapshot_write, rollups)
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+def _valid(candidate_seq: int, link: str, contained: Callable[[], set[str]],
+           events: list[Event], erased: set[str]) -> bool:
+    if not events or events[0].seq != candidate_seq or events[0].link != link:
+        return False  # the log no longer has this position (rewritten, truncated, or another log)
+    if events[0].content is None or events[0].is_tombstone:
+        erased = erased | {events[0].event_id}
+    return not erased or not (erased & contained())
+
+
+def resume(spec: FoldSpec, source, *, live: LiveFold | None, store: SnapshotStore | None,
+           at_most: int) -> tuple[LiveFold, list[Event]]:
+    """The newest valid state at or before ``at_most`` and the events after it."""
+    candidates: list[tuple[int, int, LiveFold | SnapshotInfo]] = []
+    if live is not None and live.spec.hash == spec.hash and live.last_seq <= at_most:
+        candidates.append((live.last_seq, 1, live))
+    if store is not None and store.enabled:
+        candidates += [(s.last_seq, 0, s) for s in store.newest(spec.hash, at_most=at_most)]
+    candidates.sort(key=lambda c: (c[0], c[1]), reverse=True)
+    for seq, _, cand in candidates:
+        if seq < 0:
+            continue
+        events, erased = source.window(seq)
+        if isinstance(cand, LiveFold):
+            if _valid(seq, cand.link, lambda: cand.contained, events, erased):
+                cand.started_from = seq
+                return cand, events[1:]
+        elif _valid(seq, cand.link, lambda: store.contained_ids(cand), events, erased):
+            try:
+                return store.load(cand, spec), events[1:]
+            except Exception:  # noqa: BLE001 - a damaged snapshot is skipped, never trusted
+                continue
+    events, _ = source.window(0)
+    return LiveFold.empty(spec), events
+
+
+def snapshot_points(after: int, until: int, *, every: int, keep: int) -> set[int]:
+    """Seqs in (after, until] that end a block of ``every`` events (the newest ``keep`` of them)."""
+    if every <= 0 or keep <= 0 or until <= after:
+        return set()
+    last = (until + 1) // every * every - 1
+    points = []
+    seq = last
+    while seq > after and len(points) < keep:
+        points.append(seq)
+        seq -= every
+    return set(points)
+
+
+def project(mem: "Memory", spec: FoldSpec, *, extractor: Extractor | None, full: bool = False,
+            source=None, live: LiveFold | None = None, at_most: int | None = None,
+            progress: bool = False, runner=None, snapshot_every: int = 0, keep: int = 4,
+            batch_size: int = 16) -> Projection:
+    """Bring a fold of ``spec`` up to ``at_most`` (default: the end of ``source``).
+
+    ``source``: a :class:`ListSource` or :class:`DeltaSource` (default: the log's head).
+    ``extractor`` None means every needed extraction must already be cached (checked by the caller).
+    """
+    with paused_gc():
+        return _project(mem, spec, extractor=extractor, full=full, source=source, live=live,
+                        at_most=at_most, progress=progress, runner=runner, snapshot_every=snapshot_every,
+                        keep=keep, batch_size=batch_size)
+
+
+def _project(mem, spec, *, extractor, full, source, live, at_most, progress, runner, snapshot_every, keep,
+             batch_size) -> Projection:
+    clock = _Clock()
+    store = SnapshotStore(mem.layout, storage_options=mem.storage_options)
+    if source is None:
+        source = DeltaSource(mem.log_store) if mem.mode != "shred" else ListSource(mem.events())
+    if at_most is None:
+        at_most = 1 << 62
+    if full:
+        current, tail = LiveFold.empty(spec), source.window(0)[0]
+    else:
+        current, tail = resume(spec, source, live=live, store=store, at_most=at_most)
+    tail = [e for e in tail if e.seq <= at_most]
+    resumed_from = current.last_seq
+    clock.lap("resume")
+    calls = rejected = 0
+    extractions: dict[str, Extraction] = {}
+    if extractor is not None and tail:
+        calls, rejected = extract_missing(tail, spec=spec, extractor=extractor, cache=mem.cache,
+                                          batch_size=batch_size, progress=progress, runner=runner,
+                                          collect=extractions)
+    wanted = [e.event_id for e in tail if needs_extraction(e)]
+    if extractor is None and wanted:
+        missing = mem.cache.missing(spec.hash, wanted)
+        if missing:
+            raise ExtractionError(
+                f"{len(missing)} event(s) have no {spec.extractor} extraction yet; run `refold fold "
+                f"{mem.root} --extractor {spec.extractor}` first"
+            )
+    clock.lap("extract")
+    cached = [i for i in wanted if i not in extractions]  # the rest were just extracted
+    if cached:
+        extractions.update(mem.cache.get(spec.hash, None if resumed_from < 0 else cached))
+    clock.lap("cache_read")
+    points = snapshot_points(current.last_seq, tail[-1].seq, every=snapshot_every, keep=keep) if tail else set()
+    written = []
+    for event in tail:
+        current.apply(event, extractions.get(event.event_id))
+        if event.seq in points:
+            clock.lap("merge")
+            if store.write(current) is not None:
+                written.append(event.seq)
+            clock.lap("snapshot_write")
+    clock.lap("merge")
+    current.refresh()
+    clock.lap("rollups")
+    if written:
+        store.prune(spec.hash, keep=keep)
+    return Projection(live=current, extraction_calls=calls, rejected=rejected, applied=len(tail),
+                      resumed_from=resumed_from, snapshots_written=tuple(written), timings=clock.laps)
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.laps: dict[str, float] = {}
+        self._last = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.laps[name] = self.laps.get(name, 0.0) + now - self._last
+        self._last = now

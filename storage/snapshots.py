@@ -1,0 +1,279 @@
+"""Snapshots: the merged graph of a fold at a log position, per spec, stored columnar.
+
+    snapshots/<spec_hash>/<last_seq, 12 digits>/
+        nodes.parquet       entity nodes (id, tenant, name, key, aliases)
+        edges.parquet       extracted edges, every merge attribute (see refold.fold.snapshot_codec)
+        contained.parquet   event ids whose data the snapshot holds (erasure purges by these)
+        manifest.json       written last: position (last_seq + its link), merge stats, counts,
+                            a digest of the contained ids, a SHA-256 per file
+
+A snapshot is written into a temporary folder that is renamed into place only when complete
+(manifest last), so a reader never sees half of one; a folder without a readable manifest, or
+whose files do not match their digests, is ignored. Roll-ups are not stored: they are
+recomputed on load.
+
+Validity (checked by the fold, :mod:`refold.folding`): the log must still hold, at ``last_seq``,
+the event with the recorded ``link`` (the link commits to the whole chain up to there, and
+tombstones keep links), and no event in the snapshot's contained set may have been erased.
+:meth:`SnapshotStore.purge` removes every snapshot containing an erased event, plus any temporary
+folder (whose contents are unknown); the erasure procedure calls it.
+
+Only local store roots keep snapshots; on object stores the fold runs without them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from refold.fold.errors import StoreError
+from refold.fold.incremental import LiveFold
+from refold.fold.snapshot_codec import (FORMAT, decode_graph, encode_graph, stats_from_json,
+                                        stats_to_json)
+from refold.fold.spec import FoldSpec
+from .cache import PurgeResult
+from .layout import Layout
+
+__all__ = ["SnapshotInfo", "SnapshotStore"]
+
+MANIFEST = "manifest.json"
+_FILES = ("nodes", "edges", "contained")
+_CONTAINED_SCHEMA = pa.schema([("event_id", pa.string())])
+
+
+def contained_digest(ids: Iterable[str]) -> str:
+    """SHA-256 over the sorted, newline-joined event ids."""
+    return hashlib.sha256("\n".join(sorted(ids)).encode()).hexdigest()
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class SnapshotInfo:
+    """One snapshot's manifest (no personal data: positions, counts and digests)."""
+
+    spec_hash: str
+    last_seq: int
+    link: str
+    path: str
+    stats: dict[str, int] = field(default_factory=dict)
+    nodes: int = 0
+    edges: int = 0
+    contained: int = 0
+    contained_sha256: str = ""
+    created_at: str = ""
+    files: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def events(self) -> int:
+        """Log events covered: seqs 0 … last_seq."""
+        return self.last_seq + 1
+
+    def as_json(self) -> dict[str, Any]:
+        out = dict(self.__dict__)
+        out["format"] = FORMAT
+        out["events"] = self.events
+        return out
+
+    @classmethod
+    def from_json(cls, value: dict[str, Any], path: str) -> "SnapshotInfo":
+        if value.get("format") != FORMAT:
+            raise StoreError(f"snapshot {path} has format {value.get('format')!r}, expected {FORMAT}")
+        return cls(spec_hash=value["spec_hash"], last_seq=int(value["last_seq"]), link=value["link"],
+                   path=path, stats=dict(value["stats"]), nodes=int(value["nodes"]),
+                   edges=int(value["edges"]), contained=int(value["contained"]),
+                   contained_sha256=value["contained_sha256"], created_at=value["created_at"],
+                   files=dict(value["files"]))
+
+
+class SnapshotStore:
+    """The snapshots of one store (a folder per spec hash and position)."""
+
+    def __init__(self, layout: Layout, *, storage_options: dict[str, str] | None = None):
+        self.layout = layout
+        self.root = Path(layout.snapshots) if layout.is_local else None
+        self.storage_options = storage_options
+
+    @property
+    def enabled(self) -> bool:
+        return self.root is not None
+
+    # -- reading --------------------------------------------------------------------------------
+
+    def list(self, spec_hash: str | None = None) -> list[SnapshotInfo]:
+        """Complete snapshots (of ``spec_hash``, or all), oldest first per spec."""
+        if self.root is None or not self.root.exists():
+            return []
+        specs = [self.root / spec_hash] if spec_hash else sorted(p for p in self.root.iterdir() if p.is_dir())
+        out = []
+        for folder in specs:
+            if not folder.is_dir():
+                continue
+            for snap in sorted(folder.iterdir()):
+                if snap.name.startswith(".") or not snap.is_dir():
+                    continue
+                info = self._read_manifest(snap)
+                if info is not None:
+                    out.append(info)
+        return out
+
+    def _read_manifest(self, folder: Path) -> SnapshotInfo | None:
+        try:
+            return SnapshotInfo.from_json(json.loads((folder / MANIFEST).read_text()), str(folder))
+        except (OSError, ValueError, KeyError, StoreError):
+            return None  # incomplete, foreign or damaged: never used
+
+    def newest(self, spec_hash: str, *, at_most: int) -> list[SnapshotInfo]:
+        """Snapshots of ``spec_hash`` with ``last_seq <= at_most``, newest first."""
+        return sorted((s for s in self.list(spec_hash) if s.last_seq <= at_most),
+                      key=lambda s: s.last_seq, reverse=True)
+
+    def contained_ids(self, info: SnapshotInfo) -> set[str]:
+        table = pq.read_table(Path(info.path) / "contained.parquet")
+        return set(table["event_id"].to_pylist())
+
+    def load(self, info: SnapshotInfo, spec: FoldSpec) -> LiveFold:
+        """A :class:`LiveFold` resumed from ``info`` (files checked against the manifest)."""
+        if info.spec_hash != spec.hash:
+            raise StoreError(f"snapshot {info.path} is for spec {info.spec_hash}, not {spec.hash}")
+        folder = Path(info.path)
+        try:
+            for name in _FILES:
+                if _sha256(folder / f"{name}.parquet") != info.files[name]:
+                    raise StoreError(f"snapshot {info.path}: {name}.parquet does not match its manifest "
+                                     "digest; delete the folder (refold rebuilds it)")
+            nodes = pq.read_table(folder / "nodes.parquet")
+            edges = pq.read_table(folder / "edges.parquet")
+            contained = self.contained_ids(info)
+        except (OSError, KeyError, pa.ArrowException) as exc:
+            raise StoreError(f"cannot read snapshot {info.path} ({exc}); delete the folder or fold with "
+                             "--full") from exc
+        graph = decode_graph(nodes, edges)
+        return LiveFold.resume(spec, graph, stats_from_json(info.stats), contained=contained,
+                               link=info.link, started_from=info.last_seq)
+
+    # -- writing --------------------------------------------------------------------------------
+
+    def write(self, live: LiveFold) -> SnapshotInfo | None:
+        """Snapshot ``live`` at its position; None when snapshots are off or it already exists."""
+        if self.root is None or live.last_seq < 0:
+            return None
+        spec_dir = self.root / live.spec.hash
+        final = spec_dir / f"{live.last_seq:012d}"
+        if (final / MANIFEST).exists():
+            return None
+        spec_dir.mkdir(parents=True, exist_ok=True)
+        tmp = spec_dir / f".tmp-{uuid.uuid4().hex}"
+        tmp.mkdir()
+        try:
+            nodes, edges = encode_graph(live.graph)
+            contained = sorted(live.contained)
+            tables = {"nodes": nodes, "edges": edges,
+                      "contained": pa.table([pa.array(contained, pa.string())], schema=_CONTAINED_SCHEMA)}
+            files = {}
+            for name, table in tables.items():
+                path = tmp / f"{name}.parquet"
+                pq.write_table(table, path, compression="zstd")
+                files[name] = _sha256(path)
+            info = SnapshotInfo(
+                spec_hash=live.spec.hash, last_seq=live.last_seq, link=live.link, path=str(final),
+                stats=stats_to_json(live.builder.stats), nodes=nodes.num_rows, edges=edges.num_rows,
+                contained=len(contained), contained_sha256=contained_digest(contained),
+                created_at=datetime.now(timezone.utc).isoformat(), files=files,
+            )
+            with open(tmp / MANIFEST, "w", encoding="utf-8") as fh:  # last, and fsynced
+                json.dump(info.as_json(), fh, indent=2, sort_keys=True)
+                fh.flush()
+                os.fsync(fh.fileno())
+            try:
+                os.rename(tmp, final)  # atomic: the snapshot appears complete or not at all
+            except OSError:
+                if (final / MANIFEST).exists():  # another writer put the same snapshot in place
+                    return None
+                shutil.rmtree(final, ignore_errors=True)  # a damaged leftover: replace it
+                os.rename(tmp, final)
+            return info
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+
+    # -- removing -------------------------------------------------------------------------------
+
+    def remove(self, info: SnapshotInfo) -> None:
+        _remove_dir(Path(info.path))
+
+    def prune(self, spec_hash: str, *, keep: int) -> list[SnapshotInfo]:
+        """Keep the ``keep`` newest snapshots of ``spec_hash``; return the removed ones."""
+        snaps = self.list(spec_hash)
+        old = snaps[:-keep] if keep > 0 else snaps
+        for info in old:
+            self.remove(info)
+        return old
+
+    def _hits(self, event_ids: Iterable[str]) -> tuple[list[SnapshotInfo], list[Path]]:
+        wanted = set(event_ids)
+        hits, partial = [], []
+        if self.root is None or not self.root.exists():
+            return hits, partial
+        for folder in (p for p in self.root.iterdir() if p.is_dir()):
+            for snap in folder.iterdir():
+                info = self._read_manifest(snap) if snap.is_dir() and not snap.name.startswith(".") else None
+                if info is None:
+                    partial.append(snap)  # a temporary or damaged folder: its contents are unknown
+                    continue
+                try:
+                    if wanted & self.contained_ids(info):
+                        hits.append(info)
+                except (OSError, pa.ArrowException):
+                    hits.append(info)  # unreadable list: cannot prove it is clean
+        return hits, partial
+
+    def preview(self, event_ids: Iterable[str]) -> PurgeResult:
+        """What :meth:`purge` would remove (nothing is removed)."""
+        hits, partial = self._hits(event_ids)
+        return PurgeResult("snapshots", len(hits) + len(partial), self._detail(hits, partial))
+
+    def purge(self, event_ids: Iterable[str]) -> PurgeResult:
+        """Remove every snapshot that contains any of ``event_ids`` (and every temporary folder)."""
+        hits, partial = self._hits(event_ids)
+        for info in hits:
+            self.remove(info)
+        for path in partial:
+            _remove_dir(path)
+        return PurgeResult("snapshots", len(hits) + len(partial), self._detail(hits, partial))
+
+    def _detail(self, hits: list[SnapshotInfo], partial: list[Path]) -> tuple[str, ...]:
+        root = Path(self.layout.root)
+        return tuple(sorted(os.path.relpath(p, root) for p in [*(Path(h.path) for h in hits), *partial]))
+
+
+def _remove_dir(path: Path) -> None:
+    """Rename first (readers stop seeing it at once), then delete."""
+    if not path.exists():
+        return
+    trash = path.with_name(f".trash-{uuid.uuid4().hex}")
+    try:
+        os.rename(path, trash)
+    except OSError:
+        trash = path
+    if trash.is_dir():
+        shutil.rmtree(trash, ignore_errors=True)
+    else:
+        trash.unlink(missing_ok=True)
