@@ -11,6 +11,7 @@ Every derived artefact is keyed by the spec hash; the spec is recorded in the lo
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -60,7 +61,9 @@ class FoldReport:
     rejected_outputs: int
     last_seq: int
     spec_hash: str
-    started_from: int = -1  # seq of the snapshot the fold resumed from (-1: from scratch)
+    #: seq of the state the fold resumed from: a snapshot on disk or this process's own state of an
+    #: earlier fold (-1: from the beginning of the log)
+    started_from: int = -1
 
     def as_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -94,10 +97,17 @@ def record_spec(mem: "Memory", spec: FoldSpec) -> bool:
 
 def extract_missing(events: Sequence[Event], *, spec: FoldSpec, extractor: Extractor,
                     cache: ExtractionCache, batch_size: int = 16, progress: bool = False,
-                    runner: Callable[[list[Event]], list[Extraction]] | None = None) -> tuple[int, int]:
+                    runner: Callable[[list[Event]], list[Extraction]] | None = None,
+                    flush_events: int = 512, flush_seconds: float = 5.0,
+                    collect: dict[str, Extraction] | None = None) -> tuple[int, int]:
     """Extract and cache every extractable event with no row for ``spec``.
 
     Returns (extraction calls, rejected outputs). ``runner`` replaces the in-process loop (Ray).
+    Results are written to the cache every ``flush_events`` events or ``flush_seconds`` seconds
+    (and at the end): each cache write is a Delta commit whose cost grows with the table, so
+    writing every small batch made a 20k-event fold spend minutes committing, while a crash still
+    loses at most a few seconds of extraction. ``collect``, when given, also receives every new
+    extraction by event id (so the caller need not read them back from the cache).
     """
     todo_ids = set(cache.missing(spec.hash, [e.event_id for e in events if needs_extraction(e)]))
     todo = [e for e in events if e.event_id in todo_ids]
@@ -107,16 +117,27 @@ def extract_missing(events: Sequence[Event], *, spec: FoldSpec, extractor: Extra
     if runner is not None:
         results = runner(todo)
         cache.put(results, seqs=seqs)
+        if collect is not None:
+            collect.update((x.event_id, x) for x in results)
         return len(todo), sum(len(x.rejected) for x in results)
     rejected = 0
+    pending: list[Extraction] = []
+    flushed = time.monotonic()
     with FoldProgress(len(todo), enabled=progress) as bar:
         for start in range(0, len(todo), batch_size):
             chunk = todo[start:start + batch_size]
             results = extractor.extract(chunk, spec)
-            cache.put(results, seqs=seqs)
+            pending.extend(results)
+            if collect is not None:
+                collect.update((x.event_id, x) for x in results)
+            if len(pending) >= flush_events or time.monotonic() - flushed >= flush_seconds:
+                cache.put(pending, seqs=seqs)
+                pending, flushed = [], time.monotonic()
             bad = sum(len(x.rejected) for x in results)
             rejected += bad
             bar.advance(len(chunk), calls=sum(1 for x in results if x.request is not None), rejected=bad)
+        if pending:
+            cache.put(pending, seqs=seqs)
     return len(todo), rejected
 
 

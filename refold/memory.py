@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -41,6 +42,9 @@ class Memory:
         self.log_store = EventLog(self.layout, storage_options=storage_options,
                                   protector=self._protector())
         self._states: dict = {}
+        self._live: dict = {}  # spec hash → LiveFold: this process's incremental fold (refold.projection)
+        self._fold_lock = threading.RLock()  # the live fold is advanced by one caller at a time
+        self._recorded_specs: set[str] = set()  # specs known to be in the log (never erased)
 
     @property
     def root(self) -> str:
@@ -134,30 +138,79 @@ class Memory:
             out.append(e)
         return out
 
+    #: write a snapshot every this many log events (0: never automatically); see docs/snapshots.md
+    snapshot_every: int = 1000
+    #: keep this many snapshots per spec (the newest)
+    snapshot_keep: int = 4
+
     def fold(self, *, extractor: str | Extractor = "rules", spec: FoldSpec | None = None,
-             full: bool = False, progress: bool = False, runner=None, **options: Any) -> FoldReport:
+             full: bool = False, progress: bool = False, runner=None, snapshot_every: int | None = None,
+             **options: Any) -> FoldReport:
         """Bring derived state up to date with the log and return the counts.
 
-        Extracts only events with no cached extraction for the spec (``full`` ignores snapshots,
-        never the cache), records the spec in the log first, merges in log order.
+        Records the spec in the log first. Resumes from the newest valid state (this process's
+        previous fold, or a snapshot on disk) and extracts only the events after it that have no
+        cached extraction; ``full`` ignores snapshots and re-merges everything from the cache
+        (never re-extracting). After an erasure this same call is the erasure refold. Writes a
+        snapshot every ``snapshot_every`` events (default :attr:`snapshot_every`; 0: none).
         """
         from refold.fold.extractors import get_extractor
-        from refold.folding import FoldReport, extract_missing, record_spec
+        from refold.folding import FoldReport, record_spec
+        from refold.projection import project
 
         ext = get_extractor(extractor, **options) if isinstance(extractor, str) else extractor
         if spec is None:
             spec = ext.default_spec() if hasattr(ext, "default_spec") else FoldSpec(extractor=ext.name)
-        record_spec(self, spec)
-        events = self.events()
-        calls, rejected = extract_missing(events, spec=spec, extractor=ext, cache=self.cache,
-                                          progress=progress, runner=runner)
-        state = self._fold_state(spec, events, full=full)
-        return FoldReport(
-            events_folded=len(events), extraction_calls=calls,
-            facts=sum(1 for *_, d in state.graph.edges(data=True) if d["derivation"] == "extracted"),
-            derived_facts=state.stats["derived"], rejected_outputs=state.stats["rejected"],
-            last_seq=state.last_seq, spec_hash=spec.hash, started_from=state.stats.get("resumed_from", -1),
-        )
+        if spec.hash not in self._recorded_specs:
+            record_spec(self, spec)
+            self._recorded_specs.add(spec.hash)
+        every = self.snapshot_every if snapshot_every is None else snapshot_every
+        with self._fold_lock:
+            done = project(self, spec, extractor=ext, full=full, live=self._live.get(spec.hash),
+                           progress=progress, runner=runner, snapshot_every=every, keep=self.snapshot_keep)
+            self._keep_live(done.live)
+            live = done.live
+            return FoldReport(
+                events_folded=live.last_seq + 1, extraction_calls=done.extraction_calls,
+                facts=live.fact_count, derived_facts=live.derived_count,
+                rejected_outputs=live.builder.stats.rejected, last_seq=live.last_seq, spec_hash=spec.hash,
+                started_from=done.resumed_from,
+            )
+
+    def snapshot(self, *, spec: FoldSpec | None = None):
+        """Snapshot the fold of ``spec`` (default: the current spec) at the head of the log now.
+
+        The fold is brought up to date first (the rules spec extracts what is missing; a model
+        spec needs :meth:`fold` first). Returns the :class:`~refold.storage.snapshots.SnapshotInfo`
+        (the existing one when that position is already snapshotted; None for an empty log or a
+        store that keeps no snapshots).
+        """
+        from refold.fold.extractors import get_extractor
+        from refold.projection import project
+        from refold.storage.snapshots import SnapshotStore
+
+        spec = spec or self.current_spec()
+        store = SnapshotStore(self.layout, storage_options=self.storage_options)
+        with self._fold_lock:
+            done = project(self, spec, extractor=get_extractor("rules") if spec.extractor == "rules" else None,
+                           live=self._live.get(spec.hash))
+            self._keep_live(done.live)
+            info = store.write(done.live)
+            if info is not None:
+                store.prune(spec.hash, keep=max(self.snapshot_keep, 1))
+                return info
+            return next((s for s in store.list(spec.hash) if s.last_seq == done.live.last_seq), None)
+
+    def derived_stores(self) -> list[Any]:
+        """Derived stores beyond the cache and the index that erasure must purge: the snapshots."""
+        from refold.storage.snapshots import SnapshotStore
+
+        return [SnapshotStore(self.layout, storage_options=self.storage_options)]
+
+    def _keep_live(self, live) -> None:
+        old = self._live.get(live.spec.hash)
+        if old is None or old is live or live.last_seq >= old.last_seq:
+            self._live = {live.spec.hash: live}
 
     @property
     def cache(self):
@@ -165,15 +218,37 @@ class Memory:
 
         return ExtractionCache(self.layout, storage_options=self.storage_options)
 
-    def _fold_state(self, spec: FoldSpec, events: list[Event], *, full: bool = False) -> "FoldState":
-        from refold.folding import build_state
+    def _fold_state(self, spec: FoldSpec, events: list[Event] | None, *, full: bool = False,
+                    extractor: Extractor | None = None) -> "FoldState":
+        """State of ``spec`` over ``events`` (a log prefix; None: the head, read incrementally).
 
-        key = (spec.hash, events[-1].seq if events else -1, events[-1].link if events else "")
+        Resumes from this process's live fold or the newest valid snapshot at or before the
+        prefix's end; the returned graph is a copy that later folds never touch.
+        """
+        from refold.fold.incremental import paused_gc
+        from refold.fold.snapshot_codec import stats_to_json
+        from refold.folding import FoldState
+        from refold.projection import DeltaSource, ListSource, project
+
+        if events is None:
+            head = self.head()
+            key, source = (spec.hash, head.seq, head.link), DeltaSource(self.log_store)
+        else:
+            key = (spec.hash, events[-1].seq if events else -1, events[-1].link if events else "")
+            source = ListSource(events)
         cached = self._states.get(key)
         if cached is not None:
             return cached
-        extractions = self.cache.get(spec.hash, [e.event_id for e in events])
-        state = build_state(spec, events, extractions)
+        with self._fold_lock:
+            done = project(self, spec, extractor=extractor, full=full, source=source,
+                           live=self._live.get(spec.hash), at_most=key[1])
+            self._keep_live(done.live)
+            live = done.live
+            stats = stats_to_json(live.builder.stats)
+            stats.update(derived=live.derived_count, resumed_from=done.resumed_from)
+            with paused_gc():
+                graph = live.detached_graph()
+            state = FoldState(spec=spec, graph=graph, last_seq=live.last_seq, stats=stats)
         self._states = {key: state}
         return state
 
@@ -181,25 +256,16 @@ class Memory:
         """Folded state of the log (as it stood at ``as_of``, record time) under ``spec``.
 
         Events with no cached extraction are extracted with the rules extractor when the spec is
-        the rules spec; for model specs run :meth:`fold` first.
+        the rules spec; for model specs run :meth:`fold` first. Resumes from the newest valid
+        state at or before that position (see :meth:`fold`); never writes snapshots.
         """
-        from refold.fold.errors import ExtractionError
         from refold.fold.extractors import get_extractor
-        from refold.folding import extract_missing
 
         spec = spec or self.current_spec()
-        events = self.events(as_of=as_of)
-        if spec.extractor == "rules":
-            extract_missing(events, spec=spec, extractor=get_extractor("rules"), cache=self.cache)
-        else:
-            missing = self.cache.missing(spec.hash, [e.event_id for e in events if e.content is not None
-                                                     and e.kind not in ("spec_changed", "erasure", "tombstone")])
-            if missing:
-                raise ExtractionError(
-                    f"{len(missing)} event(s) have no {spec.extractor} extraction yet; run `refold fold "
-                    f"{self.root} --extractor {spec.extractor}` first"
-                )
-        return self._fold_state(spec, events)
+        extractor = get_extractor("rules") if spec.extractor == "rules" else None
+        if as_of is None and self.mode != "shred":
+            return self._fold_state(spec, None, extractor=extractor)
+        return self._fold_state(spec, self.events(as_of=as_of), extractor=extractor)
 
     def graph(self, *, as_of: int | str | datetime | None = None) -> nx.MultiDiGraph:
         """The knowledge graph (networkx MultiDiGraph; edges keyed by fact id) at ``as_of``."""
