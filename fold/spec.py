@@ -8,6 +8,7 @@ A spec is recorded in the log (kind ``spec_changed``) before the fold uses it.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field, replace
@@ -105,7 +106,7 @@ class FoldSpec:
     def canonical_bytes(self) -> bytes:
         return json.dumps(self.to_json(), sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
-    @property
+    @functools.cached_property  # a frozen value: computed once (extractors ask for it per event)
     def hash(self) -> str:
         """SHA-256 of the canonical JSON (first 16 hex chars are plenty to key artefacts)."""
         return hashlib.sha256(self.canonical_bytes()).hexdigest()[:16]
