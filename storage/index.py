@@ -95,7 +95,10 @@ class Candidates:
     """The ids a filter allows (sorted), with the faiss selector or the exact-search matrix built once."""
 
     def __init__(self, ids: np.ndarray):
-        self.ids = np.ascontiguousarray(np.unique(ids), dtype=np.int64)
+        ids = np.ascontiguousarray(ids, dtype=np.int64)
+        if ids.size > 1 and not np.all(ids[1:] > ids[:-1]):  # metadata rows come sorted by id already
+            ids = np.unique(ids)
+        self.ids = ids
         self._selector = None
         self._matrix: np.ndarray | None = None
 
@@ -286,10 +289,15 @@ class VectorIndex:
     @classmethod
     def load(cls, folder: Path, kind: str, *, backend: str, tuning: Tuning | None = None) -> "VectorIndex":
         try:
-            index = _faiss().read_index(str(folder / f"{kind}.faiss"))
+            faiss = _faiss()
+            index = faiss.read_index(str(folder / f"{kind}.faiss"))
             meta = pl.read_parquet(folder / f"{kind}.parquet")
+            stored = np.sort(faiss.vector_to_array(index.id_map))
+            if not np.array_equal(stored, np.sort(meta["id"].to_numpy())):
+                # e.g. two writers interleaved their files: never pair vectors with the wrong rows
+                raise StoreError("the vector ids and the metadata ids differ")
             return cls(index, meta, backend=backend, tuning=tuning)
-        except (OSError, RuntimeError, pl.exceptions.PolarsError) as exc:
+        except (OSError, RuntimeError, AttributeError, StoreError, pl.exceptions.PolarsError) as exc:
             raise StoreError(f"cannot read the {kind} index under {folder}: {exc}; it is derived, "
                              "delete the folder and search again to rebuild it") from exc
 

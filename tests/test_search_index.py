@@ -193,3 +193,13 @@ def test_hashing_embedder_contract_and_bad_embedders():
         get_embedder("bert-huge")
     with pytest.raises(ValidationError, match="not an embedder"):
         get_embedder(object())
+
+
+def test_files_from_two_different_indexes_are_refused(tmp_path):
+    a, _ = _random_index(20, "flat")
+    b = VectorIndex.empty(DIM, FACT_SCHEMA)
+    b.sync(_items(20, start=100), Counting().embed)
+    a.save(tmp_path, "facts")
+    b.meta.write_parquet(tmp_path / "facts.parquet")  # same count, other ids
+    with pytest.raises(StoreError, match="ids differ"):
+        VectorIndex.load(tmp_path, "facts", backend="flat")
