@@ -3,9 +3,9 @@
 A single-event append costs a whole Delta commit (a data file, a commit file, a published head),
 so a process whose threads append events one at a time (an agent server with many sessions) is
 bound by commit latency. :class:`GroupCommit` sits in front of an :class:`~refold.storage.log.EventLog`:
-each caller queues its batch; whichever caller holds the commit turn (the leader) takes what is
-queued and appends it as one batch, then hands every caller its seqs. Callers that arrive while
-a commit is in flight wait and form the next group.
+each caller queues its batch; one caller (the leader) takes what is queued, appends it as one
+batch and hands every caller its seqs. Callers that arrive while a commit is in flight wait and
+form the next group, which the first of them leads once the commit is done.
 
 The guarantees are those of :meth:`EventLog.append`, because a group is one such append: each
 caller's events are contiguous and in order, ids already in the log return their original seq,
@@ -31,7 +31,8 @@ from .log import EventLog
 @dataclass(eq=False)
 class _Ticket:
     batch: list[NewEvent]
-    done: threading.Event = field(default_factory=threading.Event)
+    wake: threading.Event = field(default_factory=threading.Event)  # done, or made the leader
+    done: bool = False
     seqs: list[int] | None = None
     error: BaseException | None = None
 
@@ -46,7 +47,7 @@ class GroupCommit:
         self.commits = 0  # merged appends done (for benchmarks and tests)
         self._queue: deque[_Ticket] = deque()
         self._queue_lock = threading.Lock()
-        self._turn = threading.Lock()
+        self._leading = False  # a leader is committing; newcomers queue and wait
 
     def append(self, batch: Sequence[NewEvent]) -> list[int]:
         """Append ``batch`` (atomically, in order) in the next group commit; return its seqs."""
@@ -55,24 +56,38 @@ class GroupCommit:
         ticket = _Ticket(list(batch))
         with self._queue_lock:
             self._queue.append(ticket)
-        while not ticket.done.is_set():
-            with self._turn:  # the leader's turn; a served follower finds its ticket done
-                if not ticket.done.is_set():
-                    self._commit(self._take())
+            lead, self._leading = not self._leading, True
+        if not lead:
+            ticket.wake.wait()  # answered, or handed the lead by the previous leader
+        if not ticket.done:
+            self._lead(ticket)
         if ticket.error is not None:
             raise ticket.error
         assert ticket.seqs is not None
         return ticket.seqs
 
+    def _lead(self, mine: _Ticket) -> None:
+        """Commit groups until ``mine`` is answered, then hand the lead to the next in line."""
+        try:
+            while not mine.done:
+                with self._queue_lock:
+                    group = self._take()
+                self._commit(group)
+        finally:
+            with self._queue_lock:
+                if self._queue:
+                    self._queue[0].wake.set()  # it leads the group that queued meanwhile
+                else:
+                    self._leading = False
+
     def _take(self) -> list[_Ticket]:
-        with self._queue_lock:
-            group: list[_Ticket] = []
-            size = 0
-            while self._queue and (not group or size + len(self._queue[0].batch) <= self.max_events):
-                ticket = self._queue.popleft()
-                group.append(ticket)
-                size += len(ticket.batch)
-            return group
+        group: list[_Ticket] = []
+        size = 0
+        while self._queue and (not group or size + len(self._queue[0].batch) <= self.max_events):
+            ticket = self._queue.popleft()
+            group.append(ticket)
+            size += len(ticket.batch)
+        return group
 
     def _commit(self, group: list[_Ticket]) -> None:
         try:
@@ -95,7 +110,8 @@ class GroupCommit:
                     ticket.error = exc
         finally:
             for ticket in group:
-                ticket.done.set()
+                ticket.done = True
+                ticket.wake.set()
 
     def _one_by_one(self, group: list[_Ticket]) -> None:
         for ticket in group:
