@@ -57,7 +57,8 @@ from .schema import EVENTS_SCHEMA, events_to_table, table_to_events
 from .scrub import delta_tables, scrub_table
 from .subjects import SubjectRegistry
 
-__all__ = ["CRASH_ENV", "STEPS", "ErasurePlan", "RefoldOutcome", "erase", "plan"]
+__all__ = ["CRASH_ENV", "STEPS", "ErasurePlan", "RefoldOutcome", "erase", "load_journal", "plan",
+           "previous_erasures"]
 
 CRASH_ENV = "REFOLD_ERASE_CRASH_AT"
 STEPS = ("erasure_event", "destroy_keys", "tombstones", "scrub_log", "purge", "scrub_derived",
@@ -359,5 +360,3 @@ def previous_erasures(layout, subject_id: str) -> list[Receipt]:
     """Completed (non-noop) receipts for ``subject_id``, oldest first."""
     return [r for r in list_receipts(layout) if r.subject_id == subject_id and r.status == "erased"]
 
-
-__all__ += ["previous_erasures", "load_journal"]

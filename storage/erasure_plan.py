@@ -17,8 +17,6 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-import pyarrow.compute as pc
-
 from refold.fold.errors import StoreError
 from .delta_io import read_arrow
 from .layout import Layout

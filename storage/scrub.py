@@ -84,11 +84,16 @@ def scrub_table(path: str | os.PathLike, *, erased_ids: Iterable[str] = (),
     """
     table = Path(path)
     erased = set(erased_ids)
+    present = {p.relative_to(table).as_posix() for p in table.rglob("*") if p.is_file()}
     dt = DeltaTable(str(table), storage_options=storage_options)
     removed = list(_vacuum(dt, 0, full=orphan_grace_hours <= 0))
     if orphan_grace_hours > 0:
         dt = DeltaTable(str(table), storage_options=storage_options)
         removed += _vacuum(dt, int(orphan_grace_hours), full=True)
+    # vacuum also lists files a previous run already deleted (their remove actions live on in
+    # the checkpoint), sometimes as absolute paths: report only what this run removed
+    removed = [r for r in (_relative(table, p) for p in removed) if r in present]
+    if orphan_grace_hours > 0:
         tracked = _tracked(DeltaTable(str(table), storage_options=storage_options))
         for file in sorted(table.rglob("*.parquet")):
             rel = file.relative_to(table).as_posix()
@@ -106,6 +111,16 @@ def scrub_table(path: str | os.PathLike, *, erased_ids: Iterable[str] = (),
     after = {p.name for p in log_dir.iterdir()}
     return {"removed": sorted(set(removed)), "checkpoint_version": version,
             "log_files_removed": len(before - after)}
+
+
+def _relative(table: Path, path: str) -> str:
+    path = path.removeprefix("file://")
+    if os.path.isabs(path):
+        try:
+            return Path(path).resolve().relative_to(table.resolve()).as_posix()
+        except ValueError:
+            return path
+    return path
 
 
 def _clean_log(path: str, storage_options: dict[str, str] | None) -> int:
