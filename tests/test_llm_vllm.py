@@ -164,3 +164,16 @@ def test_same_pipeline_over_http_against_a_real_llama_cpp_server(local_ray, llam
         assert row["tokens_in"] > 100 and row["tokens_out"] > 0
         facts, rejected = parse_output(row["raw_output"], event, spec)
         assert len(facts) + len(rejected) >= 1  # the model answered something the parser judged
+
+
+def test_gpu_benchmark_plans_without_vllm():
+    """benchmarks/gpu_extract.py must --help and --dry-run on a machine without vLLM."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_extract.py"
+    out = subprocess.run([sys.executable, str(script), "--dry-run", "--quick", "--tp", "2"],
+                         capture_output=True, text=True, check=True).stdout
+    assert "plan: 128 requests" in out and out.count("  run: ") == 4
+    assert '"tensor_parallel_size": 2' in out and '"structured_outputs"' in out
