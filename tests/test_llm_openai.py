@@ -163,6 +163,18 @@ def test_options_and_pickling(stub_server):
     assert copy.extract(EVENTS[:1], spec)[0].request == build_request(EVENTS[0], spec)
 
 
+def test_default_spec_records_the_configured_wire_form():
+    extractor = get_extractor("openai", base_url="http://unused/v1", model="served",
+                              response_format="json_object")
+    spec = extractor.default_spec(max_tokens=32)
+    assert spec.extractor == "openai" and spec.model.model_id == "served"
+    assert spec.model.decoding_params["response_format"] == "json_object"
+    assert json.loads(build_request(EVENTS[0], spec).payload)["response_format"]["type"] == "json_object"
+    assert OpenAIExtractor("http://unused/v1").default_spec("m").model.decoding_params["response_format"] == "json_schema"
+    with pytest.raises(ExtractionError, match="name the served model"):
+        OpenAIExtractor("http://unused/v1").default_spec()
+
+
 def test_preprocess_and_postprocess_are_the_shared_mapping():
     spec = _spec(OpenAIExtractor("http://unused/v1"))
     request = build_request(EVENTS[0], spec)

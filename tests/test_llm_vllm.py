@@ -115,6 +115,13 @@ def test_registry_builds_the_extractor_without_touching_a_gpu():
     assert pickle.loads(pickle.dumps(extractor)).options == extractor.options
 
 
+def test_default_spec_names_the_model_source():
+    spec = VLLMExtractor(model_source=MODEL).default_spec(max_facts=3, max_tokens=128, seed=5)
+    assert spec.hash == SPEC.hash  # same model, prompt and decoding: the same spec
+    with pytest.raises(ExtractionError, match="needs model_source"):
+        VLLMExtractor().default_spec()
+
+
 @pytest.fixture(scope="module")
 def local_ray():
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")

@@ -5,6 +5,11 @@ audit re-derives is exactly what the endpoint received. Use a spec whose wire fo
 understands (``default_model_spec(..., response_format="json_object")`` for the llama.cpp server,
 the default ``"json_schema"`` for vLLM and OpenAI).
 
+Options: ``base_url`` (``.../v1``), ``api_key`` (default ``$OPENAI_API_KEY``), ``model`` (the
+served model's name; the spec must name the same), ``timeout`` (seconds per attempt),
+``max_retries``, ``backoff_s`` (first retry delay, doubled each time) and ``response_format`` (the
+wire form :meth:`OpenAIExtractor.default_spec` records).
+
 Connection errors, timeouts, 429 and 5xx answers are retried ``max_retries`` times with
 exponential backoff; after that, or on any other non-200 answer, an
 :class:`~refold.fold.errors.ExtractionError` says what happened and what to do — nothing is
@@ -63,7 +68,7 @@ class OpenAIExtractor(LLMExtractor):
 
     def __init__(self, base_url: str | None = None, *, api_key: str | None = None,
                  model: str | None = None, timeout: float = 60.0, max_retries: int = 3,
-                 backoff_s: float = 0.5) -> None:
+                 backoff_s: float = 0.5, response_format: str = "json_schema") -> None:
         if not base_url:
             raise ExtractionError("the openai extractor needs base_url, e.g. http://127.0.0.1:8000/v1 "
                                   "(CLI: --base-url)")
@@ -73,6 +78,8 @@ class OpenAIExtractor(LLMExtractor):
         self.timeout = timeout
         self.max_retries = max_retries
         self.backoff_s = backoff_s
+        #: the wire form default_spec() records: "json_object" for the llama.cpp server
+        self.response_format = response_format
         self._client: Any = None
 
     def __getstate__(self) -> dict[str, Any]:
@@ -82,9 +89,11 @@ class OpenAIExtractor(LLMExtractor):
 
     def default_spec(self, model_id: str | None = None, *, file_hash: str = "",
                      **model_options: Any) -> FoldSpec:
-        """A FoldSpec for the served model (``model_id`` defaults to the ``model`` option)."""
+        """A FoldSpec for the served model (``model_id`` defaults to the ``model`` option; the
+        wire form to the ``response_format`` option)."""
         from refold.fold.prompts import default_model_spec
 
+        model_options.setdefault("response_format", self.response_format)
         model_id = model_id or self.model
         if not model_id:
             raise ExtractionError("name the served model: OpenAIExtractor(..., model='NAME') or "
@@ -154,4 +163,5 @@ def _format_hint(text: str) -> str:
     if "response_format" not in text:
         return ""
     return (" (the server refused the response_format wire form: build the spec with "
-            "response_format='json_object' for the llama.cpp server, 'json_schema' otherwise)")
+            "response_format='json_object' for the llama.cpp server, 'json_schema' otherwise; "
+            "CLI: --option response_format=json_object)")

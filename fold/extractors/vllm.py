@@ -175,6 +175,15 @@ class VLLMExtractor(LLMExtractor):
                             extra_engine_kwargs=dict(extra_engine_kwargs or {}))
         self._spec_model: str | None = None
 
+    def default_spec(self, **model_options: Any) -> FoldSpec:
+        """A FoldSpec naming ``model_source`` with refold's prompt (``json_schema`` wire form)."""
+        from refold.fold.prompts import default_model_spec
+
+        if not self.model_source:
+            raise ExtractionError("the vllm extractor needs model_source= (a Hugging Face id or a "
+                                  "local model folder) to build its default spec")
+        return FoldSpec(extractor=self.name, model=default_model_spec(self.model_source, **model_options))
+
     def processor_config(self, spec: FoldSpec) -> Any:
         source = self.model_source or (spec.model.model_id if spec.model else None)
         if not source:
