@@ -43,7 +43,6 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -258,9 +257,11 @@ class _Scan:
                 continue
             for name, chunked in zip(table.column_names, table.columns):
                 array = chunked.combine_chunks() if chunked.num_chunks != 1 else chunked.chunk(0)
-                self.array(array, np.arange(len(array)), file, f"{prefix}row group {g}, column {name}")
+                rows = pa.array(range(len(array)), pa.int64())
+                self.array(array, rows, file, f"{prefix}row group {g}, column {name}")
 
-    def array(self, array: pa.Array, rows: np.ndarray, file: str, where: str) -> None:
+    def array(self, array: pa.Array, rows: pa.Int64Array, file: str, where: str) -> None:
+        """Search ``array``; ``rows[i]`` is the row-group row that value ``i`` belongs to."""
         t = array.type
         if pa.types.is_dictionary(t):
             self.array(array.dictionary_decode(), rows, file, where)
@@ -274,36 +275,28 @@ class _Scan:
             for i, value in enumerate(array.to_pylist()):
                 if value:
                     for needle, enc, offset in self.matcher.raw(value):
-                        self.add(file, f"{where}, row {rows[i]}, byte offset {offset} ({enc})", needle)
-        elif pa.types.is_map(t):
-            offsets = np.asarray(array.offsets)
-            parents = rows[np.repeat(np.arange(len(array)), np.diff(offsets))]
-            base = int(offsets[0]) if len(offsets) else 0
-            keys = array.keys.slice(base, len(parents))
-            items = array.items.slice(base, len(parents))
-            self.array(keys, parents, file, f"{where}.key")
-            self.array(items, parents, file, f"{where}.value")
+                        self.add(file, f"{where}, row {rows[i].as_py()}, byte offset {offset} ({enc})", needle)
+        elif pa.types.is_map(t):  # as the list of (key, value) structs it is
+            self.array(array.cast(pa.list_(pa.struct([t.key_field, t.item_field]))), rows, file, where)
         elif pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
             flat = pc.list_flatten(array)
-            parents = rows[np.asarray(pc.list_parent_indices(array))]
-            self.array(flat, parents, file, f"{where}[]")
+            self.array(flat, rows.take(pc.list_parent_indices(array)), file, f"{where}[]")
         elif pa.types.is_struct(t):
             for i in range(t.num_fields):
                 self.array(pc.struct_field(array, [i]), rows, file, f"{where}.{t.field(i).name}")
 
-    def strings(self, array: pa.Array, rows: np.ndarray, file: str, where: str) -> None:
+    def strings(self, array: pa.Array, rows: pa.Int64Array, file: str, where: str) -> None:
         if len(array) == 0 or array.null_count == len(array):
             return
         for needle in self.matcher.needles:
-            mask = pc.fill_null(pc.match_substring(array, needle, ignore_case=True), False)
-            for i in np.flatnonzero(np.asarray(mask))[:MAX_HITS_PER_FILE]:
-                self.add(file, f"{where}, row {rows[i]}", needle)
-        candidates = pc.fill_null(pc.match_substring_regex(array, _CANDIDATE), False)
-        indices = np.flatnonzero(np.asarray(candidates))
+            mask = pc.match_substring(array, needle, ignore_case=True)
+            for i in pc.indices_nonzero(mask).to_pylist()[:MAX_HITS_PER_FILE]:
+                self.add(file, f"{where}, row {rows[i].as_py()}", needle)
+        indices = pc.indices_nonzero(pc.match_substring_regex(array, _CANDIDATE))
         if len(indices):
-            values = array.take(pa.array(indices)).to_pylist()
-            for i, value in zip(indices, values):
-                self.string(value, file, f"{where}, row {rows[i]}", 1, searched=True)
+            values = array.take(indices).to_pylist()
+            for i, value in zip(rows.take(indices).to_pylist(), values):
+                self.string(value, file, f"{where}, row {i}", 1, searched=True)
 
 
 def _b64decode(token: str) -> bytes | None:

@@ -132,3 +132,10 @@ def test_needles_are_required(tmp_path):
         scan(tmp_path, [])
     with pytest.raises(ValidationError):
         scan(tmp_path, ["  "])
+
+
+def test_map_columns_like_delta_partition_values(tmp_path):
+    maps = pa.array([[("k", "v")], None, [("x", "y"), ("owner", f"{NEEDLE}")]], pa.map_(pa.string(), pa.string()))
+    pq.write_table(pa.table({"partitionValues": maps}), tmp_path / "cp.parquet", compression="zstd")
+    locations = {h.location for h in scan(tmp_path, [NEEDLE])}
+    assert "row group 0, column partitionValues[].value, row 2" in locations
