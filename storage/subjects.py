@@ -146,6 +146,9 @@ class Mentions:
     tagged: tuple[Event, ...]
     untagged: tuple[Event, ...]
 
+    def __iter__(self) -> Iterator[tuple[Event, ...]]:  # ``tagged, untagged = find_mentions(...)``
+        return iter((self.tagged, self.untagged))
+
 
 def _pattern(needles: Iterable[str]) -> re.Pattern[str] | None:
     parts = [re.escape(n) for n in sorted(set(needles), key=len, reverse=True) if n]

@@ -63,3 +63,5 @@ def test_find_mentions_tagged_and_untagged(mem):
     assert [e.source for e in found.tagged] == ["c#1"]
     # whole words only: "Adams" and "Canada" do not count, "not Ada" does
     assert [e.source for e in found.untagged] == ["c#2", "c#3", "c#4"]
+    tagged, untagged = found
+    assert tagged == found.tagged and untagged == found.untagged
