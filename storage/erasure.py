@@ -200,6 +200,10 @@ class _Run:
 
     def _erasure_event(self) -> dict:
         eid = self.erasure_id
+        # NewEvent has no erasure_id field; the log's protector hook sets stored columns before
+        # sealing, so a log whose protector sets just that column appends the event in clear
+        # (no personal data, readable without keys) with the id inside its commitment. Its event
+        # id is the erasure id, so a rerun after a crash finds it instead of appending it again.
         system = EventLog(self.layout, storage_options=self.log.storage_options,
                           protector=lambda _e: {"erasure_id": eid})
         (seq,) = system.append([NewEvent(kind="erasure", content=f"erasure {eid}",
