@@ -1,6 +1,7 @@
 """verify: recompute the chain from the stored rows and name the first bad seq.
 
-Checks, in seq order: seqs contiguous from 0; each non-tombstone commitment recomputed from its
+Checks, in seq order: seqs contiguous from 0 with one row each (identical copies, as left by a
+duplicated or replaced data file, are reported too); each non-tombstone commitment recomputed from its
 fields; each ``prev_link`` equal to the previous row's link and each ``link`` recomputed; each
 tombstone covered by an ``erasure`` event with its erasure id; and finally the tail against the
 newest published head (or a head kept elsewhere), which catches a removed newest commit.
