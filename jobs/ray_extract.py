@@ -18,9 +18,10 @@ extractions come back the same way, and the runner returns them in input order.
 Actors ask for a fraction of a CPU (``num_cpus_per_actor=0.5`` by default): on a 2-core machine
 an actor pool of two 1-CPU actors leaves no CPU for Ray Data's read task and the pool deadlocks.
 
-:func:`http_processor` builds the Ray Data LLM pipeline (``HttpRequestProcessorConfig`` +
-``build_processor``) for any OpenAI-compatible endpoint; :func:`run_http_extraction` runs it and
-caches the results (see :mod:`refold.jobs.ray_llm`).
+``vllm`` is different: its engines are Ray Data LLM stages, so :func:`ray_runner` hands it to
+:func:`refold.jobs.ray_llm.vllm_runner` (one processor over all events). The same pipeline over
+HTTP (``HttpRequestProcessorConfig``, e.g. against ``llama_cpp.server`` on a CPU machine) is
+:func:`refold.jobs.ray_llm.http_runner`.
 """
 
 from __future__ import annotations
@@ -239,6 +240,17 @@ def ray_runner(extractor_name: str | Extractor, options: Mapping[str, Any] | Non
     cached as soon as it is done; pass ``spec`` when the fold is given one (otherwise the
     extractor's default spec is used, as ``Memory.fold`` does). Ray is started on first call.
     """
+    if extractor_name == "vllm":
+        # vLLM engines are Ray Data LLM stages themselves: one processor over all events, not an
+        # actor pool of extractors (each would start its own engines)
+        from refold.fold.extractors import get_extractor
+        from refold.jobs.ray_llm import vllm_runner
+
+        spec = spec or spec_for(get_extractor("vllm", **dict(options or {})))
+        if spec.model is None:
+            raise ExtractionError("the vllm extractor needs a spec naming the model: pass spec=FoldSpec("
+                                  "extractor='vllm', model=default_model_spec(MODEL_ID))")
+        return vllm_runner(dict(options or {}), spec, cache=cache, address=address, progress=progress)
     if batch_size < 1 or num_actors < 1 or num_cpus_per_actor <= 0:
         raise ValidationError("ray_runner: batch_size and num_actors must be >= 1 and "
                               "num_cpus_per_actor > 0 (e.g. 0.5 on a 2-core machine)")
