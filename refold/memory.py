@@ -301,6 +301,48 @@ class Memory:
 
         return audit(self)
 
+    # -- erasure (refold.erasing) -----------------------------------------------------------------
+
+    def register_subject(self, subject_id: str, name: str, *, aliases: Sequence[str] = (),
+                         identifiers: Sequence[str] = ()):
+        """Record a data subject's display name, aliases and identifiers (erasable)."""
+        from refold import erasing
+
+        return erasing.register_subject(self, subject_id, name, aliases=aliases, identifiers=identifiers)
+
+    def subjects(self):
+        """The subject registry's entries."""
+        from refold import erasing
+
+        return erasing.subjects(self)
+
+    def find(self, subject_id: str):
+        """Events tagged with the subject, and untagged events that mention its names."""
+        from refold import erasing
+
+        return erasing.find(self, subject_id)
+
+    def erase(self, subject_id: str, *, dry_run: bool = False, canaries: Iterable[str] = (),
+              include: Iterable[str] = (), include_mentions: bool = False, orphan_grace_hours: int = 1):
+        """Erase a data subject (store mode: delete or shred) and return the receipt; with
+        ``dry_run`` return the impact preview and write nothing. Safe to rerun after a crash."""
+        from refold import erasing
+
+        return erasing.erase(self, subject_id, dry_run=dry_run, canaries=canaries, include=include,
+                             include_mentions=include_mentions, orphan_grace_hours=orphan_grace_hours)
+
+    def scan(self, needles: Iterable[str]):
+        """Residue scan of every file under the store for ``needles``."""
+        from refold import erasing
+
+        return erasing.scan(self, needles)
+
+    def verify_receipt(self, receipt, *, needles: Iterable[str] = (), refold: bool = True):
+        """Re-check an erasure receipt (chain, tombstones, residue scan, state digest)."""
+        from refold import erasing
+
+        return erasing.verify_receipt(self, receipt, needles=needles, refold=refold)
+
     def __repr__(self) -> str:
         return f"Memory({self.root!r}, mode={self.mode!r})"
 
