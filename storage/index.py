@@ -387,6 +387,24 @@ class IndexStore:
             return []
         return sorted(p for spec in self.root.iterdir() if spec.is_dir() for p in spec.iterdir() if p.is_dir())
 
+    def preview(self, event_ids: Sequence[str] | Iterable[str]) -> PurgeResult:
+        """What :meth:`purge` would remove (reads metadata only, writes nothing)."""
+        ids = sorted(set(event_ids))
+        removed, detail = 0, []
+        for folder in self.folders() if ids else []:
+            rel = folder.relative_to(self.root.parent).as_posix()
+            counts = {}
+            for kind in KINDS:
+                try:
+                    meta = pl.read_parquet(folder / f"{kind}.parquet", columns=["sources"])
+                except (OSError, pl.exceptions.PolarsError):
+                    counts[kind] = "?"
+                    continue
+                counts[kind] = meta.filter(pl.col("sources").list.eval(pl.element().is_in(ids)).list.any()).height
+            removed += sum(c for c in counts.values() if isinstance(c, int))
+            detail.append(f"{rel}: {counts['facts']} fact vector(s), {counts['events']} event vector(s) to remove")
+        return PurgeResult("index", removed, tuple(detail))
+
     def purge(self, event_ids: Sequence[str] | Iterable[str]) -> PurgeResult:
         """Remove every vector derived from ``event_ids`` in every index folder.
 

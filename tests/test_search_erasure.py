@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import refold
-from refold import erasing
 from refold.search import purge_index
 
 EMB = "hashing"
@@ -48,7 +47,7 @@ def test_after_erasure_searching_for_the_canaries_returns_nothing_of_x(tmp_path)
     past_view = mem.index(embedder=EMB, as_of=version_before)  # cached before the erasure
     assert "Quuxville" in past_view.search("Quuxville", k=10, history=True)["object"].to_list()
 
-    receipt = erasing.erase(mem, "s-x", canaries=CANARIES)
+    receipt = mem.erase("s-x", canaries=CANARIES)
     assert any(p["store"] == "index" and p["rows"] > 0 for p in receipt.purged)
 
     for query in ["Xena lives in Quuxville", "Zorblatt", "Quuxville", "Xena"]:
@@ -60,7 +59,7 @@ def test_after_erasure_searching_for_the_canaries_returns_nothing_of_x(tmp_path)
     rome = mem.search("Bob lives in Rome", k=1, embedder=EMB)
     assert rome["object"].to_list() == ["Rome"] and not set(rome["sources"][0]) & x_ids
     # the residue scan reads every file under the store, the index folder included
-    assert erasing.scan(mem, CANARIES).hits == ()
+    assert mem.scan(CANARIES).hits == ()
     index_bytes = b"".join(p.read_bytes() for p in (tmp_path / "s" / "index").rglob("*") if p.is_file())
     assert not any(c.encode() in index_bytes for c in CANARIES)
 
@@ -81,3 +80,13 @@ def test_purge_index_removes_vectors_and_drops_cached_views(tmp_path):
     loaded = IndexStore(on_disk.layout).load(spec, view.report.model_id)
     # the next search re-synced from the (unchanged) log: purge alone does not erase the log
     assert loaded is not None and loaded[0]["link"] == on_disk.head().link
+
+
+def test_erasure_preview_counts_index_vectors_and_writes_nothing(tmp_path):
+    mem = _store(tmp_path / "v")
+    mem.index(embedder=EMB)
+    files = {p: p.read_bytes() for p in (tmp_path / "v" / "index").rglob("*") if p.is_file()}
+    plan = mem.erase("s-x", dry_run=True)
+    [index] = [d for d in plan.derived if d["store"] == "index"]
+    assert index["rows"] == 4 + 3 and "4 fact vector(s), 3 event vector(s) to remove" in index["detail"][0]
+    assert {p: p.read_bytes() for p in (tmp_path / "v" / "index").rglob("*") if p.is_file()} == files
