@@ -14,6 +14,8 @@ REFOLD_BATCH_SIZE           events per Ray batch (default 8)
 REFOLD_NUM_ACTORS           extraction actors (default 2)
 REFOLD_CPUS_PER_ACTOR       CPUs per actor (default 0.5; 1-CPU actors deadlock 2-CPU nodes)
 REFOLD_GPUS_PER_ACTOR       GPUs per actor (default 0)
+REFOLD_FLUSH_EVENTS         write Ray extractions to the cache every N (default 512) ...
+REFOLD_FLUSH_SECONDS        ... or every S seconds (default 5): a killed job loses at most that
 REFOLD_STORAGE_OPTIONS      JSON object of object-store options for the Delta tables
 REFOLD_PROGRESS             ``0`` turns progress lines off
 ==========================  ===============================================================
@@ -73,6 +75,8 @@ class JobConfig:
     num_actors: int = 2
     cpus_per_actor: float = 0.5
     gpus_per_actor: float = 0.0
+    flush_events: int = 512
+    flush_seconds: float = 5.0
     storage_options: Mapping[str, str] | None = None
     progress: bool = True
 
@@ -101,7 +105,8 @@ class JobConfig:
         return ray_runner(self.extractor, self.options, address=self.address, progress=self.progress,
                           batch_size=self.batch_size, num_actors=self.num_actors,
                           num_cpus_per_actor=self.cpus_per_actor,
-                          num_gpus_per_actor=self.gpus_per_actor, cache=mem.cache)
+                          num_gpus_per_actor=self.gpus_per_actor, cache=mem.cache,
+                          flush_events=self.flush_events, flush_seconds=self.flush_seconds)
 
     def as_json(self) -> dict[str, Any]:
         return {"store": self.store, "extractor": self.extractor, "options": sorted(self.options),
@@ -137,6 +142,11 @@ def job_parser(prog: str, description: str, *, env: Mapping[str, str] | None = N
                             default=float(env.get("REFOLD_CPUS_PER_ACTOR", 0.5)))
         parser.add_argument("--gpus-per-actor", type=float,
                             default=float(env.get("REFOLD_GPUS_PER_ACTOR", 0)))
+        parser.add_argument("--flush-events", type=int, default=int(env.get("REFOLD_FLUSH_EVENTS", 512)),
+                            help="cache Ray extractions every N events ...")
+        parser.add_argument("--flush-seconds", type=float,
+                            default=float(env.get("REFOLD_FLUSH_SECONDS", 5)),
+                            help="... or every S seconds (what a killed job can lose)")
     parser.set_defaults(_env_ray=_flag(env.get("REFOLD_RAY")),
                         _env_address_known=bool(env.get("RAY_ADDRESS")))
     return parser
@@ -158,7 +168,7 @@ def load_config(args: argparse.Namespace) -> JobConfig:
         options=_json_object(args.options, name="--options"), use_ray=use_ray,
         address=args.address, batch_size=args.batch_size, num_actors=args.num_actors,
         cpus_per_actor=args.cpus_per_actor, gpus_per_actor=args.gpus_per_actor,
-        storage_options=storage_options, progress=not args.no_progress,
+        flush_events=args.flush_events, flush_seconds=args.flush_seconds, storage_options=storage_options, progress=not args.no_progress,
     )
 
 

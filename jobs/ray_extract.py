@@ -1,16 +1,18 @@
-"""Sharded extraction on Ray: events in, extractions out, each batch cached where it ran.
+"""Sharded extraction on Ray: events in, extractions out, cached while the run goes.
 
 :func:`ray_runner` returns the ``runner`` that :func:`refold.folding.extract_missing` (and
 ``Memory.fold(runner=...)``, ``refold fold --ray``) calls with the events that have no cached
 extraction. It shards them over a Ray Data ``map_batches`` with an actor pool
 (``compute=ActorPoolStrategy(size=num_actors)``): each actor builds the extractor once (a model is
-loaded once per actor, lazily, on its first batch), extracts a batch and — when the runner knows
-the store's cache — writes that batch to the cache itself. ``ExtractionCache.put`` is idempotent
-(a MERGE that inserts only missing keys), so
+loaded once per actor, lazily, on its first batch) and extracts batches. The driver streams the
+results into the store's cache every ``flush_events`` extractions or ``flush_seconds`` seconds
+(:class:`CacheWriter`). ``ExtractionCache.put`` is idempotent (a MERGE that inserts only missing
+keys), so
 
 * a batch retried on a restarted actor (Ray Data restarts dead pool actors and retries their
-  batches by default) adds no rows;
-* killing the whole run keeps every finished batch, and the next run extracts only the rest.
+  batches by default) or sent twice adds no rows;
+* killing the whole run keeps everything cached up to the last flush, and the next run extracts
+  only the rest.
 
 Events travel as pickled :class:`~refold.fold.events.Event` values in an Arrow binary column;
 extractions come back the same way, and the runner returns them in input order.
@@ -40,7 +42,7 @@ from refold.fold.extract import Extraction, Extractor
 from refold.fold.spec import FoldSpec
 from refold.progress import FoldProgress
 
-__all__ = ["RayRunner", "RunStats", "ensure_ray", "ray_runner", "spec_for"]
+__all__ = ["CacheWriter", "RayRunner", "RunStats", "drain", "ensure_ray", "ray_runner", "spec_for"]
 
 _INSTALL_HINT = "install the Ray extra: pip install 'refold[ray]'"
 #: CPUs a local runtime started by refold gets (a laptop default; a cluster decides its own).
@@ -99,6 +101,7 @@ class RunStats:
     calls: int = 0
     rejected: int = 0
     rows_inserted: int = 0
+    cache_writes: int = 0
     seconds: float = 0.0
 
     @property
@@ -109,23 +112,60 @@ class RunStats:
         return {**self.__dict__, "events_per_s": round(self.events_per_s, 2)}
 
 
+class CacheWriter:
+    """Writes extractions to the cache as they arrive: every ``every_events`` extractions or
+    ``every_seconds`` seconds, and on :meth:`flush`.
+
+    One writer (the driver) instead of one per actor: each cache write is a Delta MERGE whose cost
+    grows with the table, and concurrent writers conflict and retry, so per-batch writes from N
+    actors cost N times the commits and contend; a run killed part-way loses at most the last
+    ``every_seconds`` of extraction. ``put`` is idempotent, so a duplicated or retried batch adds
+    no rows.
+    """
+
+    def __init__(self, cache: Any | None, *, every_events: int = 512, every_seconds: float = 5.0):
+        self.cache = cache
+        self.every_events = every_events
+        self.every_seconds = every_seconds
+        self.inserted = 0
+        self.writes = 0
+        self._pending: list[Extraction] = []
+        self._seqs: dict[str, int] = {}
+        self._last = time.monotonic()
+
+    def add(self, extractions: Sequence[Extraction], seqs: Mapping[str, int]) -> None:
+        if self.cache is None:
+            return
+        self._pending.extend(extractions)
+        self._seqs.update(seqs)
+        if len(self._pending) >= self.every_events or time.monotonic() - self._last >= self.every_seconds:
+            self.flush()
+
+    def flush(self) -> int:
+        """Write what is pending; return the rows inserted now."""
+        inserted = 0
+        if self.cache is not None and self._pending:
+            inserted = self.cache.put(self._pending, seqs=self._seqs)
+            self.inserted += inserted
+            self.writes += 1
+        self._pending, self._seqs, self._last = [], {}, time.monotonic()
+        return inserted
+
+
 class _ExtractBatch:
     """The actor behind ``map_batches``: builds the extractor once, then extracts batches.
 
     A batch is an Arrow table with an ``event`` column of pickled events; the answer has one row
-    per event with the pickled extraction. With a cache, the batch is written to it before the
-    answer is returned, so a finished batch survives whatever happens to the driver.
+    per event with the pickled extraction.
     """
 
-    def __init__(self, *, extractor: str | Extractor, options: Mapping[str, Any], spec: FoldSpec,
-                 cache: Any | None):
+    def __init__(self, *, extractor: str | Extractor, options: Mapping[str, Any], spec: FoldSpec):
         if isinstance(extractor, str):
             from refold.fold.extractors import get_extractor
 
             extractor = get_extractor(extractor, **dict(options))
         self.extractor = extractor
         self.spec = spec
-        self.cache = cache
 
     def __call__(self, batch):
         import pyarrow as pa
@@ -137,17 +177,37 @@ class _ExtractBatch:
                 f"extractor {self.extractor.name!r} returned {len(results)} extraction(s) for "
                 f"{len(events)} event(s); the port requires exactly one per event"
             )
-        inserted = 0
-        if self.cache is not None:
-            inserted = self.cache.put(results, seqs={e.event_id: e.seq for e in events})
         return pa.table({
-            "event_id": [x.event_id for x in results],
             "extraction": [pickle.dumps(x) for x in results],
+            "seq": [e.seq for e in events],
             "calls": [int(x.request is not None) for x in results],
             "rejected": [len(x.rejected) for x in results],
-            # the batch's insert count on its first row only, so a sum over rows is the total
-            "inserted": [inserted if i == 0 else 0 for i in range(len(results))],
         })
+
+
+def drain(ds, *, total: int, label: str, progress: bool, writer: CacheWriter, stats: RunStats,
+          done: int = 0) -> dict[str, Extraction]:
+    """Stream a dataset of extraction rows (``extraction``, ``seq``, ``calls``, ``rejected``)
+    into ``writer``, with progress; return the extractions by event id. ``done``: events of
+    ``total`` answered before the stream (shown as done)."""
+    found: dict[str, Extraction] = {}
+    with FoldProgress(total, label=label, enabled=progress) as bar:
+        if done:
+            bar.advance(done)
+        for batch in ds.iter_batches(batch_format="pyarrow", batch_size=None):
+            got = [pickle.loads(blob) for blob in batch.column("extraction").to_pylist()]
+            writer.add(got, dict(zip((x.event_id for x in got), batch.column("seq").to_pylist())))
+            found.update((x.event_id, x) for x in got)
+            calls = sum(batch.column("calls").to_pylist())
+            rejected = sum(batch.column("rejected").to_pylist())
+            stats.batches += 1
+            stats.calls += calls
+            stats.rejected += rejected
+            bar.advance(batch.num_rows, calls=calls, rejected=rejected)
+    writer.flush()
+    stats.rows_inserted += writer.inserted
+    stats.cache_writes += writer.writes
+    return found
 
 
 @dataclass
@@ -155,7 +215,8 @@ class RayRunner:
     """A ``runner`` for :func:`refold.folding.extract_missing` that extracts on Ray.
 
     Build with :func:`ray_runner`. Calling it with events returns one extraction per event, in
-    input order; with ``cache`` set, every batch has been written to the cache by then.
+    input order; with ``cache`` set, they are written to it while the run goes (see
+    :class:`CacheWriter`) and all of them are by the time it returns.
     """
 
     extractor: str | Extractor
@@ -168,6 +229,8 @@ class RayRunner:
     num_gpus_per_actor: float = 0.0
     cache: Any | None = None
     spec: FoldSpec | None = None
+    flush_events: int = 512
+    flush_seconds: float = 5.0
     last: RunStats = field(default_factory=RunStats)
 
     def resolved_spec(self) -> FoldSpec:
@@ -189,37 +252,26 @@ class RayRunner:
         ensure_ray(self.address)
         ray = _import_ray()
         started = time.monotonic()
-        rows = [{"event_id": e.event_id, "event": pickle.dumps(e)} for e in events]
-        # one block per batch, so the pool gets work to share from the start
-        blocks = max(1, min(len(rows) // self.batch_size, 200))
+        rows = [{"event": pickle.dumps(e)} for e in events]
+        # a block per batch, so every actor of the pool has work from the start
+        blocks = max(1, min(-(-len(rows) // self.batch_size), 200))
         ds = ray.data.from_items(rows, override_num_blocks=blocks)
         ds = ds.map_batches(
             _ExtractBatch,
             fn_constructor_kwargs={"extractor": self.extractor, "options": dict(self.options),
-                                   "spec": spec, "cache": self.cache},
+                                   "spec": spec},
             batch_size=self.batch_size,
             batch_format="pyarrow",
             compute=ray.data.ActorPoolStrategy(size=self.num_actors),
             num_cpus=self.num_cpus_per_actor,
             num_gpus=self.num_gpus_per_actor or None,
             # Ray Data's actor pools default to max_restarts=-1 and max_task_retries=-1: a dead
-            # actor is restarted and its batch retried, and the idempotent cache put makes the
-            # retry harmless. (Passing them here is deprecated in Ray 2.60.)
+            # actor is restarted and its batch retried (passing them here is deprecated in 2.60)
         )
         stats = RunStats(events=len(events))
-        found: dict[str, Extraction] = {}
-        with FoldProgress(len(events), label="extracting on ray", enabled=self.progress) as bar:
-            for batch in ds.iter_batches(batch_format="pyarrow", batch_size=None):
-                for blob in batch.column("extraction").to_pylist():
-                    x = pickle.loads(blob)
-                    found[x.event_id] = x
-                calls = sum(batch.column("calls").to_pylist())
-                rejected = sum(batch.column("rejected").to_pylist())
-                stats.batches += 1
-                stats.calls += calls
-                stats.rejected += rejected
-                stats.rows_inserted += sum(batch.column("inserted").to_pylist())
-                bar.advance(batch.num_rows, calls=calls, rejected=rejected)
+        writer = CacheWriter(self.cache, every_events=self.flush_events, every_seconds=self.flush_seconds)
+        found = drain(ds, total=len(events), label="extracting on ray", progress=self.progress,
+                      writer=writer, stats=stats)
         stats.seconds = time.monotonic() - started
         self.last = stats
         missing = [e.event_id for e in events if e.event_id not in found]
@@ -232,12 +284,13 @@ class RayRunner:
 def ray_runner(extractor_name: str | Extractor, options: Mapping[str, Any] | None = None, *,
                address: str | None = None, progress: bool = True, batch_size: int = 8,
                num_actors: int = 2, num_cpus_per_actor: float = 0.5, num_gpus_per_actor: float = 0.0,
-               cache: Any | None = None, spec: FoldSpec | None = None) -> Callable[[list[Event]], list[Extraction]]:
+               cache: Any | None = None, spec: FoldSpec | None = None, flush_events: int = 512,
+               flush_seconds: float = 5.0) -> Callable[[list[Event]], list[Extraction]]:
     """A runner that extracts events on a Ray actor pool (see the module docstring).
 
     ``extractor_name`` is a registry name (built in each actor with ``options``) or a picklable
-    extractor instance. Pass ``cache`` (the store's :class:`ExtractionCache`) so every batch is
-    cached as soon as it is done; pass ``spec`` when the fold is given one (otherwise the
+    extractor instance. Pass ``cache`` (the store's :class:`ExtractionCache`) so extractions are
+    cached while the run goes (every ``flush_events`` or ``flush_seconds``); pass ``spec`` when the fold is given one (otherwise the
     extractor's default spec is used, as ``Memory.fold`` does). Ray is started on first call.
     """
     if extractor_name == "vllm":
@@ -250,11 +303,12 @@ def ray_runner(extractor_name: str | Extractor, options: Mapping[str, Any] | Non
         if spec.model is None:
             raise ExtractionError("the vllm extractor needs a spec naming the model: pass spec=FoldSpec("
                                   "extractor='vllm', model=default_model_spec(MODEL_ID))")
-        return vllm_runner(dict(options or {}), spec, cache=cache, address=address, progress=progress)
+        return vllm_runner(dict(options or {}), spec, cache=cache, address=address, progress=progress,
+                           flush_events=flush_events, flush_seconds=flush_seconds)
     if batch_size < 1 or num_actors < 1 or num_cpus_per_actor <= 0:
         raise ValidationError("ray_runner: batch_size and num_actors must be >= 1 and "
                               "num_cpus_per_actor > 0 (e.g. 0.5 on a 2-core machine)")
     return RayRunner(extractor=extractor_name, options=dict(options or {}), address=address,
                      progress=progress, batch_size=batch_size, num_actors=num_actors,
                      num_cpus_per_actor=num_cpus_per_actor, num_gpus_per_actor=num_gpus_per_actor,
-                     cache=cache, spec=spec)
+                     cache=cache, spec=spec, flush_events=flush_events, flush_seconds=flush_seconds)

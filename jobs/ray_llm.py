@@ -4,16 +4,16 @@ The GPU path (``vllm``) and its CPU twin (any OpenAI-compatible server, e.g. ``l
 are the same pipeline::
 
     events ─► rows {request payload, event} ─► build_processor(config, preprocess, postprocess)
-           ─► map_batches(parse + cache put, per batch) ─► extractions back to the fold
+           ─► map_batches(parse) ─► driver: cache put every 512 extractions / 5 s ─► the fold
 
 * the request is built by :func:`refold.fold.prompts.build_request` on the driver (the exact bytes
   the audit re-derives); preprocess/postprocess are the shared row functions of
   :mod:`refold.fold.extractors.vllm` (``vLLMEngineProcessorConfig``) or their HTTP twins
   (``HttpRequestProcessorConfig``), wrapped only to carry the event along;
-* answers are parsed by the shared parser (through the adapter's own extraction builder, so the
-  cache rows are those the in-process adapter would write) and each batch is written to the cache
-  where it was parsed: ``ExtractionCache.put`` is idempotent, so a retried batch or a resubmitted
-  job adds no rows and redoes only what is missing;
+* answers are parsed in Ray tasks by the shared parser (through the adapter's own extraction
+  builder, so the cache rows are those the in-process adapter would write), and the driver writes
+  them to the cache while the run goes (every 512 extractions or 5 s): ``ExtractionCache.put`` is
+  idempotent, so a retried batch or a resubmitted job adds no rows and redoes only what is missing;
 * events that need no model (``memory_written`` facts, erased content, refold's own kinds) are
   answered on the driver exactly as the adapter answers them.
 
@@ -34,9 +34,8 @@ from refold.fold.errors import ExtractionError
 from refold.fold.events import Event
 from refold.fold.extract import Extraction, ModelRequest
 from refold.fold.spec import FoldSpec
-from refold.progress import FoldProgress
 
-from .ray_extract import RunStats, ensure_ray
+from .ray_extract import CacheWriter, RunStats, drain, ensure_ray
 
 __all__ = ["ProcessorRunner", "http_processor", "http_runner", "vllm_runner"]
 
@@ -85,26 +84,26 @@ def http_processor(base_url: str, *, batch_size: int = 8, concurrency: int = 1, 
     return llm.build_processor(config, preprocess=_http_pre, postprocess=_http_post)
 
 
-def _cache_batch(batch, *, extractor, spec: FoldSpec, cache, pipeline: str):
-    """Parse a batch of answers into extractions (the adapter's builder) and cache them."""
+def _parse_batch(batch, *, extractor, spec: FoldSpec, pipeline: str):
+    """Parse a batch of answers into extractions with the adapter's own builder (Ray tasks)."""
     import pyarrow as pa
 
     from refold.fold.extractors.llm import Completion
 
     host = socket.gethostname()
-    out = []
+    events, out = [], []
     for row in batch.to_pylist():
         event: Event = pickle.loads(row["event"])
         request = ModelRequest(event_ids=(event.event_id,), payload=row["request"])
         completion = Completion(row["raw_output"], int(row["tokens_in"] or 0),
                                 int(row["tokens_out"] or 0), meta=(("pipeline", pipeline),))
-        out.append((event, extractor._from_completion(event, spec, request, completion, host)))
-    inserted = cache.put([x for _, x in out], seqs={e.event_id: e.seq for e, _ in out}) if cache else 0
+        events.append(event)
+        out.append(extractor._from_completion(event, spec, request, completion, host))
     return pa.table({
-        "event_id": [x.event_id for _, x in out],
-        "extraction": [pickle.dumps(x) for _, x in out],
-        "rejected": [len(x.rejected) for _, x in out],
-        "inserted": [inserted if i == 0 else 0 for i in range(len(out))],
+        "extraction": [pickle.dumps(x) for x in out],
+        "seq": [e.seq for e in events],
+        "calls": [1] * len(out),
+        "rejected": [len(x.rejected) for x in out],
     })
 
 
@@ -114,7 +113,8 @@ class ProcessorRunner:
 
     ``make_processor`` builds the processor (on the driver, once per call); ``extractor`` is the
     adapter whose extraction builder turns answers into cache rows (``OpenAIExtractor`` for HTTP,
-    ``VLLMExtractor`` for the engine).
+    ``VLLMExtractor`` for the engine). Parsing runs in Ray tasks; the driver writes the cache
+    while the run goes (:class:`~refold.jobs.ray_extract.CacheWriter`).
     """
 
     make_processor: Callable[[], Any]
@@ -125,6 +125,8 @@ class ProcessorRunner:
     address: str | None = None
     progress: bool = True
     batch_size: int = 8
+    flush_events: int = 512
+    flush_seconds: float = 5.0
     last: RunStats = field(default_factory=RunStats)
 
     def resolved_spec(self) -> FoldSpec:
@@ -136,40 +138,33 @@ class ProcessorRunner:
         events = list(events)
         started = time.monotonic()
         host = socket.gethostname()
-        found: dict[str, Extraction] = {}
+        direct: dict[str, Extraction] = {}
         rows = []
         for event in dict((e.event_id, e) for e in events).values():
-            direct = self.extractor._without_model(event, self.spec, host)
-            if direct is not None:
-                found[event.event_id] = direct
+            answer = self.extractor._without_model(event, self.spec, host)
+            if answer is not None:
+                direct[event.event_id] = answer
             else:
                 rows.append({"row": len(rows), "request": build_request(event, self.spec).payload,
                              "event": pickle.dumps(event)})
         stats = RunStats(events=len(events))
-        if found and self.cache is not None:
-            stats.rows_inserted += self.cache.put(list(found.values()),
-                                                  seqs={e.event_id: e.seq for e in events})
-        with FoldProgress(len(events), label=f"extracting ({self.pipeline})", enabled=self.progress) as bar:
-            bar.advance(len(events) - len(rows))
-            if rows:
-                ensure_ray(self.address)
-                import ray
+        writer = CacheWriter(self.cache, every_events=self.flush_events, every_seconds=self.flush_seconds)
+        writer.add(list(direct.values()), {e.event_id: e.seq for e in events if e.event_id in direct})
+        found = dict(direct)
+        if rows:
+            ensure_ray(self.address)
+            import ray
 
-                ds = self.make_processor()(ray.data.from_items(rows))
-                ds = ds.map_batches(_cache_batch, batch_size=self.batch_size, batch_format="pyarrow",
-                                    num_cpus=0.25, fn_kwargs={"extractor": self.extractor,
-                                                              "spec": self.spec, "cache": self.cache,
-                                                              "pipeline": self.pipeline})
-                for batch in ds.iter_batches(batch_format="pyarrow", batch_size=None):
-                    for blob in batch.column("extraction").to_pylist():
-                        x = pickle.loads(blob)
-                        found[x.event_id] = x
-                    rejected = sum(batch.column("rejected").to_pylist())
-                    stats.batches += 1
-                    stats.calls += batch.num_rows
-                    stats.rejected += rejected
-                    stats.rows_inserted += sum(batch.column("inserted").to_pylist())
-                    bar.advance(batch.num_rows, calls=batch.num_rows, rejected=rejected)
+            ds = self.make_processor()(ray.data.from_items(rows))
+            ds = ds.map_batches(_parse_batch, batch_size=self.batch_size, batch_format="pyarrow",
+                                num_cpus=0.25, fn_kwargs={"extractor": self.extractor, "spec": self.spec,
+                                                          "pipeline": self.pipeline})
+            found.update(drain(ds, total=len(events), label=f"extracting ({self.pipeline})",
+                               progress=self.progress, writer=writer, stats=stats,
+                               done=len(events) - len(rows)))
+        else:
+            writer.flush()
+            stats.rows_inserted, stats.cache_writes = writer.inserted, writer.writes
         stats.seconds = time.monotonic() - started
         self.last = stats
         missing = [e.event_id for e in events if e.event_id not in found]
@@ -181,7 +176,8 @@ class ProcessorRunner:
 
 def http_runner(base_url: str, spec: FoldSpec, *, cache: Any | None = None, address: str | None = None,
                 progress: bool = True, batch_size: int = 8, concurrency: int = 1,
-                qps: int | None = None, max_retries: int = 3, api_key: str | None = None) -> ProcessorRunner:
+                qps: int | None = None, max_retries: int = 3, api_key: str | None = None,
+                flush_events: int = 512, flush_seconds: float = 5.0) -> ProcessorRunner:
     """A runner over an OpenAI-compatible server through ``HttpRequestProcessorConfig``.
 
     Extractions are those of the ``openai`` adapter for the same server (same requests, same
@@ -194,11 +190,12 @@ def http_runner(base_url: str, spec: FoldSpec, *, cache: Any | None = None, addr
                                               qps=qps, max_retries=max_retries, api_key=api_key),
         extractor=OpenAIExtractor(base_url, api_key=api_key), spec=spec,
         pipeline="ray.data.llm:http", cache=cache, address=address, progress=progress,
-        batch_size=batch_size)
+        batch_size=batch_size, flush_events=flush_events, flush_seconds=flush_seconds)
 
 
 def vllm_runner(options: dict[str, Any], spec: FoldSpec, *, cache: Any | None = None,
-                address: str | None = None, progress: bool = True) -> ProcessorRunner:
+                address: str | None = None, progress: bool = True, flush_events: int = 512,
+                flush_seconds: float = 5.0) -> ProcessorRunner:
     """A runner over vLLM engines (``vLLMEngineProcessorConfig``; GPU nodes, ``refold[vllm]``).
 
     ``options`` are the ``vllm`` adapter's (model_source, replicas, batch_size,
@@ -221,4 +218,5 @@ def vllm_runner(options: dict[str, Any], spec: FoldSpec, *, cache: Any | None = 
 
     return ProcessorRunner(make_processor=make, extractor=extractor, spec=spec,
                            pipeline="ray.data.llm:vllm", cache=cache, address=address,
-                           progress=progress, batch_size=int(extractor.options["batch_size"]))
+                           progress=progress, batch_size=int(extractor.options["batch_size"]),
+                           flush_events=flush_events, flush_seconds=flush_seconds)

@@ -37,7 +37,7 @@ pytestmark = [pytest.mark.ray, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent
 RAY = str(VENV_BIN / "ray")
-N_EVENTS = 160
+N_EVENTS = 400
 _PEOPLE = ("Ana", "Ben", "Chloe", "Dev", "Eli")
 _CITIES = ("Lisbon", "Porto", "Berlin", "Oslo", "Quito")
 
@@ -171,8 +171,8 @@ def test_jobs_on_a_head_node(head, tmp_path):
 
     # 1. a projection stopped part-way through its extraction
     job_id = f"refold-project-{os.getpid()}-{time.monotonic_ns()}"
-    started = _submit(head, "refold.jobs.project", str(store), "--batch-size", "4", "--no-progress",
-                      wait=False, submission_id=job_id)
+    started = _submit(head, "refold.jobs.project", str(store), "--batch-size", "4", "--flush-events", "8",
+                      "--no-progress", wait=False, submission_id=job_id)
     assert started.returncode == 0, started.stderr[-3000:]
     deadline = time.monotonic() + 240
     while _rows(store) < 16:
@@ -192,7 +192,7 @@ def test_jobs_on_a_head_node(head, tmp_path):
     assert 16 <= before < N_EVENTS, f"the stop came too late to test a resume ({before} cached)"
 
     # 2. the same job submitted again: extracts only what is missing, on the cluster's Ray
-    done = _submit(head, "refold.jobs.project", str(store), "--batch-size", "16", "--no-progress")
+    done = _submit(head, "refold.jobs.project", str(store), "--batch-size", "32", "--no-progress")
     summary = _summary(done)
     assert done.returncode == 0 and summary["ok"], summary
     assert summary["config"]["ray"] is True  # RAY_ADDRESS of the submitted job turned Ray on

@@ -108,11 +108,11 @@ def _config(argv, env):
 def test_environment_gives_defaults_and_flags_win():
     env = {"REFOLD_EXTRACTOR": "openai", "REFOLD_EXTRACTOR_OPTIONS": '{"base_url": "http://h:1/v1"}',
            "REFOLD_BATCH_SIZE": "4", "REFOLD_NUM_ACTORS": "3", "REFOLD_CPUS_PER_ACTOR": "0.25",
-           "REFOLD_PROGRESS": "0"}
+           "REFOLD_PROGRESS": "0", "REFOLD_FLUSH_SECONDS": "0.5"}
     cfg = _config(["/s"], env)
     assert (cfg.extractor, dict(cfg.options), cfg.batch_size, cfg.num_actors, cfg.cpus_per_actor) == \
         ("openai", {"base_url": "http://h:1/v1"}, 4, 3, 0.25)
-    assert cfg.progress is False and cfg.use_ray is False
+    assert cfg.progress is False and cfg.use_ray is False and cfg.flush_seconds == 0.5
     cfg = _config(["/s", "--extractor", "rules", "--batch-size", "16"], env)
     assert (cfg.extractor, cfg.batch_size) == ("rules", 16)
 

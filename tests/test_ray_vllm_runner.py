@@ -1,5 +1,5 @@
 """``refold fold --ray --extractor vllm``: one Ray Data LLM processor over all events, configured
-as intended, with each parsed batch cached — checked without a GPU.
+as intended, its answers parsed into cache rows — checked without a GPU.
 
 vLLM cannot run here (CUDA only). Ray builds the real processor from the real
 ``vLLMEngineProcessorConfig``; the one stand-in is the engine's output row fed to the caching
@@ -20,7 +20,7 @@ from refold.fold.extractors.vllm import VLLMExtractor, postprocess_row, preproce
 from refold.fold.prompts import build_request, default_model_spec
 from refold.fold.spec import FoldSpec
 from refold.jobs.ray_extract import ray_runner
-from refold.jobs.ray_llm import ProcessorRunner, _cache_batch, _engine_post, _engine_pre
+from refold.jobs.ray_llm import ProcessorRunner, _engine_post, _engine_pre, _parse_batch
 
 MODEL = "google/gemma-3-270m-it"
 SPEC = FoldSpec(extractor="vllm", model=default_model_spec(MODEL, max_facts=3, max_tokens=128))
@@ -77,7 +77,7 @@ def test_rows_carry_the_event_through_the_shared_row_functions(mem):
     assert pickle.loads(post["event"]) == event
 
 
-def test_caching_stage_parses_and_writes_each_batch_once(mem):
+def test_parse_stage_builds_the_adapters_extractions(mem):
     mem.append([{"kind": "chat_turn", "content": "Caroline: I live in Boston.", "source": "chat#1"},
                 {"kind": "document", "content": "Melanie works at Acme.", "source": "doc#1"}])
     events = mem.events()
@@ -88,16 +88,13 @@ def test_caching_stage_parses_and_writes_each_batch_once(mem):
          "raw_output": text, "tokens_in": 300, "tokens_out": 20}
         for i, (e, text) in enumerate(zip(events, answers))
     ])
-    kwargs = dict(extractor=VLLMExtractor(**OPTIONS), spec=SPEC, cache=mem.cache,
-                  pipeline="ray.data.llm:vllm")
-    out = _cache_batch(batch, **kwargs)
-    assert out["inserted"].to_pylist()[0] == 2 and out["rejected"].to_pylist() == [0, 1]
-    assert _cache_batch(batch, **kwargs)["inserted"].to_pylist()[0] == 0  # a retried batch
-    cached = mem.cache.get(SPEC.hash)
-    assert len(mem.cache.frame()) == 2
-    first, second = (cached[e.event_id] for e in events)
+    out = _parse_batch(batch, extractor=VLLMExtractor(**OPTIONS), spec=SPEC, pipeline="ray.data.llm:vllm")
+    assert out["seq"].to_pylist() == [e.seq for e in events]
+    assert out["calls"].to_pylist() == [1, 1] and out["rejected"].to_pylist() == [0, 1]
+    first, second = (pickle.loads(b) for b in out["extraction"].to_pylist())
     assert [(f.subject, f.relation, f.object) for f in first.facts] == [("Caroline", "lives_in", "Boston")]
     assert first.engine == "vllm" and first.model_id == MODEL and first.tokens_in == 300
     assert dict(first.meta)["pipeline"] == "ray.data.llm:vllm"
+    assert first.request.payload == build_request(events[0], SPEC).payload
     assert second.facts == () and second.rejected[0].reason == "invalid_json"
-    assert second.request.payload == build_request(events[1], SPEC).payload
+    assert second.raw_output == "not json at all"  # kept for audit
