@@ -28,12 +28,12 @@ WORKER = r"""
 import json, sys, time
 from pathlib import Path
 import refold
-import refold.storage.log
+import refold.storage.hostlock
 
 root, name, mode, count, size, go = sys.argv[1:7]
 count, size = int(count), int(size)
 if mode == "nolock":  # no host lock: writers race through the compare-and-append alone
-    refold.storage.log.fcntl = None
+    refold.storage.hostlock.fcntl = None
 mem = refold.Memory(root)
 while not Path(go).exists():  # start together, after the slow imports
     time.sleep(0.005)
@@ -91,12 +91,22 @@ def _storm(tmp_path, plan, mode: str) -> refold.Memory:
     total = sum(count * size for _, count, size in plan)
     _check_log(mem, acked, total)
     # one commit per acknowledged append, no more: a lost race never leaves a partial commit
-    assert DeltaTable(mem.layout.events).version() == sum(count for _, count, _ in plan)
+    assert len(_commits(mem, "WRITE")) == sum(count for _, count, _ in plan)
     return mem
+
+
+def _commits(mem: refold.Memory, operation: str) -> list[dict]:
+    return [c for c in DeltaTable(mem.layout.events).history() if c["operation"] == operation]
 
 
 def _data_files(mem: refold.Memory) -> int:
     return len(list(Path(mem.layout.events).glob("*.parquet")))
+
+
+def _files_committed(mem: refold.Memory) -> int:
+    """Data files the log's commits added: one per append, plus those compaction wrote."""
+    return len(_commits(mem, "WRITE")) + sum(
+        c["operationMetrics"]["numFilesAdded"] for c in _commits(mem, "OPTIMIZE"))
 
 
 @pytest.mark.slow
@@ -106,7 +116,10 @@ def test_storm_processes(tmp_path):
     plan = [(f"single{k}", 100, 1) for k in range(4)] + [(f"batch{k}", 20, 50) for k in range(2)]
     mem = _storm(tmp_path, plan, "lock")
     # the host lock made writers take turns: no attempt was wasted on a lost race
-    assert _data_files(mem) == 4 * 100 + 2 * 20
+    assert _data_files(mem) == _files_committed(mem)
+    # and the small files were compacted along the way (every COMPACT_EVERY files)
+    assert len(_commits(mem, "OPTIMIZE")) >= 3
+    assert len(DeltaTable(mem.layout.events).file_uris()) < 100
 
 
 @pytest.mark.slow
@@ -116,7 +129,7 @@ def test_storm_processes_without_host_lock(tmp_path):
     plan = [(f"single{k}", 40, 1) for k in range(3)] + [("batch0", 8, 25)]
     mem = _storm(tmp_path, plan, "nolock")
     # lost races leave unreferenced data files behind (VACUUM removes them): races did happen
-    assert _data_files(mem) > 3 * 40 + 8
+    assert _data_files(mem) > _files_committed(mem)
 
 
 def _hammer(mem_for, n_threads: int, per_thread: int, size: int) -> dict[str, int]:
@@ -163,7 +176,7 @@ def test_threads_share_one_memory(tmp_path):
 
 
 def test_threads_with_own_memory_race_through_compare_and_append(tmp_path, monkeypatch):
-    monkeypatch.setattr("refold.storage.log.fcntl", None)  # no host lock: race for real
+    monkeypatch.setattr("refold.storage.hostlock.fcntl", None)  # no host lock: race for real
     root = tmp_path / "store"
     refold.init(root)
     mems = [refold.Memory(root) for _ in range(4)]
