@@ -63,6 +63,7 @@ def test_packaged_model_is_assembled_once_atomically_into_a_hash_keyed_folder(tm
     assert os.listdir(path.parent) == [path.name]  # no temporary file left behind
     mtime = path.stat().st_mtime_ns
     assert default_gguf_path() == path and path.stat().st_mtime_ns == mtime  # not assembled again
+    path.unlink()  # 253 MB: do not leave it in pytest's kept temporary folders
 
 
 def test_missing_model_file_is_a_clear_error(tmp_path):

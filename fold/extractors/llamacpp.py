@@ -56,6 +56,7 @@ class LlamaCppExtractor(LLMExtractor):
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_llm"] = None
+        state["_file_hash"] = None  # each copy verifies the file on its own node
         state.pop("_lock", None)
         return state
 
