@@ -34,8 +34,9 @@ from .merge import GraphBuilder, MergeStats
 from .rollups import apply_rollups
 from .spec import FoldSpec
 
-#: Above this share of touched subjects a refresh recomputes every roll-up instead.
-FULL_REFRESH_SHARE = 0.25
+#: Above this share of touched subjects a refresh recomputes every roll-up instead (measured:
+#: a partial refresh of a third of the subjects still cost well under a full one).
+FULL_REFRESH_SHARE = 0.5
 
 
 @contextlib.contextmanager
@@ -105,10 +106,25 @@ class LiveFold:
     @classmethod
     def resume(cls, spec: FoldSpec, graph: nx.MultiDiGraph, stats: MergeStats, *, contained: Iterable[str],
                link: str, started_from: int) -> "LiveFold":
-        """Resume from a base graph (fresh objects, e.g. a decoded snapshot): index it, roll it up."""
-        live = cls(spec=spec, builder=GraphBuilder.from_graph(spec, graph, stats), contained=set(contained),
-                   link=link, started_from=started_from)
-        live._full_rollups()
+        """Resume from a graph of fresh objects (e.g. a decoded snapshot).
+
+        A rolled-up graph (every node has a ``summary``: what :meth:`detached_graph` and snapshots
+        hold) is taken as is; a merged-only graph is rolled up here. The merge's open-edge index is
+        rebuilt from the merged edges only (as :meth:`GraphBuilder.from_graph` does for a merged
+        graph), so a derived relation never takes part in supersession.
+        """
+        builder = GraphBuilder(spec=spec, graph=graph, stats=stats)
+        live = cls(spec=spec, builder=builder, contained=set(contained), link=link, started_from=started_from)
+        rolled_up = all("summary" in d for _, d in graph.nodes(data=True))
+        for u, v, k, d in graph.edges(keys=True, data=True):
+            if d["derivation"] == "extracted":
+                builder._edges[k] = (u, v)
+                if d["valid_to"] is None:
+                    builder._open.setdefault((u, d["relation"]), []).append(k)
+            elif rolled_up:
+                live._remember(k, (u, v), d["inputs"])
+        if not rolled_up:
+            live._full_rollups()
         live._since = live.last_seq
         return live
 
@@ -242,15 +258,18 @@ class LiveFold:
                 for a, b, k, d in graph.in_edges(n, keys=True, data=True):
                     if d["relation"] == first and base(d):
                         partners[k] = (a, b)
-        sub = nx.MultiDiGraph()
-        for fid, (u, v) in {**partners, **own}.items():
-            for n in (u, v):
-                if n not in sub:
-                    sub.add_node(n, **{a: graph.nodes[n][a] for a in ("tenant", "name", "key")})
-            sub.add_edge(u, v, key=fid, **graph.edges[u, v, fid])
-        apply_rollups(sub, self.spec)
-        fresh = {k: (u, v, d) for u, v, k, d in sub.edges(keys=True, data=True)
-                 if not base(d) and not touched.keys().isdisjoint(d["inputs"])}
+        # compose rules over the changed edges and their partners, the other rules over the changed
+        # edges alone (a partner's own inverse is unchanged), summaries over all own edges
+        compose, others, _ = self._rule_specs
+        fresh = {}
+        for spec, edges in ((compose, {**partners, **touched}), (others, touched)):
+            if spec.rollups and edges:
+                sub = self._subgraph(edges)
+                apply_rollups(sub, spec)
+                fresh.update((k, (u, v, d)) for u, v, k, d in sub.edges(keys=True, data=True)
+                             if not base(d) and not touched.keys().isdisjoint(d["inputs"]))
+        summaries = self._subgraph(own)
+        apply_rollups(summaries, self._summary_spec)
         stale = set().union(*(self._by_input.get(fid, ()) for fid in touched)) if touched else set()
         for fid in stale - fresh.keys():  # their inputs no longer overlap in valid time
             (u, v), _ = self._derived[fid]
@@ -264,6 +283,34 @@ class LiveFold:
                 graph.add_edge(u, v, key=fid, **d)
                 self._remember(fid, (u, v), d["inputs"])
         for s in subjects:
-            mine = sub.nodes[s] if s in sub else {}
+            mine = summaries.nodes[s] if s in summaries else {}
             graph.nodes[s]["summary"] = mine.get("summary", {})
             graph.nodes[s]["summary_sources"] = mine.get("summary_sources", [])
+
+    def _subgraph(self, edges: dict[str, tuple[str, str]]) -> nx.MultiDiGraph:
+        """A scratch graph of ``edges`` (shallow copies) and their end nodes' names, for the rules."""
+        graph, sub = self.graph, nx.MultiDiGraph()
+        for fid, (u, v) in edges.items():
+            for n in (u, v):
+                if n not in sub:
+                    sub.add_node(n, **{a: graph.nodes[n][a] for a in ("tenant", "name", "key")})
+            sub.add_edge(u, v, key=fid, **graph.edges[u, v, fid])
+        return sub
+
+    @property
+    def _summary_spec(self) -> FoldSpec:
+        """The spec without roll-up rules: :func:`apply_rollups` then only writes node summaries."""
+        return self._rule_specs[2]
+
+    @property
+    def _rule_specs(self) -> tuple[FoldSpec, FoldSpec, FoldSpec]:
+        """The spec restricted to its compose rules, to its other rules, and to no rule."""
+        specs = self.__dict__.get("_rule_specs_value")
+        if specs is None:
+            rules = self.spec.rollups
+            specs = self.__dict__["_rule_specs_value"] = (
+                self.spec.with_(rollups=tuple(r for r in rules if r.kind == "compose")),
+                self.spec.with_(rollups=tuple(r for r in rules if r.kind != "compose")),
+                self.spec.with_(rollups=()),
+            )
+        return specs

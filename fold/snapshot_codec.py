@@ -1,8 +1,10 @@
-"""Snapshot codec: a merged (pre-roll-up) graph and its merge stats ⇄ Arrow tables (pure, no IO).
+"""Snapshot codec: a folded graph and its merge stats ⇄ Arrow tables (pure, no IO).
 
-A snapshot stores only what the merge built — entity nodes and ``extracted`` edges with every
-attribute listed in :mod:`refold.fold.merge` — because roll-ups and node summaries are recomputed
-from it. Lists are Arrow list columns; datetimes are ``timestamp[us, UTC]`` plus an int32 column
+A snapshot stores the folded view: entity nodes (with their roll-up summaries) and every edge —
+the merged (``extracted``) facts and the roll-up (derived) facts — with every attribute listed in
+:mod:`refold.fold.merge`. Storing the roll-ups is what makes a load cheap: recomputing them costs
+several times more than decoding them (measured at 20k events). Lists are Arrow list columns;
+a node summary is a JSON object in a string column; datetimes are ``timestamp[us, UTC]`` plus an int32 column
 of the UTC offset in seconds (``*_utcoffset``), so a time that came in as ``+02:00`` comes back
 as ``+02:00`` and a decoded graph is equal attribute for attribute (``isoformat`` included) to
 the one encoded. Row order is the graph's iteration order, so decoding reproduces node order,
@@ -14,6 +16,7 @@ would make a resumed fold differ from a full one. Bump :data:`FORMAT` when the c
 
 from __future__ import annotations
 
+import json
 from dataclasses import fields
 from datetime import datetime, timedelta, timezone
 
@@ -24,16 +27,15 @@ import pyarrow.compute as pc
 from .errors import StoreError
 from .merge import MergeStats
 
-FORMAT = "refold-snapshot/1"
+FORMAT = "refold-snapshot/2"
 TS = pa.timestamp("us", tz="UTC")
 STR_LIST = pa.list_(pa.string())
 
-#: Node attributes the merge writes (``summary``/``summary_sources`` are roll-up output, not stored).
-NODE_ATTRS = ("tenant", "name", "key", "aliases")
-VIEW_NODE_ATTRS = frozenset({"summary", "summary_sources"})
+#: Node attributes: the merge's, then the roll-ups' per-entity summary.
+NODE_ATTRS = ("tenant", "name", "key", "aliases", "summary", "summary_sources")
 NODE_SCHEMA = pa.schema([
     ("id", pa.string()), ("tenant", pa.string()), ("name", pa.string()), ("key", pa.string()),
-    ("aliases", STR_LIST),
+    ("aliases", STR_LIST), ("summary", pa.string()), ("summary_sources", STR_LIST),
 ])
 
 _TIMES = ("valid_from", "valid_to", "recorded_at")
@@ -73,24 +75,20 @@ def _offset(value: datetime | None) -> int | None:
 
 
 def encode_graph(graph: nx.MultiDiGraph) -> tuple[pa.Table, pa.Table]:
-    """The graph's entity nodes and ``extracted`` edges as (nodes, edges) Arrow tables.
-
-    Derived (roll-up) edges and node summaries are skipped: they are recomputed on load.
-    """
+    """A rolled-up graph's nodes and edges (merged and derived) as (nodes, edges) Arrow tables."""
     node_cols: dict[str, list] = {name: [] for name in NODE_SCHEMA.names}
     for nid, data in graph.nodes(data=True):
-        unknown = set(data) - set(NODE_ATTRS) - VIEW_NODE_ATTRS
-        if unknown:
-            raise StoreError(f"snapshot codec {FORMAT} does not know node attribute(s) {sorted(unknown)}; "
-                             "update refold.fold.snapshot_codec with the merge")
+        if data.keys() != set(NODE_ATTRS):
+            raise StoreError(
+                f"snapshot codec {FORMAT}: node {nid} has attributes {sorted(data)}, expected {list(NODE_ATTRS)} "
+                "(a rolled-up graph; update refold.fold.snapshot_codec if the merge changed)")
         node_cols["id"].append(nid)
         for name in NODE_ATTRS:
-            node_cols[name].append(data[name])
+            value = data[name]
+            node_cols[name].append(json.dumps(value, ensure_ascii=False) if name == "summary" else value)
     edge_cols: dict[str, list] = {name: [] for name in EDGE_SCHEMA.names}
     known = set(EDGE_ATTRS)
     for u, v, key, data in graph.edges(keys=True, data=True):
-        if data["derivation"] != "extracted":
-            continue
         if data.keys() != known:
             raise StoreError(
                 f"snapshot codec {FORMAT}: edge {key} has attributes {sorted(set(data) ^ known)} it does "
@@ -141,19 +139,9 @@ def _times(table: pa.Table, name: str) -> list[datetime | None]:
     return out
 
 
-def _lists(column: pa.ChunkedArray, *, inner: bool = False) -> list:
-    """Python lists of a list column (fresh list objects: the merge mutates them in place)."""
-    out: list = []
-    for chunk in column.chunks:
-        if inner:
-            out.extend(chunk.to_pylist())
-            continue
-        offsets = chunk.offsets.to_pylist()
-        flat = chunk.values.to_pylist()
-        valid = chunk.is_valid().to_pylist() if chunk.null_count else None
-        for i in range(len(chunk)):
-            out.append(flat[offsets[i]:offsets[i + 1]] if valid is None or valid[i] else [])
-    return out
+def _lists(column: pa.ChunkedArray) -> list:
+    """Python lists of a list column: fresh list objects (the merge appends to them in place)."""
+    return [[] if value is None else value for value in column.to_pylist()]
 
 
 def decode_graph(nodes: pa.Table, edges: pa.Table) -> nx.MultiDiGraph:
@@ -164,10 +152,11 @@ def decode_graph(nodes: pa.Table, edges: pa.Table) -> nx.MultiDiGraph:
                          "refold version: delete it (refold rebuilds it) or fold with --full")
     graph = nx.MultiDiGraph()
     ids, tenants, names, keys = (_strings(nodes[c]) for c in ("id", "tenant", "name", "key"))
-    aliases = _lists(nodes["aliases"])
+    aliases, summary_sources = _lists(nodes["aliases"]), _lists(nodes["summary_sources"])
+    summaries = [json.loads(text) for text in nodes["summary"].to_pylist()]  # one fresh dict per node
     graph.add_nodes_from(
-        (nid, {"tenant": t, "name": n, "key": k, "aliases": a})
-        for nid, t, n, k, a in zip(ids, tenants, names, keys, aliases)
+        (nid, {"tenant": t, "name": n, "key": k, "aliases": a, "summary": m, "summary_sources": ss})
+        for nid, t, n, k, a, m, ss in zip(ids, tenants, names, keys, aliases, summaries, summary_sources)
     )
     cols: dict[str, list] = {}
     for name in ("fact_id", "tenant", "subject", "relation", "object", "derivation", "superseded_by",
@@ -179,9 +168,21 @@ def decode_graph(nodes: pa.Table, edges: pa.Table) -> nx.MultiDiGraph:
     cols["confidence"] = edges["confidence"].to_pylist()
     for name in ("sources", "source_seqs", "inputs"):
         cols[name] = _lists(edges[name])
-    cols["source_principals"] = _lists(edges["source_principals"], inner=True)
-    rows = zip(*(cols[name] for name in EDGE_ATTRS))
-    graph.add_edges_from(
-        (values[2], values[4], values[0], dict(zip(EDGE_ATTRS, values))) for values in rows
-    )
+    cols["source_principals"] = _lists(edges["source_principals"])
+    # Fill networkx's adjacency dicts directly (the structure its docs give for subclasses: for a
+    # MultiDiGraph, _succ[u][v] and _pred[v][u] are the same {key: attributes} dict).
+    # add_edges_from's per-edge checks were the largest part of a load.
+    succ, pred = graph._succ, graph._pred
+    try:
+        for values in zip(*(cols[name] for name in EDGE_ATTRS)):
+            u, v = values[2], values[4]
+            nbrs = succ[u]
+            keydict = nbrs.get(v)
+            if keydict is None:
+                keydict = nbrs[v] = {}
+                pred[v][u] = keydict
+            keydict[values[0]] = dict(zip(EDGE_ATTRS, values))
+    except KeyError as exc:
+        raise StoreError(f"snapshot edges name node {exc} that its node table lacks; the snapshot is "
+                         "damaged: delete it (refold rebuilds it)") from None
     return graph

@@ -18,6 +18,7 @@ extraction's own inputs were erased and its cache row purged).
 from __future__ import annotations
 
 import bisect
+import contextlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -38,6 +39,9 @@ if TYPE_CHECKING:
     from refold.memory import Memory
 
 __all__ = ["Projection", "project", "ListSource", "DeltaSource"]
+
+#: Tails up to this many extractable events read their cached extractions with one filtered read.
+SMALL_TAIL = 5000
 
 
 class ListSource:
@@ -152,10 +156,9 @@ def project(mem: "Memory", spec: FoldSpec, *, extractor: Extractor | None, full:
     ``source``: a :class:`ListSource` or :class:`DeltaSource` (default: the log's head).
     ``extractor`` None means every needed extraction must already be cached (checked by the caller).
     """
-    with paused_gc():
-        return _project(mem, spec, extractor=extractor, full=full, source=source, live=live,
-                        at_most=at_most, progress=progress, runner=runner, snapshot_every=snapshot_every,
-                        keep=keep, batch_size=batch_size)
+    return _project(mem, spec, extractor=extractor, full=full, source=source, live=live,
+                    at_most=at_most, progress=progress, runner=runner, snapshot_every=snapshot_every,
+                    keep=keep, batch_size=batch_size)
 
 
 def _project(mem, spec, *, extractor, full, source, live, at_most, progress, runner, snapshot_every, keep,
@@ -174,35 +177,43 @@ def _project(mem, spec, *, extractor, full, source, live, at_most, progress, run
     resumed_from = current.last_seq
     clock.lap("resume")
     calls = rejected = 0
+    wanted = [e.event_id for e in tail if needs_extraction(e)]
     extractions: dict[str, Extraction] = {}
+    known = None
+    if wanted and resumed_from >= 0 and len(wanted) <= SMALL_TAIL:
+        # a short tail: one filtered read gives both what is cached and the cached rows themselves
+        extractions = mem.cache.get(spec.hash, wanted)
+        known = set(extractions)
     if extractor is not None and tail:
         calls, rejected = extract_missing(tail, spec=spec, extractor=extractor, cache=mem.cache,
                                           batch_size=batch_size, progress=progress, runner=runner,
-                                          collect=extractions)
-    wanted = [e.event_id for e in tail if needs_extraction(e)]
+                                          collect=extractions, cached=known)
     if extractor is None and wanted:
-        missing = mem.cache.missing(spec.hash, wanted)
+        missing = [i for i in wanted if i not in extractions] if known is not None else \
+            mem.cache.missing(spec.hash, wanted)
         if missing:
             raise ExtractionError(
                 f"{len(missing)} event(s) have no {spec.extractor} extraction yet; run `refold fold "
                 f"{mem.root} --extractor {spec.extractor}` first"
             )
     clock.lap("extract")
-    cached = [i for i in wanted if i not in extractions]  # the rest were just extracted
-    if cached:
-        extractions.update(mem.cache.get(spec.hash, None if resumed_from < 0 else cached))
-    clock.lap("cache_read")
-    points = snapshot_points(current.last_seq, tail[-1].seq, every=snapshot_every, keep=keep) if tail else set()
-    written = []
-    for event in tail:
-        current.apply(event, extractions.get(event.event_id))
-        if event.seq in points:
-            clock.lap("merge")
-            if store.write(current) is not None:
-                written.append(event.seq)
-            clock.lap("snapshot_write")
-    clock.lap("merge")
-    current.refresh()
+    # a long tail builds many objects: pause the cyclic collector (a short one is not worth a pass)
+    with paused_gc() if len(tail) >= 1000 else contextlib.nullcontext():
+        cached = [i for i in wanted if i not in extractions]  # the rest were just extracted
+        if cached:
+            extractions.update(mem.cache.get(spec.hash, None if resumed_from < 0 else cached))
+        clock.lap("cache_read")
+        points = snapshot_points(current.last_seq, tail[-1].seq, every=snapshot_every, keep=keep) if tail else set()
+        written = []
+        for event in tail:
+            current.apply(event, extractions.get(event.event_id))
+            if event.seq in points:
+                clock.lap("merge")
+                if store.write(current) is not None:
+                    written.append(event.seq)
+                clock.lap("snapshot_write")
+        clock.lap("merge")
+        current.refresh()
     clock.lap("rollups")
     if written:
         store.prune(spec.hash, keep=keep)

@@ -1,16 +1,16 @@
 """Snapshots: the merged graph of a fold at a log position, per spec, stored columnar.
 
     snapshots/<spec_hash>/<last_seq, 12 digits>/
-        nodes.parquet       entity nodes (id, tenant, name, key, aliases)
-        edges.parquet       extracted edges, every merge attribute (see refold.fold.snapshot_codec)
+        nodes.parquet       entity nodes (id, tenant, name, key, aliases, roll-up summary)
+        edges.parquet       merged and derived edges, every attribute (see refold.fold.snapshot_codec)
         contained.parquet   event ids whose data the snapshot holds (erasure purges by these)
         manifest.json       written last: position (last_seq + its link), merge stats, counts,
                             a digest of the contained ids, a SHA-256 per file
 
 A snapshot is written into a temporary folder that is renamed into place only when complete
 (manifest last), so a reader never sees half of one; a folder without a readable manifest, or
-whose files do not match their digests, is ignored. Roll-ups are not stored: they are
-recomputed on load.
+whose files do not match their digests, is ignored. Roll-ups are stored with the merged graph
+(recomputing them on load cost more than decoding them).
 
 Validity (checked by the fold, :mod:`refold.folding`): the log must still hold, at ``last_seq``,
 the event with the recorded ``link`` (the link commits to the whole chain up to there, and
@@ -38,7 +38,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from refold.fold.errors import StoreError
-from refold.fold.incremental import LiveFold
+from refold.fold.incremental import LiveFold, paused_gc
 from refold.fold.snapshot_codec import (FORMAT, decode_graph, encode_graph, stats_from_json,
                                         stats_to_json)
 from refold.fold.spec import FoldSpec
@@ -165,9 +165,10 @@ class SnapshotStore:
         except (OSError, KeyError, pa.ArrowException) as exc:
             raise StoreError(f"cannot read snapshot {info.path} ({exc}); delete the folder or fold with "
                              "--full") from exc
-        graph = decode_graph(nodes, edges)
-        return LiveFold.resume(spec, graph, stats_from_json(info.stats), contained=contained,
-                               link=info.link, started_from=info.last_seq)
+        with paused_gc():  # a few hundred thousand new objects: no collector passes over them meanwhile
+            graph = decode_graph(nodes, edges)
+            return LiveFold.resume(spec, graph, stats_from_json(info.stats), contained=contained,
+                                   link=info.link, started_from=info.last_seq)
 
     # -- writing --------------------------------------------------------------------------------
 
@@ -183,6 +184,7 @@ class SnapshotStore:
         tmp = spec_dir / f".tmp-{uuid.uuid4().hex}"
         tmp.mkdir()
         try:
+            live.refresh()  # roll-ups are stored too: bring them up to date with the merged edges
             nodes, edges = encode_graph(live.graph)
             contained = sorted(live.contained)
             tables = {"nodes": nodes, "edges": edges,

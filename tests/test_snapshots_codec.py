@@ -30,17 +30,19 @@ def _live() -> LiveFold:
     return live
 
 
-def test_round_trip_is_exact_and_skips_roll_ups():
+def test_round_trip_is_exact_roll_ups_included():
     live = _live()
     nodes, edges = encode_graph(live.graph)
     assert nodes.schema == NODE_SCHEMA and edges.schema == EDGE_SCHEMA
     assert edges.schema.field("valid_from").type == pa.timestamp("us", tz="UTC")
     assert edges.schema.field("sources").type == pa.list_(pa.string())
-    base = [d for *_, d in live.graph.edges(data=True) if d["derivation"] == "extracted"]
-    assert edges.num_rows == len(base) < live.graph.number_of_edges()  # roll-ups are not stored
+    derived = [d for *_, d in live.graph.edges(data=True) if d["derivation"] != "extracted"]
+    assert derived and edges.num_rows == live.graph.number_of_edges()
     graph = decode_graph(nodes, edges)
+    assert canonical_graph(graph) == canonical_graph(live.detached_graph())
     resumed = LiveFold.resume(live.spec, graph, live.builder.stats, contained=live.contained, link=live.link,
                               started_from=live.last_seq)
+    assert resumed.derived_count == len(derived) and resumed.fact_count == live.fact_count
     assert canonical_graph(resumed.detached_graph()) == canonical_graph(live.detached_graph())
     paris = [d["valid_from"] for *_, d in graph.edges(data=True) if d["valid_from"].utcoffset().seconds]
     assert paris and all(v.isoformat().endswith("+02:00") for v in paris)
@@ -54,6 +56,17 @@ def test_decoded_lists_are_fresh_objects():
     key = next(iter(one.edges(keys=True)))
     one.edges[key]["sources"].append("more")
     assert "more" not in two.edges[key]["sources"]
+
+
+def test_a_merged_only_graph_is_rolled_up_on_resume():
+    live = _live()
+    merged = live.detached_graph()
+    merged.remove_edges_from([(u, v, k) for u, v, k, d in live.graph.edges(keys=True, data="derivation")
+                              if d != "extracted"])
+    for _, d in merged.nodes(data=True):
+        del d["summary"], d["summary_sources"]
+    resumed = LiveFold.resume(live.spec, merged, live.builder.stats, contained=(), link="", started_from=0)
+    assert canonical_graph(resumed.detached_graph()) == canonical_graph(live.detached_graph())
 
 
 def test_unknown_attributes_and_foreign_tables_are_refused():
