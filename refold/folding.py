@@ -99,7 +99,8 @@ def extract_missing(events: Sequence[Event], *, spec: FoldSpec, extractor: Extra
                     cache: ExtractionCache, batch_size: int = 16, progress: bool = False,
                     runner: Callable[[list[Event]], list[Extraction]] | None = None,
                     flush_events: int = 512, flush_seconds: float = 5.0,
-                    collect: dict[str, Extraction] | None = None) -> tuple[int, int]:
+                    collect: dict[str, Extraction] | None = None,
+                    cached: set[str] | None = None) -> tuple[int, int]:
     """Extract and cache every extractable event with no row for ``spec``.
 
     Returns (extraction calls, rejected outputs). ``runner`` replaces the in-process loop (Ray).
@@ -107,9 +108,11 @@ def extract_missing(events: Sequence[Event], *, spec: FoldSpec, extractor: Extra
     (and at the end): each cache write is a Delta commit whose cost grows with the table, so
     writing every small batch made a 20k-event fold spend minutes committing, while a crash still
     loses at most a few seconds of extraction. ``collect``, when given, also receives every new
-    extraction by event id (so the caller need not read them back from the cache).
+    extraction by event id (so the caller need not read them back from the cache). ``cached``:
+    ids the caller already knows are in the cache (then the cache is not asked again).
     """
-    todo_ids = set(cache.missing(spec.hash, [e.event_id for e in events if needs_extraction(e)]))
+    wanted = [e.event_id for e in events if needs_extraction(e)]
+    todo_ids = set(cache.missing(spec.hash, wanted)) if cached is None else set(wanted) - cached
     todo = [e for e in events if e.event_id in todo_ids]
     if not todo:
         return 0, 0
