@@ -24,26 +24,31 @@ LOCK_FILE = ".append.lock"
 
 
 @contextlib.contextmanager
-def host_turn(root: str, *, wait_s: float = 30.0) -> Iterator[None]:
-    """Hold the store's host lock (flock) for the ``with`` block, or go ahead after ``wait_s``."""
+def host_turn(root: str, *, wait_s: float = 30.0) -> Iterator[bool]:
+    """Hold the store's host lock (flock) for the ``with`` block, or go ahead after ``wait_s``.
+
+    Yields whether the lock is held: work that is only safe with every local writer excluded
+    (compaction) must check it.
+    """
     if fcntl is None or "://" in root:
-        yield
+        yield False
         return
     try:
         fd = os.open(Path(root) / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError:
-        yield
+        yield False
         return
     try:
         deadline = time.monotonic() + wait_s
-        while True:
+        held = False
+        while not held:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
+                held = True
             except BlockingIOError:
                 if time.monotonic() > deadline:
                     break
                 time.sleep(0.002)
-        yield
+        yield held
     finally:
         os.close(fd)  # releases the lock

@@ -170,13 +170,19 @@ class EventLog:
         return DeltaTable(self.layout.events, version=version, storage_options=self.storage_options)
 
     def head(self, dt: DeltaTable | None = None) -> Head:
-        """The current head, from the newest commit's metadata (or the rows when it has none)."""
+        """The current head, from the newest commit's metadata (or the rows when it has none).
+
+        The metadata is trusted only if it was written for the version it landed at: delta-rs
+        rebases an OPTIMIZE over commits that landed meanwhile (``max_commit_retries=0`` does not
+        stop it), and the head it carries is then stale.
+        """
         dt = dt or self._table()
         version = dt.version()
         for entry in dt.history(1):
             if HEAD_KEY in entry:
                 head = Head.from_json(json.loads(entry[HEAD_KEY]))
-                return Head(head.seq, head.link, head.recorded_at, version)
+                if head.table_version == version:
+                    return head
         return self._head_from_rows(dt)
 
     def _head_from_rows(self, dt: DeltaTable) -> Head:
@@ -261,7 +267,7 @@ class EventLog:
             return []
         unique = _dedupe(batch)
         reloaded = False
-        with self._lock, self._writer_turn():
+        with self._lock, self._writer_turn() as exclusive:
             for attempt in range(max_attempts):
                 dt = self._fresh_table()
                 existing = self._check_existing(dt, unique)
@@ -295,7 +301,8 @@ class EventLog:
                 self._last = new_head
                 self._remember(dt, fresh, new_head)
                 self._publish_head(new_head)
-                if COMPACT_EVERY and len(self._indexed) - self._compacted_files >= COMPACT_EVERY:
+                if (exclusive and COMPACT_EVERY
+                        and len(self._indexed) - self._compacted_files >= COMPACT_EVERY):
                     self._compact_quietly(dt)
                 first = new_head.seq - len(fresh) + 1
                 by_id = {e.event_id: first + i for i, e in enumerate(fresh)} | existing
@@ -318,9 +325,18 @@ class EventLog:
 
         Rows, seqs and the chain are unchanged (verify reads rows, not files). The replaced files
         stay on disk until a VACUUM (erasure runs one). Appends do this every
-        :data:`COMPACT_EVERY` files by themselves.
+        :data:`COMPACT_EVERY` files by themselves, on local stores.
+
+        Only with every other writer excluded: delta-rs 1.6.6 lets two concurrent OPTIMIZEs (or an
+        OPTIMIZE and a DELETE) both commit, which stores the compacted rows twice. So compaction
+        runs only while holding the host lock; on an object store it is refused.
         """
-        with self._lock, self._writer_turn():
+        with self._lock, self._writer_turn() as exclusive:
+            if not exclusive:
+                raise StoreError(
+                    f"cannot compact {self.layout.events}: no exclusive host lock (object store, or "
+                    "another writer held it too long); compact when nothing else writes"
+                )
             return self._compact(self._fresh_table())
 
     def _compact(self, dt: DeltaTable) -> dict[str, Any]:
@@ -329,9 +345,14 @@ class EventLog:
         after = Head(head.seq, head.link, head.recorded_at, dt.version() + 1)
         metrics = dt.optimize.compact(commit_properties=CommitProperties(
             max_commit_retries=0, custom_metadata={HEAD_KEY: json.dumps(after.as_json())}))
-        self._indexed = set(dt.file_uris())  # same rows, new files: the id index stands
-        self._ids_version = dt.version()
-        self._last = Head(head.seq, head.link, head.recorded_at, dt.version())
+        if not metrics.get("numFilesRemoved"):  # nothing to merge, nothing committed
+            pass
+        elif dt.version() == after.table_version:  # nothing else landed: same rows, new files
+            self._indexed = set(dt.file_uris())
+            self._ids_version = dt.version()
+            self._last = after
+        else:  # rebased over a writer that went ahead without the lock: re-read everything
+            self._ids, self._indexed, self._ids_version, self._last = {}, set(), -1, None
         self._compacted_files = len(self._indexed)
         return metrics
 

@@ -515,6 +515,35 @@ def test_compaction_keeps_rows_chain_head_and_ids(tmp_path, monkeypatch):
     _bad(mem, 4, "seq 4")
 
 
+def test_head_metadata_of_a_rebased_optimize_is_not_trusted(tmp_path):
+    """delta-rs rebases an OPTIMIZE over commits that landed after it read the table (even with
+    max_commit_retries=0), so the head it carries can be stale; the next append must not reuse
+    a seq because of it."""
+    mem = _store(tmp_path / "store", batches=(2, 2, 2))
+    other = refold.Memory(mem.root)
+    stale = DeltaTable(mem.layout.events)  # version 3, head seq 5
+    other.append(_event(6))  # version 4, seq 6
+    other.log_store._compact(stale)  # OPTIMIZE read at 3, claims head seq 5 at version 4
+    dt = DeltaTable(mem.layout.events)
+    assert dt.history(1)[0]["operation"] == "OPTIMIZE" and dt.version() == 5
+    assert mem.head().seq == 6
+    assert mem.append(_event(7)) == [7]
+    assert other.append(_event(8)) == [8]
+    assert mem.log()["seq"].to_list() == list(range(9))
+    assert mem.verify().ok
+
+
+def test_compaction_needs_the_host_lock(tmp_path, monkeypatch):
+    monkeypatch.setattr("refold.storage.log.COMPACT_EVERY", 2)
+    monkeypatch.setattr("refold.storage.hostlock.fcntl", None)  # as on an object store
+    mem = refold.init(tmp_path / "store")
+    for i in range(5):
+        mem.append(_event(i))
+    assert "OPTIMIZE" not in [h["operation"] for h in DeltaTable(mem.layout.events).history()]
+    with pytest.raises(refold.StoreError, match="cannot compact"):
+        mem.log_store.compact()
+
+
 # -- reading ----------------------------------------------------------------------------------------
 
 
