@@ -82,6 +82,24 @@ class NewEvent:
     ingestion_run: str | None = None
     fact: Fact | None = None
 
+    def as_input(self) -> dict[str, Any]:
+        """This event in the JSONL input format (for re-validation of hand-built values)."""
+        raw: dict[str, Any] = {"kind": self.kind, "content": self.content, "source": self.source,
+                               "event_id": self.event_id, "tenant": self.tenant}
+        for name in ("trace_id", "justification", "ingestion_run"):
+            if getattr(self, name) is not None:
+                raw[name] = getattr(self, name)
+        for name in ("subjects", "principals"):
+            if getattr(self, name):
+                raw[name] = list(getattr(self, name))
+        for name in ("valid_from", "valid_to"):
+            value = getattr(self, name)
+            if value is not None:
+                raw[name] = value.isoformat() if isinstance(value, datetime) else value
+        if self.fact is not None:
+            raw["fact"] = self.fact.as_dict() if isinstance(self.fact, Fact) else self.fact
+        return raw
+
     def same_input(self, other: "NewEvent | Event") -> bool:
         """True when ``other`` carries the same user-supplied values (used for idempotent retries)."""
         return all(getattr(self, name) == getattr(other, name) for name in _COMPARED)

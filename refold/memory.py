@@ -34,13 +34,22 @@ class Memory:
     """
 
     def __init__(self, root: str | Path, *, storage_options: dict[str, str] | None = None,
-                 max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES):
+                 max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES, group_commit: bool = False):
+        """``group_commit``: concurrent :meth:`append` calls from threads of this process share
+        Delta commits (one commit for the events that arrive while the previous one is in
+        flight) — the lever for many single-event writers; see docs/log.md."""
         self.layout = Layout(str(root))
         self.storage_options = storage_options
         self.max_content_bytes = max_content_bytes
         self.settings = read_settings(self.layout)
         self.log_store = EventLog(self.layout, storage_options=storage_options,
                                   protector=self._protector())
+        if group_commit:
+            from refold.storage.group import GroupCommit
+
+            self._appender = GroupCommit(self.log_store)
+        else:
+            self._appender = self.log_store
         self._states: dict = {}
         self._live: dict = {}  # spec hash → LiveFold: this process's incremental fold (refold.projection)
         self._fold_lock = threading.RLock()  # the live fold is advanced by one caller at a time
@@ -75,12 +84,11 @@ class Memory:
             events = [events]
         batch: list[NewEvent] = []
         for number, item in enumerate(events, start=1):
-            if isinstance(item, NewEvent):
-                batch.append(item)
-            else:
-                batch.append(validate_event(item, line=number, max_content_bytes=self.max_content_bytes,
-                                            ingestion_run=ingestion_run))
-        return self.log_store.append(batch)
+            # hand-built NewEvent values are validated like JSONL input: same rules, same errors
+            raw = item.as_input() if isinstance(item, NewEvent) else item
+            batch.append(validate_event(raw, line=number, max_content_bytes=self.max_content_bytes,
+                                        ingestion_run=ingestion_run))
+        return self._appender.append(batch)
 
     def append_jsonl(self, lines: Iterable[str] | str | Path, *, ingestion_run: str | None = None) -> list[int]:
         """Append events from JSON Lines (an iterable of lines, a text, or a file path)."""
@@ -89,7 +97,7 @@ class Memory:
         elif isinstance(lines, str):
             lines = lines.splitlines()
         batch = parse_jsonl(lines, max_content_bytes=self.max_content_bytes, ingestion_run=ingestion_run)
-        return self.log_store.append(batch)
+        return self._appender.append(batch)
 
     def log(self, *, since: int | None = None, until: int | None = None,
             as_of: int | str | datetime | None = None) -> pl.DataFrame:
@@ -382,9 +390,9 @@ def init(root: str | Path, *, mode: Mode = "delete", storage_options: dict[str, 
 
 
 def open(root: str | Path, *, create: bool = True, mode: Mode = "delete",
-         storage_options: dict[str, str] | None = None) -> Memory:  # noqa: A001 - the public verb
+         storage_options: dict[str, str] | None = None, group_commit: bool = False) -> Memory:  # noqa: A001
     """Open the store at ``root``; create it (with ``mode``) when absent and ``create`` is true."""
     layout = Layout(str(root))
     if create and layout.is_local and not Path(layout.settings).exists():
-        return init(root, mode=mode, storage_options=storage_options)
-    return Memory(root, storage_options=storage_options)
+        init(root, mode=mode, storage_options=storage_options)
+    return Memory(root, storage_options=storage_options, group_commit=group_commit)

@@ -173,3 +173,27 @@ def test_spec_is_recorded_in_the_log_before_use(mem):
     assert specs["source"][0].endswith(report.spec_hash)
     mem.fold()
     assert mem.log().filter(mem.log()["kind"] == "spec_changed").height == 1  # not re-recorded
+
+
+def test_hand_built_new_events_are_validated_like_jsonl(mem):
+    from refold.fold.errors import EventValidationError
+    from refold.fold.events import NewEvent
+
+    with pytest.raises(EventValidationError, match="unknown kind 'bogus'"):
+        mem.append(NewEvent(kind="bogus", content="x", source="s"))
+    with pytest.raises(EventValidationError, match="justification"):
+        mem.append(NewEvent(kind="memory_written", content="x", source="s",
+                            fact=refold.Fact("a", "b", "c")))
+    assert mem.log().height == 0
+    assert mem.append(NewEvent(kind="chat_turn", content="hello", source="chat#1", event_id="e1")) == [0]
+
+
+def test_group_commit_memory_appends_from_threads(tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    refold.init(tmp_path / "g")
+    shared = refold.open(tmp_path / "g", group_commit=True)
+    with ThreadPoolExecutor(8) as pool:
+        seqs = list(pool.map(lambda i: shared.append(fact_event("A", "likes", f"x{i}", day=i))[0], range(40)))
+    assert sorted(seqs) == list(range(40))
+    assert shared.verify().ok
