@@ -120,10 +120,17 @@ def _strings(column: pa.ChunkedArray | pa.Array) -> list:
 
 def _times(table: pa.Table, name: str) -> list[datetime | None]:
     micros = pc.cast(table[name], pa.int64())
-    offsets = table[f"{name}_utcoffset"].to_pylist()
+    offsets = table[f"{name}_utcoffset"]
+    if not pc.any(pc.fill_null(pc.not_equal(offsets, 0), False)).as_py():
+        # all UTC (the usual case): convert each distinct instant once
+        out: list[datetime | None] = []
+        for chunk in pc.dictionary_encode(micros).chunks:
+            values = [_EPOCH + timedelta(microseconds=us) for us in chunk.dictionary.to_pylist()]
+            out.extend(None if i is None else values[i] for i in chunk.indices.to_pylist())
+        return out
     seen: dict[tuple[int, int], datetime] = {}
-    out: list[datetime | None] = []
-    for us, off in zip(micros.to_pylist(), offsets):
+    out = []
+    for us, off in zip(micros.to_pylist(), offsets.to_pylist()):
         if us is None:
             out.append(None)
             continue
@@ -132,8 +139,9 @@ def _times(table: pa.Table, name: str) -> list[datetime | None]:
             zone = _ZONES.get(off)
             if zone is None:
                 zone = _ZONES.setdefault(off, timezone(timedelta(seconds=off)))
-            value = (_EPOCH + timedelta(microseconds=us)).astimezone(zone) if off else _EPOCH + timedelta(
-                microseconds=us)
+            value = _EPOCH + timedelta(microseconds=us)
+            if off:
+                value = value.astimezone(zone)
             seen[(us, off)] = value
         out.append(value)
     return out
@@ -158,30 +166,32 @@ def decode_graph(nodes: pa.Table, edges: pa.Table) -> nx.MultiDiGraph:
         (nid, {"tenant": t, "name": n, "key": k, "aliases": a, "summary": m, "summary_sources": ss})
         for nid, t, n, k, a, m, ss in zip(ids, tenants, names, keys, aliases, summaries, summary_sources)
     )
-    cols: dict[str, list] = {}
-    for name in ("fact_id", "tenant", "subject", "relation", "object", "derivation", "superseded_by",
-                 "ended_by"):
+    cols: dict[str, list] = {"fact_id": edges["fact_id"].to_pylist()}  # unique: no dictionary pass
+    for name in ("tenant", "subject", "relation", "object", "derivation", "superseded_by", "ended_by"):
         cols[name] = _strings(edges[name])
     for name in _TIMES:
         cols[name] = _times(edges, name)
     cols["recorded_seq"] = edges["recorded_seq"].to_pylist()
     cols["confidence"] = edges["confidence"].to_pylist()
-    for name in ("sources", "source_seqs", "inputs"):
+    for name in ("sources", "source_seqs", "inputs", "source_principals"):
         cols[name] = _lists(edges[name])
-    cols["source_principals"] = _lists(edges["source_principals"])
+    # attribute dicts filled column by column (measured faster than one dict(zip(...)) per row)
+    datas: list[dict] = [{} for _ in range(edges.num_rows)]
+    for name in EDGE_ATTRS:
+        for data, value in zip(datas, cols[name]):
+            data[name] = value
     # Fill networkx's adjacency dicts directly (the structure its docs give for subclasses: for a
     # MultiDiGraph, _succ[u][v] and _pred[v][u] are the same {key: attributes} dict).
     # add_edges_from's per-edge checks were the largest part of a load.
     succ, pred = graph._succ, graph._pred
     try:
-        for values in zip(*(cols[name] for name in EDGE_ATTRS)):
-            u, v = values[2], values[4]
+        for u, v, key, data in zip(cols["subject"], cols["object"], cols["fact_id"], datas):
             nbrs = succ[u]
             keydict = nbrs.get(v)
             if keydict is None:
                 keydict = nbrs[v] = {}
                 pred[v][u] = keydict
-            keydict[values[0]] = dict(zip(EDGE_ATTRS, values))
+            keydict[key] = data
     except KeyError as exc:
         raise StoreError(f"snapshot edges name node {exc} that its node table lacks; the snapshot is "
                          "damaged: delete it (refold rebuilds it)") from None
