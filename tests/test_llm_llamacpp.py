@@ -151,6 +151,19 @@ def test_prompt_larger_than_the_context_is_a_recorded_rejection():
 
 @pytest.mark.llm
 @pytest.mark.slow
+def test_fold_with_the_packaged_model_passes_the_audit(mem, llama):
+    mem.append([{"kind": "chat_turn", "content": "Dave: I moved to Chicago last year.", "source": "chat#1"},
+                {"kind": "document", "content": "Anna is married to Tom Berg.", "source": "doc#1"}])
+    spec = llama.default_spec(max_tokens=48, max_facts=1)
+    report = mem.fold(extractor=llama, spec=spec)
+    assert report.extraction_calls == 2
+    assert all(x.model_id == DEFAULT_MODEL_ID for x in mem.cache.get(spec.hash).values())
+    audit = mem.audit()
+    assert audit.ok and audit.requests == 2
+
+
+@pytest.mark.llm
+@pytest.mark.slow
 class TestLlamaCppContract(ExtractorContract):
     """The port's contract with the real packaged model: 4 text events per batch, 9 batches;
     one-fact answers of at most 32 tokens keep it to about a minute on an idle 2-core machine."""

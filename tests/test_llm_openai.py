@@ -163,6 +163,25 @@ def test_options_and_pickling(stub_server):
     assert copy.extract(EVENTS[:1], spec)[0].request == build_request(EVENTS[0], spec)
 
 
+def test_fold_caches_llm_extractions_and_the_audit_rederives_every_request(mem, stub_server):
+    """End to end through the store: fold with the HTTP adapter, then `refold audit`."""
+    mem.append([{"kind": "chat_turn", "content": f"Ann: I live in Oslo, flat {i}.", "source": f"chat#{i}"}
+                for i in range(3)])
+    for _ in range(3):
+        stub_server.answer_content(json.dumps({"facts": [
+            {"subject": "I", "relation": "lives_in", "object": "Oslo"},
+            {"subject": "Ann", "relation": "lives_in", "object": "Paris"}]}))
+    extractor = _stub_extractor(stub_server, model="stub-model")
+    spec = extractor.default_spec(max_tokens=32)
+    report = mem.fold(extractor=extractor, spec=spec)
+    assert report.extraction_calls == 3 and report.rejected_outputs == 3  # one "Paris" per event
+    cached = mem.cache.get(spec.hash)
+    assert sorted(x.request.payload.encode() for x in cached.values()) == sorted(stub_server.bodies)
+    assert {(f.subject, f.relation, f.object) for x in cached.values() for f in x.facts} == {("Ann", "lives_in", "Oslo")}
+    audit = mem.audit()
+    assert audit.ok and audit.requests == 3
+
+
 def test_default_spec_records_the_configured_wire_form():
     extractor = get_extractor("openai", base_url="http://unused/v1", model="served",
                               response_format="json_object")
