@@ -36,7 +36,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from refold.fold.errors import ExtractionError, ValidationError
+from refold.fold.errors import ExtractionError, RefoldError, ValidationError
 from refold.fold.events import Event
 from refold.fold.extract import Extraction, Extractor
 from refold.fold.spec import FoldSpec
@@ -171,43 +171,90 @@ class _ExtractBatch:
         import pyarrow as pa
 
         events: list[Event] = [pickle.loads(b) for b in batch.column("event").to_pylist()]
-        results = self.extractor.extract(events, self.spec)
-        if len(results) != len(events):
-            raise ExtractionError(
-                f"extractor {self.extractor.name!r} returned {len(results)} extraction(s) for "
-                f"{len(events)} event(s); the port requires exactly one per event"
-            )
+        try:
+            results = self.extractor.extract(events, self.spec)
+            if len(results) != len(events):
+                raise ExtractionError(
+                    f"extractor {self.extractor.name!r} returned {len(results)} extraction(s) for "
+                    f"{len(events)} event(s); the port requires exactly one per event")
+        except RefoldError as exc:
+            # sent back as data: Ray re-wraps a task's exception and drops its type and cause
+            return pa.table({"extraction": pa.array([None], pa.binary()), "seq": [-1], "calls": [0],
+                             "rejected": [0], "error": [f"{type(exc).__name__}\n{exc}"]})
         return pa.table({
-            "extraction": [pickle.dumps(x) for x in results],
+            "extraction": pa.array([pickle.dumps(x) for x in results], pa.binary()),
             "seq": [e.seq for e in events],
             "calls": [int(x.request is not None) for x in results],
             "rejected": [len(x.rejected) for x in results],
+            "error": pa.array([None] * len(results), pa.string()),
         })
+
+
+def _error_from_row(text: str) -> RefoldError:
+    """The refold error an actor sent back as ``"ClassName\nmessage"``."""
+    from refold.fold import errors
+
+    name, _, message = text.partition("\n")
+    cls = getattr(errors, name, None)
+    if isinstance(cls, type) and issubclass(cls, RefoldError):
+        try:
+            return cls(message)
+        except TypeError:  # a subclass with a richer constructor
+            pass
+    return ExtractionError(message)
 
 
 def drain(ds, *, total: int, label: str, progress: bool, writer: CacheWriter, stats: RunStats,
           done: int = 0) -> dict[str, Extraction]:
-    """Stream a dataset of extraction rows (``extraction``, ``seq``, ``calls``, ``rejected``)
-    into ``writer``, with progress; return the extractions by event id. ``done``: events of
-    ``total`` answered before the stream (shown as done)."""
+    """Stream a dataset of extraction rows (``extraction``, ``seq``, ``calls``, ``rejected``, and
+    optionally ``error``) into ``writer``, with progress; return the extractions by event id.
+
+    ``done``: events of ``total`` answered before the stream (shown as done). On a failure, what
+    arrived is cached first, then the refold error is raised (an actor's own, or an
+    :class:`ExtractionError` naming Ray's)."""
     found: dict[str, Extraction] = {}
     with FoldProgress(total, label=label, enabled=progress) as bar:
         if done:
             bar.advance(done)
-        for batch in ds.iter_batches(batch_format="pyarrow", batch_size=None):
-            got = [pickle.loads(blob) for blob in batch.column("extraction").to_pylist()]
-            writer.add(got, dict(zip((x.event_id for x in got), batch.column("seq").to_pylist())))
-            found.update((x.event_id, x) for x in got)
-            calls = sum(batch.column("calls").to_pylist())
-            rejected = sum(batch.column("rejected").to_pylist())
-            stats.batches += 1
-            stats.calls += calls
-            stats.rejected += rejected
-            bar.advance(batch.num_rows, calls=calls, rejected=rejected)
+        try:
+            for batch in ds.iter_batches(batch_format="pyarrow", batch_size=None):
+                if "error" in batch.column_names and batch.column("error").null_count < batch.num_rows:
+                    raise _error_from_row(next(e for e in batch.column("error").to_pylist() if e))
+                got = [pickle.loads(blob) for blob in batch.column("extraction").to_pylist()]
+                writer.add(got, dict(zip((x.event_id for x in got), batch.column("seq").to_pylist())))
+                found.update((x.event_id, x) for x in got)
+                calls = sum(batch.column("calls").to_pylist())
+                rejected = sum(batch.column("rejected").to_pylist())
+                stats.batches += 1
+                stats.calls += calls
+                stats.rejected += rejected
+                bar.advance(batch.num_rows, calls=calls, rejected=rejected)
+        except Exception as exc:
+            try:  # what arrived is good work: keep it for the rerun
+                writer.flush()
+            except Exception:  # noqa: BLE001 - the run's own error is the one to report
+                pass
+            if isinstance(exc, RefoldError):
+                raise
+            raise _as_refold_error(exc) from exc
     writer.flush()
     stats.rows_inserted += writer.inserted
     stats.cache_writes += writer.writes
     return found
+
+
+def _as_refold_error(exc: BaseException) -> BaseException:
+    """The refold error behind a Ray failure (Ray wraps a UDF's exception twice), else an
+    :class:`ExtractionError` naming it."""
+    seen, current = set(), exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, RefoldError):
+            return current
+        current = getattr(current, "cause", None) or current.__cause__
+    first = str(exc).strip().splitlines()[-1] if str(exc).strip() else ""
+    return ExtractionError(f"extraction on Ray failed ({type(exc).__name__}: {first[:300]}); what was "
+                           "extracted before the failure is cached: run the fold again to resume")
 
 
 @dataclass
@@ -234,13 +281,16 @@ class RayRunner:
     last: RunStats = field(default_factory=RunStats)
 
     def resolved_spec(self) -> FoldSpec:
-        """The spec extractions are made under (built from the extractor when not given)."""
-        if self.spec is None:
-            ext = self.extractor
-            if isinstance(ext, str):
-                from refold.fold.extractors import get_extractor
+        """The spec extractions are made under (built from the extractor when not given).
 
-                ext = get_extractor(ext, **dict(self.options))
+        Builds the extractor here too, so a bad name or option fails on the driver with its own
+        error instead of as dying actors (adapters load models lazily: this is cheap)."""
+        ext = self.extractor
+        if isinstance(ext, str):
+            from refold.fold.extractors import get_extractor
+
+            ext = get_extractor(ext, **dict(self.options))
+        if self.spec is None:
             self.spec = spec_for(ext)
         return self.spec
 

@@ -222,3 +222,29 @@ def test_killed_run_resumes_and_redoes_only_what_was_missing(ray_session, tmp_pa
     reference.fold()
     assert rows.equals(_cache_rows(reference))
     assert _facts(resumed).equals(_facts(reference))
+
+
+class Broken:
+    """An extractor whose backend is down: it raises on every batch."""
+
+    name = "rules"
+
+    def extract(self, events, spec):
+        from refold.fold.errors import ExtractionError
+
+        raise ExtractionError("endpoint down: start the server")
+
+
+def test_an_extractor_error_fails_the_run_and_caches_nothing(ray_session, tmp_path):
+    import ray.cloudpickle
+
+    from refold.fold.errors import ExtractionError
+
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    mem = _store(tmp_path / "store", 12)
+    runner = ray_runner(Broken(), cache=mem.cache, spec=FoldSpec(), batch_size=4, progress=False)
+    started = time.monotonic()
+    with pytest.raises(ExtractionError, match="endpoint down"):
+        mem.fold(runner=runner)
+    assert time.monotonic() - started < 300  # not retried forever
+    assert mem.cache.frame().height == 0
