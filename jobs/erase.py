@@ -4,8 +4,8 @@
     python -m refold.jobs.erase /abs/path/store --subjects-file erase.txt
     ray job submit --working-dir . -- python -m refold.jobs.erase /abs/path/store --subjects-file ...
 
-Each subject goes through :func:`refold.erasing.erase` (tombstones or key destruction, purge of
-every derived store, scrub, refold, residue scan, receipt). Subjects are independent: one that
+Each subject goes through ``Memory.erase`` (tombstones or key destruction, purge of every derived
+store, scrub, refold, residue scan, receipt; see :mod:`refold.erasing`). Subjects are independent: one that
 fails is reported and the others still run; the job then exits 1. Every erasure is journaled, so
 running the same job again resumes an interrupted subject and gives ``noop`` receipts for those
 already erased.
@@ -46,13 +46,11 @@ def read_lines(path: str | None) -> list[str]:
 
 def _erase_one(mem, cfg: JobConfig, subject: str, *, dry_run: bool, include_mentions: bool,
                canaries: list[str]) -> dict[str, Any]:
-    from refold import erasing
     from refold.jobs.project import fold_job
     from refold.storage.receipts import receipt_path
 
     def attempt():
-        return erasing.erase(mem, subject, dry_run=dry_run, canaries=canaries,
-                             include_mentions=include_mentions)
+        return mem.erase(subject, dry_run=dry_run, canaries=canaries, include_mentions=include_mentions)
 
     extracted = None
     try:
