@@ -124,3 +124,37 @@ def test_ray_is_on_where_a_cluster_is_known():
     assert not _config(["/s", "--no-ray"], {"RAY_ADDRESS": "127.0.0.1:6379"}).use_ray
     assert not _config(["/s"], {"RAY_ADDRESS": "127.0.0.1:6379", "REFOLD_RAY": "0"}).use_ray
     assert _config(["/s", "--ray"], {}).use_ray
+
+
+def test_erase_makes_missing_model_extractions_then_resumes(tmp_path, capsys):
+    """Under a model spec, the refold after an erasure needs every surviving event extracted; the
+    job extracts the missing one with the configured extractor and resumes the erasure. The model
+    server is the scripted stub of tests/llm_server.py (no model can be made to answer on cue)."""
+    from refold.fold.extractors.openai import OpenAIExtractor
+    from tests.llm_server import StubServer
+
+    stub = StubServer()
+    try:
+        mem = refold.open(tmp_path / "store")
+        mem.append([{"kind": "chat_turn", "content": "Ana: I live in Quillacollo.", "source": "chat#1",
+                     "subjects": ["s-ana"]},
+                    {"kind": "chat_turn", "content": "Ben: I work at Acme.", "source": "chat#2",
+                     "subjects": ["s-ben"]}])
+        extractor = OpenAIExtractor(stub.base_url, model="stub-model")
+        for _ in range(3):
+            stub.answer_content('{"facts": []}')
+        assert mem.fold(extractor=extractor).extraction_calls == 2
+        mem.append({"kind": "chat_turn", "content": "Ben: I moved to Oslo.", "source": "chat#3",
+                    "subjects": ["s-ben"]})  # not extracted yet
+        options = json.dumps({"base_url": stub.base_url, "model": "stub-model"})
+        status, summary = _run(erase_job.main, [str(tmp_path / "store"), "--subject", "s-ana", "--no-ray",
+                                                "--no-progress", "--extractor", "openai",
+                                                "--options", options], capsys)
+        assert status == 0, summary
+        (ana,) = summary["subjects"]
+        assert ana["status"] == "erased"
+        assert ana["extraction_before_resume"]["fold"]["extraction_calls"] == 1
+        assert len(stub.bodies) == 3  # two before, one for the new event; none for erased Ana
+        assert b"Quillacollo" in stub.bodies[0] and b"Quillacollo" not in stub.bodies[-1]
+    finally:
+        stub.close()
