@@ -153,7 +153,7 @@ class Memory:
 
     def fold(self, *, extractor: str | Extractor = "rules", spec: FoldSpec | None = None,
              full: bool = False, progress: bool = False, runner=None, snapshot_every: int | None = None,
-             **options: Any) -> FoldReport:
+             index: bool | str = False, **options: Any) -> FoldReport:
         """Bring derived state up to date with the log and return the counts.
 
         Records the spec in the log first. Resumes from the newest valid state (this process's
@@ -161,6 +161,8 @@ class Memory:
         cached extraction; ``full`` ignores snapshots and re-merges everything from the cache
         (never re-extracting). After an erasure this same call is the erasure refold. Writes a
         snapshot every ``snapshot_every`` events (default :attr:`snapshot_every`; 0: none).
+        ``index`` (True, or an embedder name such as ``"minilm"``) also brings the vector index up
+        to date with the new state (embedding only new or changed texts).
         """
         from refold.fold.extractors import get_extractor
         from refold.folding import FoldReport, record_spec
@@ -178,6 +180,8 @@ class Memory:
                            progress=progress, runner=runner, snapshot_every=every, keep=self.snapshot_keep)
             self._keep_live(done.live)
             live = done.live
+            if index:
+                self.index(embedder=None if index is True else index)
             return FoldReport(
                 events_folded=live.last_seq + 1, extraction_calls=done.extraction_calls,
                 facts=live.fact_count, derived_facts=live.derived_count,

@@ -33,9 +33,11 @@ def _options(pairs: tuple[str, ...]) -> dict[str, object]:
 @click.option("--ray", "use_ray", is_flag=True, help="Shard extraction over Ray workers.")
 @click.option("--address", help="Ray cluster address (default: local Ray).")
 @click.option("--no-progress", is_flag=True, help="No progress bar or progress lines.")
+@click.option("--index", "index", is_flag=False, flag_value="minilm", default=None,
+              help="Also embed new facts/events into the vector index (optionally name the embedder).")
 @json_option
 def fold(store: str, extractor: str, options: tuple[str, ...], full: bool, use_ray: bool,
-         address: str | None, no_progress: bool, as_json: bool) -> None:
+         address: str | None, no_progress: bool, index: str | None, as_json: bool) -> None:
     """Fold the log into derived state; print counts."""
     mem = open_store(store)
     opts = _options(options)
@@ -45,7 +47,8 @@ def fold(store: str, extractor: str, options: tuple[str, ...], full: bool, use_r
 
         runner = ray_runner(extractor, opts, address=address, progress=not no_progress,
                             cache=mem.cache)  # each batch is cached where it ran: resumable
-    report = mem.fold(extractor=extractor, full=full, progress=not no_progress, runner=runner, **opts)
+    report = mem.fold(extractor=extractor, full=full, progress=not no_progress, runner=runner,
+                      index=index or False, **opts)
     if as_json:
         emit_json(report.as_json())
         return
