@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -59,7 +60,7 @@ def _free_ports(n: int) -> list[int]:
             s.close()
 
 
-def _stop_group(proc: subprocess.Popen, timeout: float = 30) -> None:
+def _stop_group(proc: subprocess.Popen, timeout: float = 10) -> None:
     """SIGTERM the `ray start --block` process (it shuts its node down), then SIGKILL its group."""
     pgid = proc.pid  # start_new_session=True: the group is ours alone
     if proc.poll() is None:
@@ -110,6 +111,7 @@ def head():
     finally:
         _stop_group(proc)
         log.close()
+        shutil.rmtree(temp, ignore_errors=True)
 
 
 def _ray(head: Head, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
