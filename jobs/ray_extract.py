@@ -62,8 +62,8 @@ def ensure_ray(address: str | None = None, *, num_cpus: int | None = None) -> No
     """Connect this process to Ray once; reuse a runtime it is already connected to.
 
     ``address`` (or ``RAY_ADDRESS``, set inside ``ray job submit``) connects to that cluster;
-    otherwise a local runtime is started with ``num_cpus`` (default :data:`LOCAL_NUM_CPUS`) and no
-    dashboard.
+    otherwise a runtime left by ``ray start`` on this machine is joined, or a local one is started
+    with ``num_cpus`` (default :data:`LOCAL_NUM_CPUS`) and no dashboard.
     """
     ray = _import_ray()
     if ray.is_initialized():
@@ -73,7 +73,13 @@ def ensure_ray(address: str | None = None, *, num_cpus: int | None = None) -> No
         if address or os.environ.get("RAY_ADDRESS"):
             ray.init(address=address, **quiet)
         else:
-            ray.init(num_cpus=num_cpus or LOCAL_NUM_CPUS, include_dashboard=False, **quiet)
+            try:
+                ray.init(num_cpus=num_cpus or LOCAL_NUM_CPUS, include_dashboard=False, **quiet)
+            except ValueError as exc:
+                if "existing cluster" not in str(exc):
+                    raise
+                # `ray start` left a runtime on this machine and ray.init found it: join it as is
+                ray.init(**quiet)
     except ConnectionError as exc:
         raise ExtractionError(
             f"cannot connect to Ray at {address or os.environ.get('RAY_ADDRESS')}: {exc}; start it "
