@@ -59,7 +59,7 @@ class ModelRequest:
 class Rejection:
     """Model output the parser refused, and why (kept for audit; never silently dropped)."""
 
-    reason: str  # "invalid_json" | "schema" | "ungrounded" | "empty"
+    reason: str  # "invalid_json" | "schema" | "ungrounded" | "degenerate" | "duplicate" | "model_error" | "empty"
     detail: str
 
 
