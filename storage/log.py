@@ -32,13 +32,11 @@ the number of files in the table.
 from __future__ import annotations
 
 import json
-import os
 import random
 import threading
 import time
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -55,6 +53,7 @@ from refold.fold.errors import ConflictError, StoreError
 from refold.fold.events import Event, NewEvent
 from .layout import Layout
 from .delta_io import read_arrow
+from .heads import Head, publish_head, read_published_head
 from .hostlock import host_turn
 from .schema import EVENTS_SCHEMA, TABLE_CONFIGURATION, table_to_events
 from .sealing import seal_rows
@@ -64,7 +63,6 @@ HEAD_KEY = "refold.head"
 #: last one merges them (0: never). delta-rs's commit cost grows with the number of files: a
 #: single-event append took ~20 ms at 100 files and ~180 ms at 800 (measured on 2 busy cores).
 COMPACT_EVERY = 100
-_HEAD_GLOB = "[0-9]" * 20 + ".json"  # receipts/heads/<table version, 20 digits>.json
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
@@ -79,33 +77,6 @@ def _dedupe(batch: Sequence[NewEvent]) -> list[NewEvent]:
                 "use a new event_id for a new event"
             )
     return list(seen.values()) if len(seen) < len(batch) else list(batch)
-
-
-@dataclass(frozen=True)
-class Head:
-    """The newest position of the log: last seq (-1 when empty), its link, record time and table version."""
-
-    seq: int
-    link: str
-    recorded_at: datetime
-    table_version: int
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "seq": self.seq,
-            "link": self.link,
-            "recorded_at": self.recorded_at.isoformat(),
-            "table_version": self.table_version,
-        }
-
-    @classmethod
-    def from_json(cls, value: dict[str, Any]) -> "Head":
-        return cls(
-            seq=int(value["seq"]),
-            link=str(value["link"]),
-            recorded_at=datetime.fromisoformat(value["recorded_at"]),
-            table_version=int(value["table_version"]),
-        )
 
 
 #: Turns a validated event into stored column overrides (shred mode encrypts content here).
@@ -442,31 +413,9 @@ class EventLog:
     # -- published heads ------------------------------------------------------------------------
 
     def _publish_head(self, head: Head, keep: int = 16) -> None:
-        """Best effort: the commit already landed, so a failure here must not fail the append."""
-        if not self.layout.is_local:
-            return
-        folder = Path(self.layout.heads)
-        try:
-            # rename without fsync, like the Delta commit itself: after a crash a head file may
-            # be empty, and published_head() then falls back to the one before
-            folder.mkdir(parents=True, exist_ok=True)
-            tmp = folder / f".tmp-{os.getpid()}-{threading.get_ident()}.json"
-            tmp.write_text(json.dumps(head.as_json()), encoding="utf-8")
-            os.replace(tmp, folder / f"{head.table_version:020d}.json")
-            # only published heads: other writers' temp files (".tmp-*.json") are not ours to remove
-            for old in sorted(folder.glob(_HEAD_GLOB))[:-keep]:
-                old.unlink(missing_ok=True)
-        except OSError as exc:
-            warnings.warn(f"refold: could not publish the chain head of version "
-                          f"{head.table_version} under {folder}: {exc}", RuntimeWarning, stacklevel=3)
+        if self.layout.is_local:
+            publish_head(self.layout.heads, head, keep=keep)
 
     def published_head(self) -> Head | None:
         """The newest head published under receipts/heads (None when none was published)."""
-        folder = Path(self.layout.heads)
-        files = sorted(folder.glob(_HEAD_GLOB)) if folder.exists() else []
-        for path in reversed(files):
-            try:
-                return Head.from_json(json.loads(path.read_text()))
-            except (OSError, ValueError, KeyError):
-                continue
-        return None
+        return read_published_head(self.layout.heads) if self.layout.is_local else None
