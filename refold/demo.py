@@ -89,8 +89,9 @@ def main(argv: list[str] | None = None) -> int:
     console.print(f"  {answer['fact']['subject']} {answer['fact']['relation']} {answer['fact']['object']} "
                   f"({answer['derivation']}, since {answer['valid_from'].date()})")
     for e in answer["events"]:
-        console.print(f"   • seq {e['seq']} {e['kind']} from {e['source']} (run {e['ingestion_run']}, "
-                      f"trace {e['trace_id']})")
+        where = ", ".join(f"{label} {e[key]}" for label, key in (("run", "ingestion_run"), ("trace", "trace_id"))
+                          if e[key])
+        console.print(f"   • seq {e['seq']} {e['kind']} from {e['source']}" + (f" ({where})" if where else ""))
         if e["justification"]:
             console.print(f"     justification: {e['justification']}")
         console.print(f"     quote: “{e['quote']}”")
