@@ -30,18 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import refold  # noqa: E402
 from refold import erasing  # noqa: E402
-from refold.fold.extractors.rules import RulesExtractor  # noqa: E402
 from refold.storage.snapshots import SnapshotStore  # noqa: E402
-from snapshot_workload import append_all, events, median, ratio, timed  # noqa: E402
-
-
-class CountingRules(RulesExtractor):
-    def __init__(self) -> None:
-        self.calls = 0
-
-    def extract(self, batch, spec):
-        self.calls += len(batch)
-        return super().extract(batch, spec)
+from snapshot_workload import CountingRules, append_all, events, median, ratio, timed  # noqa: E402
 
 
 def build_log(n: int) -> list:

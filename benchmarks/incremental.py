@@ -24,19 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import refold  # noqa: E402
-from refold.fold.extractors.rules import RulesExtractor  # noqa: E402
-from snapshot_workload import append_all, events, median, ratio, timed  # noqa: E402
-
-
-class CountingRules(RulesExtractor):
-    """The rules extractor, counting the events it is asked to extract."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-
-    def extract(self, batch, spec):
-        self.calls += len(batch)
-        return super().extract(batch, spec)
+from snapshot_workload import CountingRules, append_all, events, median, ratio, timed  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Iterator
 
 from refold.fold.events import Fact, NewEvent
+from refold.fold.extractors.rules import RulesExtractor
 
 CITIES = ("Boston", "Paris", "Lyon", "Berlin", "Oslo", "Rome", "Madrid", "Lisbon", "Porto", "Vienna")
 ORGS = ("Acme", "Globex", "Initech", "Umbrella", "Hooli", "Stark", "Wayne", "Tyrell")
@@ -88,3 +89,14 @@ def best(values: list[Seconds]) -> Seconds:
     out = Seconds(min(values))
     out.cpu = min(v.cpu for v in values)
     return out
+
+
+class CountingRules(RulesExtractor):
+    """The rules extractor, counting the events it is asked to extract (calls = events)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def extract(self, batch, spec):
+        self.calls += len(batch)
+        return super().extract(batch, spec)
