@@ -17,3 +17,15 @@ def mem(tmp_path):
     import refold
 
     return refold.init(tmp_path / "store")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _ray_shut_down_before_the_summary():
+    """Disconnect a Ray runtime the tests started before pytest prints its summary, so Ray's
+    log lines (from the deliberately killed workers) never come after the closing line."""
+    yield
+    import sys
+
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        ray.shutdown()
