@@ -14,7 +14,8 @@ Rules (documented in the README):
 
 * **Valid time** of a fact: the fact's own ``valid_from``, else the event's, else its record time.
 * **Corroboration**: the same (subject, relation, object) while an edge for it is open adds the
-  event to that edge's sources instead of making a new edge.
+  event to that edge's sources instead of making a new edge (``stats.corroborations`` counts
+  the sources so added; an event repeating its own fact adds nothing).
 * **Supersession** (single-valued relations): a new value closes every open edge of the same
   (subject, relation) with ``valid_to`` = the new fact's valid_from; the old edge stays in
   history. If the new fact's valid_from is *earlier* than the open edge's, the new fact is history
@@ -126,7 +127,9 @@ class GraphBuilder:
                     data["source_seqs"].append(event.seq)
                     data["source_principals"].append(list(event.principals))
                     data["confidence"] = max(data["confidence"], fact.confidence)
-                self.stats.corroborations += 1
+                    # counted per added source, so the count is a function of the graph
+                    # (sum of len(sources) - 1): an erasure can subtract what it removes
+                    self.stats.corroborations += 1
                 return
         fid = fact_id_of(event.tenant, s, relation, o, event.event_id)
         if fid in self._edges:  # the same event stated the same fact twice
