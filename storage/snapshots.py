@@ -149,24 +149,27 @@ class SnapshotStore:
         table = pq.read_table(Path(info.path) / "contained.parquet")
         return set(table["event_id"].to_pylist())
 
-    def load(self, info: SnapshotInfo, spec: FoldSpec) -> LiveFold:
-        """A :class:`LiveFold` resumed from ``info`` (files checked against the manifest)."""
-        if info.spec_hash != spec.hash:
-            raise StoreError(f"snapshot {info.path} is for spec {info.spec_hash}, not {spec.hash}")
+    def read_tables(self, info: SnapshotInfo) -> dict[str, pa.Table]:
+        """The snapshot's tables by name (nodes, edges, contained), checked against its manifest."""
         folder = Path(info.path)
         try:
             for name in _FILES:
                 if _sha256(folder / f"{name}.parquet") != info.files[name]:
                     raise StoreError(f"snapshot {info.path}: {name}.parquet does not match its manifest "
                                      "digest; delete the folder (refold rebuilds it)")
-            nodes = pq.read_table(folder / "nodes.parquet")
-            edges = pq.read_table(folder / "edges.parquet")
-            contained = self.contained_ids(info)
+            return {name: pq.read_table(folder / f"{name}.parquet") for name in _FILES}
         except (OSError, KeyError, pa.ArrowException) as exc:
             raise StoreError(f"cannot read snapshot {info.path} ({exc}); delete the folder or fold with "
                              "--full") from exc
+
+    def load(self, info: SnapshotInfo, spec: FoldSpec) -> LiveFold:
+        """A :class:`LiveFold` resumed from ``info`` (files checked against the manifest)."""
+        if info.spec_hash != spec.hash:
+            raise StoreError(f"snapshot {info.path} is for spec {info.spec_hash}, not {spec.hash}")
+        tables = self.read_tables(info)
+        contained = set(tables["contained"]["event_id"].to_pylist())
         with paused_gc():  # a few hundred thousand new objects: no collector passes over them meanwhile
-            graph = decode_graph(nodes, edges)
+            graph = decode_graph(tables["nodes"], tables["edges"])
             return LiveFold.resume(spec, graph, stats_from_json(info.stats), contained=contained,
                                    link=info.link, started_from=info.last_seq)
 
@@ -176,17 +179,36 @@ class SnapshotStore:
         """Snapshot ``live`` at its position; None when snapshots are off or it already exists."""
         if self.root is None or live.last_seq < 0:
             return None
-        spec_dir = self.root / live.spec.hash
-        final = spec_dir / f"{live.last_seq:012d}"
-        if (final / MANIFEST).exists():
+        if (self.root / live.spec.hash / f"{live.last_seq:012d}" / MANIFEST).exists():
             return None
+        live.refresh()  # roll-ups are stored too: bring them up to date with the merged edges
+        nodes, edges = encode_graph(live.graph)
+        return self._write(live.spec.hash, live.last_seq, live.link, live.builder.stats, nodes, edges,
+                           sorted(live.contained))
+
+    def replace(self, info: SnapshotInfo, *, nodes: pa.Table, edges: pa.Table, contained: list[str],
+                stats) -> SnapshotInfo:
+        """Write a new state for ``info``'s position over it (an erasure's patched snapshot).
+
+        The new folder is complete before the old one is moved aside; a crash in between leaves
+        a dot-folder that the next purge deletes, and no snapshot at that position.
+        """
+        if self.root is None:
+            raise StoreError("this store keeps no snapshots")
+        written = self._write(info.spec_hash, info.last_seq, info.link, stats, nodes, edges, sorted(contained),
+                              replace=True)
+        assert written is not None
+        return written
+
+    def _write(self, spec_hash: str, last_seq: int, link: str, stats, nodes: pa.Table, edges: pa.Table,
+               contained: list[str], *, replace: bool = False) -> SnapshotInfo | None:
+        assert self.root is not None
+        spec_dir = self.root / spec_hash
+        final = spec_dir / f"{last_seq:012d}"
         spec_dir.mkdir(parents=True, exist_ok=True)
         tmp = spec_dir / f".tmp-{uuid.uuid4().hex}"
         tmp.mkdir()
         try:
-            live.refresh()  # roll-ups are stored too: bring them up to date with the merged edges
-            nodes, edges = encode_graph(live.graph)
-            contained = sorted(live.contained)
             tables = {"nodes": nodes, "edges": edges,
                       "contained": pa.table([pa.array(contained, pa.string())], schema=_CONTAINED_SCHEMA)}
             files = {}
@@ -195,8 +217,8 @@ class SnapshotStore:
                 pq.write_table(table, path, compression="zstd")
                 files[name] = _sha256(path)
             info = SnapshotInfo(
-                spec_hash=live.spec.hash, last_seq=live.last_seq, link=live.link, path=str(final),
-                stats=stats_to_json(live.builder.stats), nodes=nodes.num_rows, edges=edges.num_rows,
+                spec_hash=spec_hash, last_seq=last_seq, link=link, path=str(final),
+                stats=stats_to_json(stats), nodes=nodes.num_rows, edges=edges.num_rows,
                 contained=len(contained), contained_sha256=contained_digest(contained),
                 created_at=datetime.now(timezone.utc).isoformat(), files=files,
             )
@@ -204,6 +226,12 @@ class SnapshotStore:
                 json.dump(info.as_json(), fh, indent=2, sort_keys=True)
                 fh.flush()
                 os.fsync(fh.fileno())
+            if replace and final.exists():
+                aside = spec_dir / f".old-{uuid.uuid4().hex}"
+                os.rename(final, aside)
+                os.rename(tmp, final)
+                shutil.rmtree(aside, ignore_errors=True)
+                return info
             try:
                 os.rename(tmp, final)  # atomic: the snapshot appears complete or not at all
             except OSError:
