@@ -7,7 +7,8 @@ Each event stores a random ``salt`` and
 
 with H = SHA-256 (hex). The header is every stored field except content, salt and the chain
 fields, in canonical JSON, so a changed byte anywhere in a row changes its commitment, and a
-reordered, removed or inserted row breaks a link.
+reordered, removed or inserted row breaks a link. The functions here are the definition; the log
+seals whole batches column by column (storage/sealing.py), and tests hold the two byte-identical.
 
 Tombstones (erased events) keep seq, event_id, commitment, prev_link and link but drop content,
 salt and every personal field, so their commitment cannot be recomputed; verify checks their link
@@ -27,8 +28,15 @@ from json.encoder import encode_basestring as _enc  # the C escaper json.dumps u
 from .events import Event, Fact
 
 GENESIS = "0" * 64
-_DOMAIN = b"refold/commit/v1"
-_DOMAIN_HASH = hashlib.sha256(_DOMAIN)
+#: the prefix of every commitment's input (names the scheme and its version)
+DOMAIN = b"refold/commit/v1"
+_DOMAIN_HASH = hashlib.sha256(DOMAIN)
+#: the header's keys in the order canonical JSON writes them (sorted)
+HEADER_FIELDS = (
+    "cipher", "erasure_id", "event_id", "fact", "ingestion_run", "justification", "key_ids", "kind",
+    "principals", "recorded_at", "seq", "source", "subjects", "table_version", "tenant", "trace_id",
+    "valid_from", "valid_to",
+)
 
 
 def new_salt() -> str:
@@ -146,46 +154,3 @@ def seal(event: Event, prev_link: str) -> Event:
     """Return ``event`` with commitment, prev_link and link filled in."""
     commitment = commitment_of(event)
     return event.with_(commitment=commitment, prev_link=prev_link, link=link_of(prev_link, commitment))
-
-
-def seal_new(events, *, first_seq: int, recorded_at: datetime, table_version: int,
-             prev_link: str, salts: bytes) -> tuple[list[str], list[str], list[str]]:
-    """Commitments, prev_links and links (hex) of new events placed at ``first_seq``….
-
-    ``events`` are :class:`~refold.fold.events.NewEvent` values stored as they are (no cipher, no
-    key ids, no erasure id); ``salts`` holds 16 random bytes per event. Gives exactly what
-    :func:`seal` gives for each event, but writes the header inline and hashes raw bytes, because
-    the log seals every appended event here (tests compare the two).
-    """
-    enc, sha, dom = _enc, hashlib.sha256, _DOMAIN_HASH
-    when = _enc(canonical_time(recorded_at))
-    version = int(table_version)
-    commitments: list[str] = []
-    links: list[str] = []
-    prev = bytes.fromhex(prev_link)
-    for i, e in enumerate(events):
-        fact, sub, pri = e.fact, e.subjects, e.principals
-        vf, vt, run, just, trace = e.valid_from, e.valid_to, e.ingestion_run, e.justification, e.trace_id
-        header = (
-            f'{{"cipher":null,"erasure_id":null,"event_id":{enc(e.event_id)},"fact":'
-            + ("null" if fact is None else '{"object":' + enc(fact.object) + ',"relation":'
-               + enc(fact.relation) + ',"subject":' + enc(fact.subject) + "}")
-            + ',"ingestion_run":' + ("null" if run is None else enc(run))
-            + ',"justification":' + ("null" if just is None else enc(just))
-            + ',"key_ids":[],"kind":' + enc(e.kind)
-            + ',"principals":' + ("[]" if not pri else "[" + ",".join(map(enc, pri)) + "]")
-            + f',"recorded_at":{when},"seq":{first_seq + i},"source":{enc(e.source)},"subjects":'
-            + ("[]" if not sub else "[" + ",".join(map(enc, sub)) + "]")
-            + f',"table_version":{version},"tenant":{enc(e.tenant)},"trace_id":'
-            + ("null" if trace is None else enc(trace))
-            + ',"valid_from":' + ("null" if vf is None else enc(canonical_time(vf)))
-            + ',"valid_to":' + ("null" if vt is None else enc(canonical_time(vt))) + "}"
-        )
-        h = dom.copy()
-        h.update(header.encode())
-        h.update(sha(salts[16 * i: 16 * i + 16] + e.content.encode("utf-8")).digest())
-        commitment = h.digest()
-        prev = sha(prev + commitment).digest()
-        commitments.append(commitment.hex())
-        links.append(prev.hex())
-    return commitments, [prev_link, *links[:-1]], links

@@ -1,28 +1,40 @@
 """Rows for new events, numbered after the head and sealed into the hash chain (see fold/chain.py).
 
-Appends of 10k events spend most of their Python time here, so plain events are sealed column by
-column (:func:`~refold.fold.chain.seal_new`, no :class:`Event` per row). A protector that changes
+Every append seals its events here, so plain events are sealed column by column: their fields
+become Arrow arrays once (the arrays the row table is made of), the canonical header of every row
+is assembled from those arrays with Arrow string kernels, and Python only runs the three SHA-256
+per event (content digest, commitment, link) over bytes Arrow prepared. A protector that changes
 stored fields (shred mode encrypts content) takes the general path: one ``Event`` per row, sealed
-with :func:`~refold.fold.chain.seal`. Both give the same bytes for the same input.
+with :func:`~refold.fold.chain.seal`. Both give the same bytes as ``seal`` for the same input
+(tests compare them on random events, escapes and all).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any
+from json.encoder import encode_basestring as _enc  # the C escaper json.dumps uses
+from typing import Any, Union
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from refold.fold.chain import seal, seal_new
+from refold.fold.chain import DOMAIN, HEADER_FIELDS, canonical_time, seal
 from refold.fold.events import Event, NewEvent
 from .schema import EVENTS_SCHEMA, events_to_table
 
-#: columns stored exactly as the NewEvent holds them
-_COPIED = ("event_id", "kind", "tenant", "source", "content", "subjects", "principals", "trace_id",
-           "justification", "valid_from", "valid_to", "ingestion_run")
+_TYPES = {f.name: f.type for f in EVENTS_SCHEMA}
+#: string columns stored exactly as the NewEvent holds them (all but content are in the header)
+_STRINGS = ("event_id", "kind", "tenant", "source", "content", "trace_id", "justification",
+            "ingestion_run")
+_LISTS = ("subjects", "principals")
+_TIMES = ("valid_from", "valid_to")
+#: bytes that a JSON string keeps as they are: ``encode_basestring`` escapes only the control
+#: characters, the quote and the backslash (UTF-8 continuation bytes are all >= 0x80)
+_KEPT = bytes(b for b in range(0x20, 0x100) if b not in b'"\\')
 
 
 def seal_rows(fresh: Sequence[NewEvent], *, first_seq: int, prev_link: str, recorded_at: datetime,
@@ -31,7 +43,7 @@ def seal_rows(fresh: Sequence[NewEvent], *, first_seq: int, prev_link: str, reco
     """The rows of ``fresh`` as seqs ``first_seq…``, chained after ``prev_link``; and the last link.
 
     Each event gets 16 fresh random bytes of salt. ``protector`` (when given) returns stored
-    column overrides per event.
+    column overrides per event. Timestamps must be timezone-aware (validation makes them so).
     """
     n = len(fresh)
     salts = os.urandom(16 * n)
@@ -51,25 +63,149 @@ def seal_rows(fresh: Sequence[NewEvent], *, first_seq: int, prev_link: str, reco
             prev = event.link
             rows.append(event)
         return events_to_table(rows), prev
-    commitments, prev_links, links = seal_new(
-        fresh, first_seq=first_seq, recorded_at=recorded_at, table_version=table_version,
-        prev_link=prev_link, salts=salts,
-    )
-    hex_salts = salts.hex()
-    data: dict[str, Any] = {
-        "seq": range(first_seq, first_seq + n),
-        "recorded_at": [recorded_at] * n,
-        "table_version": [table_version] * n,
-        "salt": [hex_salts[32 * i: 32 * i + 32] for i in range(n)],
-        "cipher": [None] * n,
-        "key_ids": [[]] * n,
-        "erasure_id": [None] * n,
-        "commitment": commitments,
-        "prev_link": prev_links,
-        "link": links,
-        "fact": [None if e.fact is None else json.dumps(e.fact.as_dict(), sort_keys=True) for e in fresh],
+    return _seal_plain(fresh, first_seq=first_seq, prev_link=prev_link, recorded_at=recorded_at,
+                       table_version=table_version, salts=salts)
+
+
+def _seal_plain(fresh: Sequence[NewEvent], *, first_seq: int, prev_link: str,
+                recorded_at: datetime, table_version: int, salts: bytes) -> tuple[pa.Table, str]:
+    """Column-wise :func:`seal_rows` for events stored as they are (no cipher, key ids, erasure id)."""
+    n = len(fresh)
+    cols = _user_columns(fresh)
+    cols["seq"] = pc.cumulative_sum(pa.repeat(pa.scalar(1, pa.int64()), n), start=first_seq - 1)
+    facts = [e.fact for e in fresh]
+    fact_header: _Json = "null"
+    cols["fact"] = pa.nulls(n, pa.string())
+    if any(f is not None for f in facts):
+        cols["fact"] = pa.array([None if f is None else json.dumps(f.as_dict(), sort_keys=True)
+                                 for f in facts], pa.string())
+        fact_header = ("", pa.array([
+            "null" if f is None else '{"object":' + _enc(f.object) + ',"relation":'
+            + _enc(f.relation) + ',"subject":' + _enc(f.subject) + "}" for f in facts
+        ], pa.string()), "")
+
+    # the canonical header of every row (fold/chain.py canonical_header, column by column)
+    values: dict[str, _Json] = {
+        "cipher": "null", "erasure_id": "null", "key_ids": "[]", "fact": fact_header,
+        "recorded_at": _enc(canonical_time(recorded_at)),
+        "seq": ("", pc.cast(cols["seq"], pa.string()), ""), "table_version": str(int(table_version)),
     }
-    for name in _COPIED:
-        data[name] = [getattr(e, name) for e in fresh]
-    table = pa.table([pa.array(data[f.name], f.type) for f in EVENTS_SCHEMA], schema=EVENTS_SCHEMA)
-    return table, links[-1]
+    for name in _STRINGS:
+        if name != "content":
+            values[name] = _json_strings(cols[name])
+    for name in _LISTS:
+        values[name] = _json_string_lists(cols[name])
+    for name in _TIMES:  # canonical_time: UTC, ISO-8601, microseconds (Arrow holds them in UTC)
+        values[name] = _json_strings(pc.strftime(cols[name], format="%Y-%m-%dT%H:%M:%S+00:00"))
+    header = _header(values)
+
+    # commitment = H(domain ‖ header ‖ H(salt ‖ content)); link = H(prev_link ‖ commitment)
+    sha = hashlib.sha256
+    content_digests = [sha(x).digest() for x in _concat(_fixed(salts, 16, n), cols["content"])]
+    commitments = [sha(x).digest() for x in _concat(DOMAIN, header, _fixed(b"".join(content_digests), 32, n))]
+    prev = bytes.fromhex(prev_link)
+    chain = [prev]
+    for commitment in commitments:  # sequential by design: each link covers the one before
+        prev = sha(prev + commitment).digest()
+        chain.append(prev)
+    links = _hex(b"".join(chain), n + 1)
+
+    cols.update(
+        recorded_at=pa.repeat(pa.scalar(recorded_at, _TYPES["recorded_at"]), n),
+        table_version=pa.repeat(pa.scalar(table_version, pa.int64()), n),
+        salt=_hex(salts, n), cipher=pa.nulls(n, pa.string()), erasure_id=pa.nulls(n, pa.string()),
+        key_ids=pa.ListArray.from_arrays(pa.repeat(pa.scalar(0, pa.int32()), n + 1), pa.array([], pa.string())),
+        commitment=_hex(b"".join(commitments), n), prev_link=links.slice(0, n), link=links.slice(1, n),
+    )
+    table = pa.table([cols[name] for name in EVENTS_SCHEMA.names], schema=EVENTS_SCHEMA)
+    return table, prev.hex()
+
+
+def _user_columns(fresh: Sequence[NewEvent]) -> dict[str, pa.Array]:
+    """The user-supplied fields of ``fresh`` (but the fact) as Arrow arrays.
+
+    Attribute access written out per field: a getattr call per value costs twice as much.
+    """
+    return {name: pa.array(values, _TYPES[name]) for name, values in (
+        ("event_id", [e.event_id for e in fresh]), ("kind", [e.kind for e in fresh]),
+        ("tenant", [e.tenant for e in fresh]), ("source", [e.source for e in fresh]),
+        ("content", [e.content for e in fresh]), ("trace_id", [e.trace_id for e in fresh]),
+        ("justification", [e.justification for e in fresh]),
+        ("ingestion_run", [e.ingestion_run for e in fresh]),
+        ("subjects", [e.subjects for e in fresh]), ("principals", [e.principals for e in fresh]),
+        ("valid_from", [e.valid_from for e in fresh]), ("valid_to", [e.valid_to for e in fresh]),
+    )}
+
+
+#: a header field's JSON text: the same for every row, or per row ``prefix + value + suffix``
+_Json = Union[str, tuple[str, pa.Array, str]]
+
+
+def _header(values: dict[str, _Json]) -> pa.Array:
+    """``{"cipher":…,…}`` per row from each field's JSON text, in one string kernel."""
+    pieces: list[pa.Array | str] = []
+    text = "{"
+    for i, name in enumerate(HEADER_FIELDS):  # sorted keys, compact separators
+        text += ("," if i else "") + f'"{name}":'
+        value = values[name]
+        if isinstance(value, str):
+            text += value
+        else:
+            prefix, column, suffix = value
+            pieces += [text + prefix, column]
+            text = suffix
+    return pc.binary_join_element_wise(*pieces, text + "}", "")
+
+
+def _json_strings(values: pa.Array) -> _Json:
+    """Each value as ``json.dumps`` writes it (``ensure_ascii=False``); ``null`` for None."""
+    nulls = values.null_count
+    if nulls == len(values):
+        return "null"
+    if _needs_escaping(values):  # rare: let the encoder json.dumps uses write this column
+        texts = pa.array([None if v is None else _enc(v) for v in values.to_pylist()], pa.string())
+        return "", pc.fill_null(texts, "null") if nulls else texts, ""
+    if not nulls:
+        return '"', values, '"'  # the quotes go into the header's constant text
+    return "", pc.fill_null(pc.binary_join_element_wise('"', values, '"', ""), "null"), ""
+
+
+def _json_string_lists(lists: pa.Array) -> _Json:
+    """Each list of strings as a compact JSON array (``[]`` when empty)."""
+    items = lists.values
+    if len(items) == 0:
+        return "[]"
+    if not items.null_count and not _needs_escaping(items) and pc.min(pc.list_value_length(lists)).as_py():
+        # every list has an item and no item needs escaping: ["a","b"] is '["' + 'a","b' + '"]'
+        return '["', pc.binary_join(lists, '","'), '"]'
+    texts = _json_strings(items)
+    if isinstance(texts, str):  # every item null
+        texts = pa.repeat(pa.scalar(texts), len(items))
+    elif texts[0]:
+        texts = pc.binary_join_element_wise(texts[0], texts[1], texts[2], "")
+    else:
+        texts = texts[1]
+    return "[", pc.binary_join(pa.ListArray.from_arrays(lists.offsets, texts), ","), "]"
+
+
+def _needs_escaping(values: pa.Array) -> bool:
+    """True when some value may hold a byte JSON escapes (exact for unsliced arrays)."""
+    data = values.buffers()[2]
+    return data is not None and bool(data.to_pybytes().translate(None, _KEPT))
+
+
+def _fixed(data: bytes, width: int, n: int) -> pa.Array:
+    """``n`` binary values of ``width`` bytes each, cut from ``data`` without copying."""
+    return pa.FixedSizeBinaryArray.from_buffers(pa.binary(width), n, [None, pa.py_buffer(data)])
+
+
+def _concat(*parts: pa.Array | bytes) -> list[bytes]:
+    """Per row, the bytes of ``parts`` one after the other (strings as UTF-8)."""
+    binary = [p if isinstance(p, bytes) else pc.cast(p, pa.binary()) for p in parts]
+    return pc.binary_join_element_wise(*binary, b"").to_pylist()
+
+
+def _hex(data: bytes, n: int) -> pa.Array:
+    """``data`` cut into ``n`` equal parts, each as lowercase hex (a string column)."""
+    text = data.hex().encode("ascii")
+    return pc.cast(_fixed(text, len(text) // n, n), pa.string())
