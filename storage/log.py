@@ -55,7 +55,7 @@ from .layout import Layout
 from .delta_io import read_arrow
 from .heads import Head, publish_head, read_published_head
 from .hostlock import host_turn
-from .schema import EVENTS_SCHEMA, TABLE_CONFIGURATION, table_to_events
+from .schema import EVENTS_SCHEMA, TABLE_CONFIGURATION, WRITER_PROPERTIES, table_to_events
 from .sealing import seal_rows
 
 HEAD_KEY = "refold.head"
@@ -68,6 +68,8 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 def _dedupe(batch: Sequence[NewEvent]) -> list[NewEvent]:
     """``batch`` with repeated event ids kept once; the same id with different content is a conflict."""
+    if len({e.event_id for e in batch}) == len(batch):  # the usual case, checked in one pass
+        return list(batch)
     seen: dict[str, NewEvent] = {}
     for e in batch:
         first = seen.setdefault(e.event_id, e)
@@ -242,7 +244,7 @@ class EventLog:
             for attempt in range(max_attempts):
                 dt = self._fresh_table()
                 existing = self._check_existing(dt, unique)
-                fresh = [e for e in unique if e.event_id not in existing]
+                fresh = [e for e in unique if e.event_id not in existing] if existing else unique
                 if not fresh:
                     return [existing[e.event_id] for e in batch]
                 head = self._last if self._last and self._last.table_version == dt.version() else self.head(dt)
@@ -276,7 +278,10 @@ class EventLog:
                         and len(self._indexed) - self._compacted_files >= COMPACT_EVERY):
                     self._compact_quietly(dt)
                 first = new_head.seq - len(fresh) + 1
-                by_id = {e.event_id: first + i for i, e in enumerate(fresh)} | existing
+                if fresh is unique and len(unique) == len(batch):  # all new, no repeats: in order
+                    return list(range(first, first + len(batch)))
+                by_id = dict(zip((e.event_id for e in fresh), range(first, first + len(fresh))))
+                by_id.update(existing)
                 return [by_id[e.event_id] for e in batch]
         raise StoreError(f"append gave up after {max_attempts} commit conflicts; retry later")
 
@@ -285,7 +290,7 @@ class EventLog:
         if dt.version() != head.table_version:
             return
         first = head.seq - len(fresh) + 1
-        self._ids.update((e.event_id, first + i) for i, e in enumerate(fresh))
+        self._ids.update(zip([e.event_id for e in fresh], range(first, first + len(fresh))))
         self._indexed.update(u for u in dt.file_uris() if u not in self._indexed)
         self._ids_version = head.table_version
 
@@ -314,7 +319,7 @@ class EventLog:
         self._known_ids(dt)  # index every file first: the compacted files hold the same ids
         head = self._last if self._last and self._last.table_version == dt.version() else self.head(dt)
         after = Head(head.seq, head.link, head.recorded_at, dt.version() + 1)
-        metrics = dt.optimize.compact(commit_properties=CommitProperties(
+        metrics = dt.optimize.compact(writer_properties=WRITER_PROPERTIES, commit_properties=CommitProperties(
             max_commit_retries=0, custom_metadata={HEAD_KEY: json.dumps(after.as_json())}))
         if not metrics.get("numFilesRemoved"):  # nothing to merge, nothing committed
             pass
@@ -372,11 +377,11 @@ class EventLog:
     # a seam for fault-injection tests (an error after the commit landed)
     def _write(self, dt: DeltaTable, table: pa.Table, props: CommitProperties) -> None:
         write_deltalake(dt, table, mode="append", commit_properties=props,
-                        storage_options=self.storage_options)
+                        writer_properties=WRITER_PROPERTIES, storage_options=self.storage_options)
 
     def _check_existing(self, dt: DeltaTable, batch: Sequence[NewEvent]) -> dict[str, int]:
         known = self._known_ids(dt)
-        existing = {e.event_id: known[e.event_id] for e in batch if e.event_id in known}
+        existing = {i: known[i] for i in [e.event_id for e in batch] if i in known}
         if existing:
             stored = {ev.event_id: ev for ev in self.events_by_id(dt, list(existing))}
             for e in batch:
