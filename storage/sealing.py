@@ -4,9 +4,9 @@ Every append seals its events here, so plain events are sealed column by column:
 become Arrow arrays once (the arrays the row table is made of), the canonical header of every row
 is assembled from those arrays with Arrow string kernels, and Python only runs the three SHA-256
 per event (content digest, commitment, link) over bytes Arrow prepared. A protector that changes
-stored fields (shred mode encrypts content) takes the general path: one ``Event`` per row, sealed
-with :func:`~refold.fold.chain.seal`. Both give the same bytes as ``seal`` for the same input
-(tests compare them on random events, escapes and all).
+stored fields (shred mode encrypts content), and a batch too small to repay the kernel calls, take
+the general path: one ``Event`` per row, sealed with :func:`~refold.fold.chain.seal`. Both give
+the same bytes for the same input (tests compare them on random events, escapes and all).
 """
 
 from __future__ import annotations
@@ -35,6 +35,8 @@ _TIMES = ("valid_from", "valid_to")
 #: bytes that a JSON string keeps as they are: ``encode_basestring`` escapes only the control
 #: characters, the quote and the backslash (UTF-8 continuation bytes are all >= 0x80)
 _KEPT = bytes(b for b in range(0x20, 0x100) if b not in b'"\\')
+#: below this many events the fixed cost of ~30 Arrow kernel calls exceeds sealing one by one
+COLUMN_WISE_FROM = 8
 
 
 def seal_rows(fresh: Sequence[NewEvent], *, first_seq: int, prev_link: str, recorded_at: datetime,
@@ -47,7 +49,7 @@ def seal_rows(fresh: Sequence[NewEvent], *, first_seq: int, prev_link: str, reco
     """
     n = len(fresh)
     salts = os.urandom(16 * n)
-    if protector is not None:
+    if protector is not None or n < COLUMN_WISE_FROM:
         rows, prev = [], prev_link
         for i, e in enumerate(fresh):
             event = Event(
@@ -58,7 +60,7 @@ def seal_rows(fresh: Sequence[NewEvent], *, first_seq: int, prev_link: str, reco
                 valid_to=e.valid_to, ingestion_run=e.ingestion_run, fact=e.fact,
                 salt=salts[16 * i: 16 * i + 16].hex(),
             )
-            overrides = protector(e)
+            overrides = protector(e) if protector is not None else None
             event = seal(event.with_(**overrides) if overrides else event, prev)
             prev = event.link
             rows.append(event)

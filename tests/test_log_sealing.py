@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from refold.fold.chain import GENESIS, HEADER_FIELDS, reference_header_bytes, seal
 from refold.fold.events import Event, Fact, NewEvent
 from refold.storage.schema import EVENTS_SCHEMA, events_to_table, table_to_events
-from refold.storage.sealing import seal_rows
+from refold.storage.sealing import COLUMN_WISE_FROM, _seal_plain, seal_rows
 
 _NASTY = st.sampled_from(['"', "\\", "\\\"", "\u2028", "\u2029", "\x7f", "é", "日本", "🦜", "\n\r\t\b\f",
                           "</script>", "null", "{\"a\":1}", " "] + [chr(c) for c in range(0x20)])
@@ -45,6 +45,11 @@ def _events(draw):
     )
 
 
+def _column_wise(new: list[NewEvent], **kwargs):
+    """The column-wise sealer itself (seal_rows takes it from COLUMN_WISE_FROM events on)."""
+    return _seal_plain(new, salts=os.urandom(16 * len(new)), **kwargs)
+
+
 def _by_seal(new: list[NewEvent], table, *, first_seq, prev_link, recorded_at, version) -> list[Event]:
     """What fold/chain.py's ``seal`` makes of the same events with the same salts."""
     out, prev = [], prev_link
@@ -65,8 +70,8 @@ def _by_seal(new: list[NewEvent], table, *, first_seq, prev_link, recorded_at, v
 @given(st.lists(_events(), min_size=1, max_size=8), st.integers(0, 10**12), st.integers(0, 10**6),
        _when, st.sampled_from([GENESIS, "ab" * 32, os.urandom(32).hex()]))
 def test_column_wise_sealing_equals_seal(new, first_seq, version, recorded_at, prev_link):
-    table, last = seal_rows(new, first_seq=first_seq, prev_link=prev_link, recorded_at=recorded_at,
-                            table_version=version)
+    table, last = _column_wise(new, first_seq=first_seq, prev_link=prev_link, recorded_at=recorded_at,
+                               table_version=version)
     assert table.schema == EVENTS_SCHEMA
     expected = _by_seal(new, table, first_seq=first_seq, prev_link=prev_link,
                         recorded_at=recorded_at, version=version)
@@ -113,7 +118,17 @@ _SHAPES = {
 def test_each_column_shape_equals_seal():
     for shape, new in _SHAPES.items():
         when = datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=timezone.utc)
-        table, last = seal_rows(new, first_seq=41, prev_link=GENESIS, recorded_at=when, table_version=7)
+        table, last = _column_wise(new, first_seq=41, prev_link=GENESIS, recorded_at=when, table_version=7)
         expected = _by_seal(new, table, first_seq=41, prev_link=GENESIS, recorded_at=when, version=7)
         assert list(table_to_events(table)) == expected, shape
         assert last == expected[-1].link, shape
+
+
+def test_seal_rows_takes_either_path_with_the_same_result():
+    when = datetime(2026, 1, 2, tzinfo=timezone.utc)
+    for n in (1, COLUMN_WISE_FROM - 1, COLUMN_WISE_FROM, 3 * COLUMN_WISE_FROM):
+        new = [_plain(i, subjects=("a", f"s{i}"), trace_id=None if i % 2 else "t") for i in range(n)]
+        table, last = seal_rows(new, first_seq=0, prev_link=GENESIS, recorded_at=when, table_version=1)
+        assert table.schema == EVENTS_SCHEMA and table.num_rows == n
+        expected = _by_seal(new, table, first_seq=0, prev_link=GENESIS, recorded_at=when, version=1)
+        assert list(table_to_events(table)) == expected and last == expected[-1].link
