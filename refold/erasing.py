@@ -73,9 +73,13 @@ def find(mem: "Memory", subject_id: str) -> Mentions:
     return find_mentions(mem.events(), subject)
 
 
-def derived_stores(mem: "Memory") -> list[Any]:
-    """Every derived store of ``mem`` with ``purge(event_ids)``: cache, index, and the lead's extras."""
-    stores: list[Any] = [mem.cache]
+def derived_stores(mem: "Memory", *, decremental: bool = True) -> list[Any]:
+    """Every derived store of ``mem`` with ``purge(event_ids)``: the snapshot patcher (see
+    :mod:`refold.erasure_refold`), cache, index, and the Memory's extras (snapshots)."""
+    from refold.erasure_refold import SnapshotPatcher
+
+    # the patcher first: it needs the erased events' cache rows, which the cache purge removes
+    stores: list[Any] = [SnapshotPatcher(mem), mem.cache] if decremental else [mem.cache]
     if Path(mem.layout.index).exists():
         from refold.storage.index import IndexStore
 
@@ -149,22 +153,25 @@ def fact_impact(mem: "Memory", event_ids: Iterable[str]) -> dict[str, Any] | Non
 
 def erase(mem: "Memory", subject_id: str, *, dry_run: bool = False, canaries: Iterable[str] = (),
           include: Iterable[str] = (), include_mentions: bool = False,
-          orphan_grace_hours: int = 1) -> Receipt | ErasurePlan:
+          orphan_grace_hours: int = 1, decremental: bool = True) -> Receipt | ErasurePlan:
     """Erase a subject (or, with ``dry_run``, return the plan and write nothing).
 
     ``include``: extra event ids to erase with the subject; ``include_mentions`` adds every
     untagged event that names it (see :func:`find`). ``canaries``: strings the residue scan must
-    not find afterwards (never stored).
+    not find afterwards (never stored). ``decremental`` (default): patch the newest snapshot to
+    drop the erased events (see :mod:`refold.erasure_refold`); False purges it like every other
+    snapshot holding them, and the refold resumes from an older one.
     """
     extra = set(include)
     if include_mentions:
         extra |= {e.event_id for e in find(mem, subject_id).untagged}
     common = dict(keystore=keystore(mem), registry=registry(mem), extra_event_ids=sorted(extra))
     if dry_run:
-        plan = _plan(mem, subject_id, derived=derived_stores(mem), **common)
+        plan = _plan(mem, subject_id, derived=derived_stores(mem, decremental=decremental), **common)
         impact = fact_impact(mem, plan.event_ids)
         return dataclasses.replace(plan, derived=(*plan.derived, impact)) if impact else plan
-    return _erase(mem, subject_id, derived=derived_stores(mem), refold=lambda: refold_outcome(mem),
+    return _erase(mem, subject_id, derived=derived_stores(mem, decremental=decremental),
+                  refold=lambda: refold_outcome(mem),
                   canaries=canaries, orphan_grace_hours=orphan_grace_hours, **common)
 
 

@@ -125,8 +125,12 @@ class Memory:
         """The newest spec recorded in the log, or the default (rules) spec when none is."""
         from refold.folding import recorded_specs
 
-        specs = recorded_specs(self)
-        return list(specs.values())[-1] if specs else FoldSpec()
+        version = self.log_store._fresh_table().version()  # one cached handle: cheap when unchanged
+        cached = self.__dict__.get("_spec_at")
+        if cached is None or cached[0] != version:
+            specs = recorded_specs(self)
+            cached = self.__dict__["_spec_at"] = (version, list(specs.values())[-1] if specs else FoldSpec())
+        return cached[1]
 
     def events(self, *, as_of: int | str | datetime | None = None, until: int | None = None) -> list[Event]:
         """Stored events in log order, readable form: shred-mode content decrypted, and events
@@ -218,6 +222,10 @@ class Memory:
         from refold.storage.snapshots import SnapshotStore
 
         return [SnapshotStore(self.layout, storage_options=self.storage_options)]
+
+    def forget_live(self) -> None:
+        """Drop this process's folded state (an erasure patched the snapshot it came from)."""
+        self._live = {}
 
     def _keep_live(self, live) -> None:
         old = self._live.get(live.spec.hash)

@@ -1,0 +1,278 @@
+"""The erasure refold, decremental: patch the newest snapshot to drop the erased events.
+
+The erasure procedure purges derived stores one by one; :class:`SnapshotPatcher` is the first of
+them, so it runs after the tombstones landed and before the extraction cache loses the erased
+events' rows (the patch needs them: their fact and rejection counts, and their surface forms):
+
+    newest snapshot of the current spec that holds an erased event
+      → load only the REGION the erased events touched, with Arrow filters over its columns: the
+        merged edges of every (subject, relation) key an erased event sourced or ended, all merged
+        edges of those subjects, their roll-up partners, the derived edges built from them, and
+        the end nodes of all of these
+      → :func:`refold.fold.decremental.remove_events` on that region (surviving events from the log,
+        their extractions from the cache)
+      → splice the region back into the snapshot's tables and write the patched snapshot in place
+        (same position: the link at ``last_seq`` survives tombstones)
+
+The snapshot purge that follows removes every other snapshot holding an erased event, and the
+refold step resumes from the patched one, so the erasure refold costs what the erased events
+touched, wherever in the log they are. When the patch cannot be made (shred mode: the log must
+be decrypted to read it; a model request that spanned erased and surviving events: that surviving
+event must be extracted again; a missing input; no snapshot) the snapshot is left to the purge
+and the refold resumes from an older snapshot or the start, as before.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import networkx as nx
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from refold.fold.decremental import Inputs, NotDecremental, Patch, remove_events
+from refold.fold.errors import RefoldError
+from refold.fold.incremental import LiveFold
+from refold.fold.snapshot_codec import decode_graph, encode_graph, stats_from_json
+from refold.storage.cache import PurgeResult
+from refold.storage.schema import table_to_events
+from refold.storage.snapshots import SnapshotInfo, SnapshotStore
+
+if TYPE_CHECKING:
+    from refold.memory import Memory
+
+__all__ = ["SnapshotPatcher"]
+
+STORE = "snapshot patch"
+
+
+def _rows(mask) -> pa.Array:
+    return pc.indices_nonzero(mask)
+
+
+def _list_hits(column: pa.ChunkedArray, values: pa.Array) -> pa.Array:
+    """Boolean per row: does the list in ``column`` hold any of ``values``?"""
+    lists = column.combine_chunks()
+    rows = pc.filter(pc.list_parent_indices(lists), pc.is_in(pc.list_flatten(lists), value_set=values))
+    mask = np.zeros(len(lists), dtype=bool)
+    mask[rows.to_numpy()] = True
+    return pa.array(mask)
+
+
+class _Region:
+    """The part of one snapshot's tables that a patch needs, and the splice back."""
+
+    def __init__(self, nodes: pa.Table, edges: pa.Table):
+        self.nodes, self.edges = nodes, edges
+        self.base = pc.equal(edges["derivation"], "extracted")
+        self.edge_ids: set[str] = set()
+        self.node_ids: set[str] = set()
+        self._outside: dict[str, list[tuple[int, str]]] = {}
+
+    def hits(self, erased: pa.Array) -> pa.Table:
+        """Merged edges an erased event is a source of or ended."""
+        mask = pc.and_(self.base, pc.or_(_list_hits(self.edges["sources"], erased),
+                                          pc.fill_null(pc.is_in(self.edges["ended_by"], value_set=erased), False)))
+        return self.edges.filter(mask)
+
+    def load(self, hit: pa.Table) -> pa.Table:
+        """The region's edges and nodes for the keys of ``hit`` (see the module docstring)."""
+        e = self.edges
+        keys = set(zip(hit["subject"].to_pylist(), hit["relation"].to_pylist()))
+        subjects = pa.array(sorted({s for s, _ in keys}), pa.string())
+        own = pc.and_(self.base, pc.is_in(e["subject"], value_set=subjects))
+        key_rows = [i for i, s, r in zip(_rows(own).to_pylist(), e["subject"].take(_rows(own)).to_pylist(),
+                                         e["relation"].take(_rows(own)).to_pylist()) if (s, r) in keys]
+        key_ids = e["fact_id"].take(pa.array(key_rows, pa.int64()))
+        objects = pc.unique(e["object"].take(pa.array(key_rows, pa.int64())))
+        partners = pc.and_(self.base, pc.or_(pc.is_in(e["subject"], value_set=objects),
+                                             pc.is_in(e["object"], value_set=subjects)))
+        derived = pc.and_(pc.invert(self.base), _list_hits(e["inputs"], key_ids.combine_chunks()))
+        return self._take(pc.or_(pc.or_(own, partners), derived))
+
+    def pull_in(self, live: LiveFold, nodes: set[str]) -> None:
+        """Merged edges pointing at ``nodes`` and every merged out-edge of their subjects."""
+        e = self.edges
+        pointing = pc.and_(self.base, pc.is_in(e["object"], value_set=pa.array(sorted(nodes), pa.string())))
+        subjects = pc.unique(e["subject"].filter(pointing))
+        rows = pc.and_(self.base, pc.is_in(e["subject"], value_set=subjects))
+        rows = pc.and_(rows, pc.invert(pc.is_in(e["fact_id"], value_set=self._ids())))
+        part = self._take(rows)
+        graph = self._decode(part)
+        builder = live.builder
+        for n, data in graph.nodes(data=True):
+            if n not in live.graph:
+                live.graph.add_node(n, **data)
+        for u, v, k, d in graph.edges(keys=True, data=True):
+            live.graph.add_edge(u, v, key=k, **d)
+            builder._edges[k] = (u, v)
+            if d["valid_to"] is None:
+                builder._open.setdefault((u, d["relation"]), []).append(k)
+
+    def mentions(self, nodes: set[str], erased: set[str]) -> dict[str, list[tuple[int, str]]]:
+        """Per node: (seq, event id) of the surviving sources of its merged edges, sorted (one pass)."""
+        e = self.edges
+        wanted = pa.array(sorted(nodes), pa.string())
+        rows = e.filter(pc.and_(self.base, pc.or_(pc.is_in(e["subject"], value_set=wanted),
+                                                  pc.is_in(e["object"], value_set=wanted))))
+        out: dict[str, set[tuple[int, str]]] = {n: set() for n in nodes}
+        for u, v, seqs, ids in zip(rows["subject"].to_pylist(), rows["object"].to_pylist(),
+                                   rows["source_seqs"].to_pylist(), rows["sources"].to_pylist()):
+            pairs = [(q, i) for q, i in zip(seqs, ids) if i not in erased]
+            for n in (u, v):
+                if n in out:
+                    out[n].update(pairs)
+        self._outside = {}
+        outside_rows = rows.filter(pc.invert(pc.is_in(rows["fact_id"], value_set=self._ids())))
+        for u, v, seqs, ids in zip(outside_rows["subject"].to_pylist(), outside_rows["object"].to_pylist(),
+                                   outside_rows["source_seqs"].to_pylist(), outside_rows["sources"].to_pylist()):
+            for n in (u, v):
+                self._outside.setdefault(n, []).extend(zip(seqs, ids))
+        return {n: sorted(pairs) for n, pairs in out.items()}
+
+    def outside(self, node: str) -> list[tuple[int, str]]:
+        """(seq, event id) sources of merged edges at ``node`` that the region does not hold
+        (from :meth:`mentions`, which must have been given the node)."""
+        return self._outside.get(node, [])
+
+    def _ids(self) -> pa.Array:
+        return pa.array(sorted(self.edge_ids), pa.string())
+
+    def _take(self, mask) -> pa.Table:
+        edges = self.edges.filter(mask)
+        ends = pa.array(sorted(set(edges["subject"].to_pylist()) | set(edges["object"].to_pylist())), pa.string())
+        self.edge_ids.update(edges["fact_id"].to_pylist())
+        self.node_ids.update(ends.to_pylist())
+        return edges
+
+    def _decode(self, edges: pa.Table) -> nx.MultiDiGraph:
+        ends = set(edges["subject"].to_pylist()) | set(edges["object"].to_pylist())
+        nodes = self.nodes.filter(pc.is_in(self.nodes["id"], value_set=pa.array(sorted(ends), pa.string())))
+        return decode_graph(nodes, edges)
+
+    def graph(self, edges: pa.Table, mentioned: Iterable[str]) -> nx.MultiDiGraph:
+        self.node_ids.update(mentioned)
+        return self._decode(edges)
+
+    def splice(self, graph: nx.MultiDiGraph) -> tuple[pa.Table, pa.Table]:
+        """The snapshot's tables with the region replaced by ``graph``."""
+        nodes, edges = encode_graph(graph)
+        keep_nodes = pc.invert(pc.is_in(self.nodes["id"], value_set=pa.array(sorted(self.node_ids), pa.string())))
+        keep_edges = pc.invert(pc.is_in(self.edges["fact_id"], value_set=pa.array(sorted(self.edge_ids), pa.string())))
+        return (pa.concat_tables([self.nodes.filter(keep_nodes).cast(nodes.schema), nodes]),
+                pa.concat_tables([self.edges.filter(keep_edges).cast(edges.schema), edges]))
+
+
+class SnapshotPatcher:
+    """A derived store for the erasure procedure: ``purge(event_ids)`` patches the newest snapshot.
+
+    Put it before the extraction cache in the procedure's list of derived stores. ``last`` keeps
+    the most recent :class:`~refold.fold.decremental.Patch` and the seconds it took.
+    """
+
+    def __init__(self, mem: "Memory"):
+        self.mem = mem
+        self.last: tuple[Patch, float] | None = None
+
+    def preview(self, event_ids: Iterable[str]) -> PurgeResult:
+        target = self._target(set(event_ids))
+        if target is None:
+            return PurgeResult(STORE, 0, ("no snapshot holds the erased events: nothing to patch",))
+        return PurgeResult(STORE, 1, (f"patched in place: {Path(target[1].path).name} (the refold resumes "
+                                      "from it)",))
+
+    def purge(self, event_ids: Iterable[str]) -> PurgeResult:
+        started = time.perf_counter()
+        erased = set(event_ids)
+        target = self._target(erased)
+        if target is None:
+            return PurgeResult(STORE, 0, ("no snapshot holds the erased events: nothing to patch",))
+        spec, info, tables = target
+        try:
+            patch = self._patch(spec, info, tables, erased)
+        except (NotDecremental, RefoldError, OSError, pa.ArrowException) as exc:
+            return PurgeResult(STORE, 0, (f"not patched ({exc}); the snapshot purge removes it and the "
+                                          "refold starts from an older snapshot",))
+        self.last = (patch, time.perf_counter() - started)
+        return PurgeResult(STORE, 1, (
+            f"{Path(info.path).name}: {patch.events} erased event(s), {patch.keys} key(s) re-merged from "
+            f"{patch.survivors} surviving event(s), merged edges {patch.edges_before} -> {patch.edges_after}, "
+            f"{patch.nodes_removed} entit(ies) removed, {patch.nodes_renamed} renamed",))
+
+    # -- steps ------------------------------------------------------------------------------------
+
+    def _target(self, erased: set[str]):
+        """(spec, snapshot, its tables) for the newest snapshot of the current spec, if it holds an
+        erased event and can be patched; else None."""
+        if self.mem.mode == "shred" or not erased:
+            return None
+        store = SnapshotStore(self.mem.layout, storage_options=self.mem.storage_options)
+        if not store.enabled:
+            return None
+        spec = self.mem.current_spec()
+        snaps = store.newest(spec.hash, at_most=1 << 62)
+        if not snaps:
+            return None
+        try:
+            tables = store.read_tables(snaps[0])
+        except RefoldError:
+            return None  # unreadable: the purge deals with it
+        ids = tables["contained"]["event_id"]
+        if not pc.any(pc.is_in(ids, value_set=pa.array(sorted(erased), pa.string()))).as_py():
+            return None
+        return spec, snaps[0], tables
+
+    def _patch(self, spec, info: SnapshotInfo, tables: dict[str, pa.Table], erased: set[str]) -> Patch:
+        mem = self.mem
+        contained = set(tables["contained"]["event_id"].to_pylist())
+        held = sorted(erased & contained)
+        region = _Region(tables["nodes"], tables["edges"])
+        hit = region.hits(pa.array(held, pa.string()))
+        edges = region.load(hit)
+        erased_held = set(held)
+        mentioned = {n for u, v, sources in zip(hit["subject"].to_pylist(), hit["object"].to_pylist(),
+                                                hit["sources"].to_pylist())
+                     if not erased_held.isdisjoint(sources) for n in (u, v)}
+        mentions = region.mentions(mentioned, erased_held)
+        # every extraction the patch can ask for, in one cache read: the erased events', the
+        # surviving sources of the re-merged keys, and each mentioned entity's first surviving mention
+        keys = set(zip(hit["subject"].to_pylist(), hit["relation"].to_pylist()))
+        survivors = {i for u, r, sources, ended in zip(edges["subject"].to_pylist(), edges["relation"].to_pylist(),
+                                                       edges["sources"].to_pylist(), edges["ended_by"].to_pylist())
+                     if (u, r) in keys for i in (*sources, ended) if i}
+        firsts = {pairs[0][1] for pairs in mentions.values() if pairs}
+        memo = mem.cache.get(spec.hash, sorted(erased_held | survivors | firsts))
+        cached = {i: memo[i] for i in held if i in memo}
+        for x in cached.values():
+            if x.request is not None and not set(x.request.event_ids) <= erased:
+                raise NotDecremental("a model request of an erased event also held surviving events")
+
+        def extractions(ids: set[str]):
+            missing = sorted(ids - memo.keys())
+            if missing:
+                memo.update(mem.cache.get(spec.hash, missing))
+            return {i: memo[i] for i in ids if i in memo}
+
+        live = LiveFold.resume(spec, region.graph(edges, mentioned), stats_from_json(info.stats),
+                               contained=contained, link=info.link, started_from=info.last_seq)
+        log = mem.log_store
+        inputs = Inputs(
+            events=lambda ids: {e.event_id: e for e in log.events_by_id(None, sorted(ids))},
+            extractions=extractions,
+            retractions=lambda until: table_to_events(log.arrow(
+                filter=(pc.field("kind") == "retraction") & (pc.field("seq") <= until))),
+            outside_mentions=region.outside,
+            pull_in=region.pull_in,
+        )
+        patch = remove_events(live, held, cached, inputs)
+        live.refresh()
+        nodes, edges = region.splice(live.graph)
+        SnapshotStore(mem.layout, storage_options=mem.storage_options).replace(
+            info, nodes=nodes, edges=edges, contained=sorted(live.contained), stats=live.builder.stats)
+        mem.forget_live()
+        return patch
