@@ -381,7 +381,10 @@ class EventLog:
 
     def _check_existing(self, dt: DeltaTable, batch: Sequence[NewEvent]) -> dict[str, int]:
         known = self._known_ids(dt)
-        existing = {i: known[i] for i in [e.event_id for e in batch] if i in known}
+        ids = [e.event_id for e in batch]
+        if not any(map(known.__contains__, ids)):  # the usual case, in one C-level pass
+            return {}
+        existing = {i: known[i] for i in ids if i in known}
         if existing:
             stored = {ev.event_id: ev for ev in self.events_by_id(dt, list(existing))}
             for e in batch:
