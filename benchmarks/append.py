@@ -23,13 +23,17 @@ and a one-row transaction per call.
 
 Each cell is the best of ``--repeat`` runs (the machine is shared and noisy). Printed ratios are
 time ratios, refold / baseline (lower is better; 1.5 means refold takes 1.5× as long). For
-batches, a breakdown shows where refold's time goes: sealing (hashing), the Delta write and
-commit, and the rest (table refresh, id index, head publication).
+batches, a breakdown shows where refold's time goes: sealing (header, hashing, the Arrow table),
+the Delta write and commit, and the rest (table refresh, id index, head publication). For batches
+of 1k and more it also prints two floors measured on the same rows: the three SHA-256 per event
+alone (hashlib over prebuilt inputs: what any Python sealer pays), and pyarrow writing refold's
+23-column rows to a bare Parquet file (what the Delta write would cost without the commit).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import shutil
 import sqlite3
@@ -44,8 +48,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import refold
+from refold.fold.chain import DOMAIN, GENESIS, header_bytes
 from refold.fold.events import NewEvent
 from refold.storage.group import GroupCommit
+from refold.storage.schema import table_to_events
+from refold.storage.sealing import seal_rows
 
 TARGET = 1.5  # refold time / plain Parquet time at >= 1k events per batch (issue 2)
 
@@ -205,7 +212,34 @@ def measure(workdir: Path, label: str, size: int, count: int, repeat: int) -> di
                 if cls is Refold:
                     breakdown = (backend.seal_s, backend.write_s)
             shutil.rmtree(root, ignore_errors=True)
-    return {"label": label, "size": size, "count": count, "seconds": best, "breakdown": breakdown}
+    floor = floors(workdir, make_events(size, f"{label}-floor"), repeat) if size >= 1000 else None
+    return {"label": label, "size": size, "count": count, "seconds": best, "breakdown": breakdown,
+            "floor": floor}
+
+
+def floors(workdir: Path, batch: list[NewEvent], repeat: int) -> tuple[float, float]:
+    """Best-of seconds for (the 3 SHA-256 per event alone, pyarrow writing the sealed rows)."""
+    table, _ = seal_rows(batch, first_seq=0, prev_link=GENESIS, recorded_at=datetime.now(timezone.utc),
+                         table_version=1)
+    rows = list(table_to_events(table))
+    sha = hashlib.sha256
+    content_in = [bytes.fromhex(e.salt) + e.content.encode() for e in rows]
+    commit_in = [DOMAIN + header_bytes(e) + sha(x).digest() for e, x in zip(rows, content_in)]
+    commitments = [bytes.fromhex(e.commitment) for e in rows]
+    hashing = writing = float("inf")
+    for r in range(max(repeat, 3)):
+        start = time.perf_counter()
+        [sha(x).digest() for x in content_in]  # noqa: B018 - timed for its cost
+        [sha(x).digest() for x in commit_in]  # noqa: B018
+        prev = bytes(32)
+        for c in commitments:
+            prev = sha(prev + c).digest()
+        hashing = min(hashing, time.perf_counter() - start)
+        start = time.perf_counter()
+        pq.write_table(table, workdir / f"floor-{r}.parquet")
+        writing = min(writing, time.perf_counter() - start)
+        (workdir / f"floor-{r}.parquet").unlink()
+    return hashing, writing
 
 
 def _threads(n: int, per: int, call) -> float:
@@ -291,6 +325,10 @@ def report(results: list[dict]) -> bool:
         per = 1000 / res["count"]
         print(f"  {res['label']:<12} {total * per:8.2f} ms/batch = seal {seal * per:7.2f}"
               f" + delta write/commit {write * per:7.2f} + other {(total - seal - write) * per:7.2f}")
+        if res["floor"]:
+            hashing, writing = res["floor"]
+            print(f"  {'':<12} floors: SHA-256 x3 per event alone {hashing * 1000:7.2f} ms;"
+                  f" pyarrow writing the same 23-column rows {writing * 1000:7.2f} ms")
     print()
     met = True
     for res in results:
