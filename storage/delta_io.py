@@ -1,4 +1,4 @@
-"""Reading Delta tables into Arrow the one way that is safe here.
+"""Reading Delta tables into Arrow the one way that is safe here, and keeping tables open.
 
 deltalake 1.6.6's ``to_pyarrow_dataset()`` hands pyarrow a Rust-backed filesystem; when such a
 dataset is still referenced at interpreter shutdown the process can abort ("terminate called
@@ -6,29 +6,62 @@ without an active exception", exit 134), which would corrupt CLI exit codes and 
 status. So refold reads the table's current data files with pyarrow's own dataset reader (local
 paths or URIs pyarrow understands); the file list still comes from the Delta log, so what is read
 is exactly the table version loaded.
+
+File pruning: a reader that knows where its rows lie passes ``prune`` (column ranges); the data
+files whose min/max statistics in the Delta log (``get_add_actions``) show that no row can lie
+there are not opened. It is exact: the ranges are also applied as a filter, so a pruned read
+returns the same rows as an unpruned one, and a statistic is trusted only as far as it is a true
+bound (delta-rs cuts long strings, so a string maximum may be a prefix of the real one).
+
+Handles: loading a ``DeltaTable`` replays its commit log (10–30 ms for a few dozen commits), so
+:func:`shared_table` keeps one handle per table path in the process and refreshes it
+incrementally; callers hold its lock while using it (see :class:`TableHandle`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 from deltalake import DeltaTable
+from deltalake.exceptions import TableNotFoundError
+
+__all__ = ["Bounds", "read_arrow", "shared_table", "TableHandle"]
+
+
+#: One pruning alternative: column → (low, high), inclusive; None leaves that end open.
+Bounds = Mapping[str, tuple[Any, Any]]
 
 
 def read_arrow(dt: DeltaTable, schema: pa.Schema, *, columns: Sequence[str] | None = None,
-               filter: pc.Expression | None = None) -> pa.Table:
-    """Rows of ``dt`` at its loaded version, projected and filtered (``schema`` is the table's)."""
+               filter: pc.Expression | None = None, prune: Sequence[Bounds] | None = None) -> pa.Table:
+    """Rows of ``dt`` at its loaded version, projected and filtered (``schema`` is the table's).
+
+    ``prune``: rows are wanted only where, for at least one alternative, every named column lies
+    in its range (an extra filter, e.g. ``[{"seq": (100, None)}, {"kind": ("tombstone",
+    "tombstone")}]`` for ``seq >= 100 or kind == "tombstone"``); data files whose statistics rule
+    out every alternative are skipped unread. Same rows as an unpruned read with that filter.
+    """
     uris = dt.file_uris()
+    wanted = list(columns) if columns else None
+    if prune is not None:
+        within = _bounds_filter(prune)
+        filter = within if filter is None else filter & within
+        uris = _pruned(dt, uris, prune) if uris else uris
     if not uris:
         table = schema.empty_table()
         if filter is not None:
             table = table.filter(filter)
-        return table.select(list(columns)) if columns else table
+        return table.select(wanted) if wanted else table
     dataset = ds.dataset(uris, schema=schema, format="parquet")
-    wanted = list(columns) if columns else None
     try:
         return dataset.to_table(columns=wanted, filter=filter)
     except (pa.ArrowNotImplementedError, pa.ArrowTypeError):
@@ -38,3 +71,149 @@ def read_arrow(dt: DeltaTable, schema: pa.Schema, *, columns: Sequence[str] | No
         if filter is not None:
             table = table.filter(filter)
         return table.select(wanted) if wanted else table
+
+
+def _bounds_filter(prune: Sequence[Bounds]) -> pc.Expression:
+    """The rows ``prune`` allows, as an expression (false for no alternative)."""
+    out: pc.Expression | None = None
+    for alternative in prune:
+        term: pc.Expression | None = None
+        for name, (low, high) in alternative.items():
+            for part in ([] if low is None else [pc.field(name) >= low]) + ([] if high is None else [pc.field(name) <= high]):
+                term = part if term is None else term & part
+        term = pc.scalar(True) if term is None else term
+        out = term if out is None else out | term
+    return pc.scalar(False) if out is None else out
+
+
+def _pruned(dt: DeltaTable, uris: list[str], prune: Sequence[Bounds]) -> list[str]:
+    """``uris`` without the files whose statistics show no row within any alternative."""
+    try:
+        actions = pa.table(dt.get_add_actions(flatten=True))
+    except Exception:  # noqa: BLE001 - no statistics to use: read every file
+        return uris
+    names = set(actions.column_names)
+    paths = actions["path"].to_pylist()
+    stats: dict[str, tuple[list, list]] = {}
+    for alternative in prune:
+        for name in alternative:
+            if name not in stats and {f"min.{name}", f"max.{name}"} <= names:
+                stats[name] = (actions[f"min.{name}"].to_pylist(), actions[f"max.{name}"].to_pylist())
+    skip = set()
+    for i, path in enumerate(paths):
+        if not any(all(name not in stats or _may_hold(stats[name][0][i], stats[name][1][i], low, high)
+                       for name, (low, high) in alternative.items()) for alternative in prune):
+            skip.add(path)
+    if not skip:
+        return uris
+    root = dt.table_uri.rstrip("/")
+    prefixes = {root.removeprefix("file://") + "/", root.split("://", 1)[-1] + "/"}
+    out = []
+    for uri in uris:
+        path = uri.replace("\\", "/")
+        prefix = next((p for p in prefixes if path.startswith(p)), None)
+        if prefix is None or path[len(prefix):] not in skip:  # add actions name files relative to the root
+            out.append(uri)
+    return out
+
+
+def _may_hold(low_stat, high_stat, low, high) -> bool:
+    """Whether a file whose column statistics are [low_stat, high_stat] may hold a value in [low, high]."""
+    try:
+        if high is not None and low_stat is not None and low_stat > high:
+            return False  # a cut minimum is a prefix: still a lower bound
+        if low is not None and high_stat is not None and high_stat < low:
+            # a cut string maximum is a prefix of the real one, which may still reach ``low``
+            return isinstance(high_stat, str) and isinstance(low, str) and low.startswith(high_stat)
+    except TypeError:  # statistics of another type than the bounds: no conclusion
+        return True
+    return True
+
+
+class TableHandle:
+    """One Delta table kept loaded and brought up to date cheaply before each use.
+
+    Use it inside ``with handle.fresh() as dt:`` — the lock is held meanwhile, so another thread
+    cannot move ``dt`` to a newer version between a read and a commit computed from it (a
+    compare-and-append relies on that). ``dt`` is None while the table does not exist.
+    """
+
+    def __init__(self, path: str, storage_options: dict[str, str] | None = None):
+        self.path = path
+        self.storage_options = storage_options
+        self.lock = threading.RLock()
+        self._dt: DeltaTable | None = None
+        #: (version, identity of that version's commit file) when last checked
+        self._stamp: tuple[int, tuple[int, int, int] | None] | None = None
+
+    @contextlib.contextmanager
+    def fresh(self) -> Iterator[DeltaTable | None]:
+        with self.lock:
+            yield self._refresh()
+
+    def forget(self) -> None:
+        """Drop the loaded table (its state is unknown after a failed commit): load it afresh."""
+        with self.lock:
+            self._dt, self._stamp = None, None
+
+    def _refresh(self) -> DeltaTable | None:
+        dt = self._dt
+        if dt is not None:
+            try:
+                state = self._state(dt)
+                if state == "current":
+                    return dt
+                if state == "behind":
+                    dt.update_incremental()
+                    self._stamp = (dt.version(), self._commit_stamp(dt.version()))
+                    return dt
+            except Exception:  # noqa: BLE001 - commits we never saw were cleaned up: reload
+                pass
+        try:
+            self._dt = DeltaTable(self.path, storage_options=self.storage_options)
+        except TableNotFoundError:
+            self._dt, self._stamp = None, None
+            return None
+        self._stamp = (self._dt.version(), self._commit_stamp(self._dt.version()))
+        return self._dt
+
+    def _state(self, dt: DeltaTable) -> str:
+        """"current", "behind" (newer commits exist) or "reload" (the table was replaced)."""
+        if "://" in self.path:
+            return "behind"  # object store: no cheap check; the incremental update asks the store
+        version = dt.version()
+        stamp = self._commit_stamp(version)
+        if self._stamp is not None and self._stamp[0] != version:
+            self._stamp = (version, stamp)  # moved by a commit of our own through this handle
+        elif stamp is None or self._stamp is None or stamp != self._stamp[1]:
+            return "reload"  # our commit file is gone or is another one: a new table, or cleaned up
+        log = Path(self.path) / "_delta_log"
+        return "behind" if (log / f"{version + 1:020d}.json").exists() else "current"
+
+    def _commit_stamp(self, version: int) -> tuple[int, int, int] | None:
+        if "://" in self.path:
+            return None
+        try:
+            st = os.stat(Path(self.path) / "_delta_log" / f"{version:020d}.json")
+        except OSError:
+            return None
+        return st.st_ino, st.st_size, st.st_mtime_ns
+
+
+_HANDLES: OrderedDict[tuple, TableHandle] = OrderedDict()
+_HANDLES_LOCK = threading.Lock()
+#: Tables kept open per process (the least recently used beyond this are dropped).
+MAX_HANDLES = 32
+
+
+def shared_table(path: str, storage_options: dict[str, str] | None = None) -> TableHandle:
+    """This process's :class:`TableHandle` for the table at ``path``."""
+    key = (str(path), tuple(sorted((storage_options or {}).items())))
+    with _HANDLES_LOCK:
+        handle = _HANDLES.get(key)
+        if handle is None:
+            handle = _HANDLES[key] = TableHandle(str(path), storage_options)
+        _HANDLES.move_to_end(key)
+        while len(_HANDLES) > MAX_HANDLES:
+            _HANDLES.popitem(last=False)
+        return handle
