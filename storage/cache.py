@@ -1,9 +1,9 @@
 """The extraction cache: a Delta table keyed by (event_id, spec_hash).
 
 A fold never extracts the same key twice: it asks :meth:`ExtractionCache.missing`, extracts only
-those events, and :meth:`ExtractionCache.put` them. ``put`` is idempotent (a Delta MERGE that only
-inserts keys not already present), so a retried or duplicated batch from a Ray worker adds no
-duplicate rows. Rows keep the raw model output, the parsed facts, rejected outputs with reasons,
+those events, and :meth:`ExtractionCache.put` them. ``put`` is idempotent (a compare-and-append that
+writes only keys not already present at the version it commits on), so a retried or duplicated
+batch from a Ray worker adds no duplicate rows. Rows keep the raw model output, the parsed facts, rejected outputs with reasons,
 the exact request, token counts, timing and which engine/host ran it. It is derived data: erasure
 purges rows whose event, or whose request's events, were erased.
 """
@@ -20,11 +20,11 @@ from datetime import datetime, timezone
 import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, write_deltalake
-from deltalake.exceptions import CommitFailedError, TableNotFoundError
+from deltalake.exceptions import CommitFailedError
 
 from refold.fold.errors import StoreError
 from refold.fold.extract import ExtractedFact, Extraction, ModelRequest, Rejection
-from .delta_io import read_arrow
+from .delta_io import Bounds, TableHandle, read_arrow, shared_table
 from .layout import Layout
 
 CACHE_SCHEMA = pa.schema(
@@ -90,95 +90,124 @@ def _facts_from_json(text: str) -> tuple[ExtractedFact, ...]:
 
 
 class ExtractionCache:
-    """The cache table of one store (created on first use)."""
+    """The cache table of one store (created on first use).
+
+    Cheap to construct and picklable (Ray ships it): the loaded Delta table lives in this
+    process's shared handle for the path (:func:`refold.storage.delta_io.shared_table`), which is
+    refreshed incrementally before each use instead of replaying the commit log every call.
+    """
 
     def __init__(self, layout: Layout, *, storage_options: dict[str, str] | None = None):
         self.path = layout.extractions
         self.storage_options = storage_options
 
-    def _table(self) -> DeltaTable | None:
-        try:
-            return DeltaTable(self.path, storage_options=self.storage_options)
-        except TableNotFoundError:
-            return None
+    @property
+    def _handle(self) -> TableHandle:
+        return shared_table(self.path, self.storage_options)
 
-    def _ensure(self) -> DeltaTable:
-        dt = self._table()
-        if dt is None:
+    def _ensure(self) -> None:
+        with self._handle.fresh() as dt:
+            if dt is not None:
+                return
             try:
                 DeltaTable.create(self.path, CACHE_SCHEMA, configuration=_CONFIG,
                                   storage_options=self.storage_options, name="refold_extractions")
             except Exception:  # noqa: BLE001 - a racing creator won; use its table
                 pass
-            dt = self._table()
+        with self._handle.fresh() as dt:
             if dt is None:
                 raise StoreError(f"cannot create the extraction cache at {self.path}")
-        return dt
+
+    def _read(self, *, columns: Sequence[str] | None = None, filter: pc.Expression | None = None,
+              prune: list[Bounds] | None = None) -> pa.Table:
+        with self._handle.fresh() as dt:
+            if dt is None:
+                table = CACHE_SCHEMA.empty_table()
+                return table.select(list(columns)) if columns else table
+            return read_arrow(dt, CACHE_SCHEMA, columns=columns, filter=filter, prune=prune)
 
     # -- reading ----------------------------------------------------------------------------------
 
     def keys(self, spec_hash: str) -> set[str]:
         """Event ids with a cached extraction under ``spec_hash``."""
-        dt = self._table()
-        if dt is None:
-            return set()
-        rows = read_arrow(dt, CACHE_SCHEMA, columns=["event_id"], filter=pc.field("spec_hash") == spec_hash)
+        rows = self._read(columns=["event_id"], filter=pc.field("spec_hash") == spec_hash)
         return set(rows["event_id"].to_pylist())
 
     def missing(self, spec_hash: str, event_ids: Sequence[str]) -> list[str]:
         """The ids of ``event_ids`` (order kept) with no cached extraction under ``spec_hash``."""
-        have = self.keys(spec_hash)
+        if not event_ids:
+            return []
+        rows = self._read(columns=["event_id"], filter=(pc.field("spec_hash") == spec_hash) & _ids_filter(event_ids),
+                          prune=_ids_range(event_ids, spec_hash))
+        have = set(rows["event_id"].to_pylist())
         return [e for e in event_ids if e not in have]
 
     def get(self, spec_hash: str, event_ids: Iterable[str] | None = None) -> dict[str, Extraction]:
         """Cached extractions by event id (all of the spec's, or only ``event_ids``)."""
-        dt = self._table()
-        if dt is None:
-            return {}
-        flt = pc.field("spec_hash") == spec_hash
+        flt, prune = pc.field("spec_hash") == spec_hash, None
         if event_ids is not None:
-            flt = flt & pc.field("event_id").isin(list(event_ids))
-        rows = read_arrow(dt, CACHE_SCHEMA, filter=flt).to_pylist()
+            ids = list(event_ids)
+            if not ids:
+                return {}
+            flt, prune = flt & _ids_filter(ids), _ids_range(ids, spec_hash)
+        rows = self._read(filter=flt, prune=prune).to_pylist()
         return {r["event_id"]: _row_to_extraction(r) for r in rows}
 
     def frame(self):
         """The whole cache as a polars DataFrame (for audits and notebooks)."""
         import polars as pl
 
-        dt = self._table()
-        return pl.from_arrow(read_arrow(dt, CACHE_SCHEMA) if dt else CACHE_SCHEMA.empty_table())
+        return pl.from_arrow(self._read())
 
     # -- writing ----------------------------------------------------------------------------------
 
     def put(self, extractions: Sequence[Extraction], *, seqs: dict[str, int] | None = None,
             max_attempts: int = 50) -> int:
-        """Insert extractions whose key is not cached yet; return the number of rows inserted."""
+        """Insert extractions whose key is not cached yet; return the number of rows inserted.
+
+        Compare-and-append (as the event log): read which keys the table holds at version ``v``
+        (a pruned read of just these ids), append the others with ``max_commit_retries=0``
+        against ``v``; when another writer committed meanwhile the commit fails, and the keys are
+        checked again on the newer version. So a retried or duplicated batch adds no row twice,
+        and no DataFusion MERGE runs (it cost a full join per write, and wrote string_view files).
+        """
         if not extractions:
             return 0
         unique = {(x.event_id, x.spec_hash): x for x in extractions}
-        table = _to_table(list(unique.values()), seqs or {})
+        self._ensure()
+        handle = self._handle
+        reloaded = False
         for attempt in range(max_attempts):
-            dt = self._ensure()
-            try:
-                result = (
-                    dt.merge(table, predicate="t.event_id = s.event_id AND t.spec_hash = s.spec_hash",
-                             source_alias="s", target_alias="t",
-                             commit_properties=CommitProperties(max_commit_retries=0))
-                    .when_not_matched_insert_all()
-                    .execute()
-                )
-                return int(result.get("num_target_rows_inserted", 0))
-            except CommitFailedError:
-                time.sleep(random.uniform(0, min(0.05 * (attempt + 1), 0.5)))
+            with handle.fresh() as dt:
+                if dt is None:
+                    raise StoreError(f"the extraction cache at {self.path} disappeared; fold again")
+                present = _present(dt, unique)
+                fresh = [x for key, x in unique.items() if key not in present]
+                if not fresh:
+                    return 0
+                try:
+                    write_deltalake(dt, _to_table(fresh, seqs or {}), mode="append",
+                                    commit_properties=CommitProperties(max_commit_retries=0),
+                                    storage_options=self.storage_options)
+                    return len(fresh)
+                except CommitFailedError:
+                    pass  # another writer landed first: check the keys again on the newer version
+                except Exception as exc:  # ambiguous: the commit may have landed before the error
+                    handle.forget()
+                    if not reloaded:
+                        reloaded = True
+                        continue  # the next round sees whether it landed (then nothing is left)
+                    raise StoreError(f"extraction cache write failed ({exc}); it is safe to retry") from exc
+            time.sleep(random.uniform(0, min(0.01 * (attempt + 1), 0.2)))
         raise StoreError(f"extraction cache: gave up after {max_attempts} commit conflicts; retry")
 
     def purge(self, event_ids: Iterable[str]) -> PurgeResult:
         """Delete rows built from any of ``event_ids`` (as the key or inside the request)."""
         ids = sorted(set(event_ids))
-        dt = self._table()
-        if dt is None or not ids:
+        if not ids:
             return PurgeResult("extractions", 0)
-        data = read_arrow(dt, CACHE_SCHEMA, columns=["event_id", "spec_hash", "request_event_ids"])
+        handle = self._handle
+        data = self._read(columns=["event_id", "spec_hash", "request_event_ids"])
         hit = set()
         wanted = set(ids)
         for eid, spec, req in zip(data["event_id"].to_pylist(), data["spec_hash"].to_pylist(),
@@ -189,40 +218,60 @@ class ExtractionCache:
             return PurgeResult("extractions", 0)
         quoted = ", ".join("'" + e.replace("'", "''") + "'" for e in sorted(hit))
         for attempt in range(50):
-            try:
-                metrics = dt.delete(f"event_id IN ({quoted})")
-                return PurgeResult("extractions", int(metrics.get("num_deleted_rows", 0)))
-            except CommitFailedError:
-                time.sleep(random.uniform(0, 0.2))
-                dt = self._table()
+            with handle.fresh() as dt:
+                if dt is None:
+                    return PurgeResult("extractions", 0)
+                try:
+                    metrics = dt.delete(f"event_id IN ({quoted})")
+                    return PurgeResult("extractions", int(metrics.get("num_deleted_rows", 0)))
+                except CommitFailedError:
+                    handle.forget()
+            time.sleep(random.uniform(0, 0.2))
         raise StoreError("extraction cache purge kept conflicting with writers; retry the erasure")
 
 
+def _ids_filter(ids: Sequence[str]) -> pc.Expression:
+    return pc.field("event_id").isin(list(ids))
+
+
+def _ids_range(ids: Sequence[str], spec_hash: str | None = None) -> list[Bounds]:
+    """Where rows for ``ids`` lie (time-ordered ids keep this range, and so the files read, few)."""
+    bounds: Bounds = {"event_id": (min(ids), max(ids))}
+    return [{**bounds, "spec_hash": (spec_hash, spec_hash)} if spec_hash is not None else bounds]
+
+
+def _present(dt: DeltaTable, unique: dict[tuple[str, str], Extraction]) -> set[tuple[str, str]]:
+    """Which of these (event_id, spec_hash) keys the table holds at ``dt``'s version."""
+    ids = sorted({eid for eid, _ in unique})
+    rows = read_arrow(dt, CACHE_SCHEMA, columns=["event_id", "spec_hash"], filter=_ids_filter(ids),
+                      prune=_ids_range(ids))
+    return set(zip(rows["event_id"].to_pylist(), rows["spec_hash"].to_pylist()))
+
+
 def _to_table(extractions: Sequence[Extraction], seqs: dict[str, int]) -> pa.Table:
-    now = datetime.now(timezone.utc)
-    rows = []
-    for x in extractions:
-        rows.append({
-            "event_id": x.event_id,
-            "spec_hash": x.spec_hash,
-            "seq": seqs.get(x.event_id),
-            "facts": _facts_json(x.facts),
-            "request_id": x.request.request_id if x.request else None,
-            "request_event_ids": list(x.request.event_ids) if x.request else [],
-            "request": x.request.payload if x.request else None,
-            "raw_output": x.raw_output,
-            "rejected": json.dumps([{"reason": r.reason, "detail": r.detail} for r in x.rejected],
-                                   ensure_ascii=False),
-            "tokens_in": x.tokens_in,
-            "tokens_out": x.tokens_out,
-            "latency_ms": x.latency_ms,
-            "model_id": x.model_id,
-            "engine": x.engine,
-            "host": x.host,
-            "meta": json.dumps(dict(x.meta), sort_keys=True, default=str),
-            "created_at": now,
-        })
-    return pa.Table.from_pylist(rows, schema=CACHE_SCHEMA)
+    """Cache rows for ``extractions``, built column by column (a dict per row cost more)."""
+    requests = [x.request for x in extractions]
+    columns = {
+        "event_id": [x.event_id for x in extractions],
+        "spec_hash": [x.spec_hash for x in extractions],
+        "seq": [seqs.get(x.event_id) for x in extractions],
+        "facts": [_facts_json(x.facts) for x in extractions],
+        "request_id": [r.request_id if r else None for r in requests],
+        "request_event_ids": [list(r.event_ids) if r else [] for r in requests],
+        "request": [r.payload if r else None for r in requests],
+        "raw_output": [x.raw_output for x in extractions],
+        "rejected": [json.dumps([{"reason": r.reason, "detail": r.detail} for r in x.rejected], ensure_ascii=False)
+                     if x.rejected else "[]" for x in extractions],
+        "tokens_in": [x.tokens_in for x in extractions],
+        "tokens_out": [x.tokens_out for x in extractions],
+        "latency_ms": [x.latency_ms for x in extractions],
+        "model_id": [x.model_id for x in extractions],
+        "engine": [x.engine for x in extractions],
+        "host": [x.host for x in extractions],
+        "meta": [json.dumps(dict(x.meta), sort_keys=True, default=str) if x.meta else "{}" for x in extractions],
+        "created_at": [datetime.now(timezone.utc)] * len(extractions),
+    }
+    return pa.table([pa.array(columns[f.name], f.type) for f in CACHE_SCHEMA], schema=CACHE_SCHEMA)
 
 
 def _row_to_extraction(r: dict) -> Extraction:
