@@ -14,6 +14,7 @@ Roll-ups read only extracted edges, so derived facts never feed other rules (no 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Container, Iterable, Sequence
 from datetime import datetime
 
 import networkx as nx
@@ -32,12 +33,8 @@ def _overlap(a: dict, b: dict) -> tuple[datetime, datetime | None] | None:
 
 
 def _union(*lists: list) -> list:
-    out: list = []
-    for items in lists:
-        for item in items:
-            if item not in out:
-                out.append(item)
-    return out
+    """The items of ``lists`` in first-seen order, each once."""
+    return list(dict.fromkeys(item for items in lists for item in items))
 
 
 def _derived(rule: RollupRule, u: str, v: str, inputs: list[dict], start, end) -> dict:
@@ -48,7 +45,7 @@ def _derived(rule: RollupRule, u: str, v: str, inputs: list[dict], start, end) -
     for d in inputs:
         principals.extend(d["source_principals"])
     return dict(
-        key=fid, fact_id=fid, tenant=inputs[0]["tenant"], subject=u, relation=rule.output, object=v,
+        fact_id=fid, tenant=inputs[0]["tenant"], subject=u, relation=rule.output, object=v,
         valid_from=start, valid_to=end, recorded_seq=max(d["recorded_seq"] for d in inputs),
         recorded_at=max(d["recorded_at"] for d in inputs), sources=sources, source_seqs=seqs,
         source_principals=principals, derivation=rule.name,
@@ -57,47 +54,68 @@ def _derived(rule: RollupRule, u: str, v: str, inputs: list[dict], start, end) -
     )
 
 
-def apply_rollups(graph: nx.MultiDiGraph, spec: FoldSpec) -> int:
-    """Add derived edges and node summaries to ``graph`` in place; return the derived edge count."""
-    base = [d for _, _, d in graph.edges(data=True) if d["derivation"] == "extracted"]
+def derive(rules: Sequence[RollupRule], base: Iterable[dict], *,
+           touching: Container[str] | None = None) -> list[dict]:
+    """The derived edges (attribute dicts, sorted by fact id) that ``rules`` give over ``base``.
+
+    ``base``: extracted edges' attribute dicts. The one implementation of the rules: a full
+    roll-up passes every extracted edge, an incremental refresh only the changed ones and their
+    partners, with ``touching`` (fact ids): then only derived edges with an input among them.
+    """
     by_relation: dict[str, list[dict]] = {}
     for d in base:
         by_relation.setdefault(d["relation"], []).append(d)
     new_edges: list[dict] = []
-    for rule in spec.rollups:
+    for rule in rules:
         if rule.kind == "inverse":
             for d in by_relation.get(rule.inputs[0], []):
-                new_edges.append(_derived(rule, d["object"], d["subject"], [d], d["valid_from"], d["valid_to"]))
+                if touching is None or d["fact_id"] in touching:
+                    new_edges.append(_derived(rule, d["object"], d["subject"], [d], d["valid_from"], d["valid_to"]))
         else:
             seconds: dict[str, list[dict]] = {}
             for d in by_relation.get(rule.inputs[1], []):
                 seconds.setdefault(d["subject"], []).append(d)
             for first in by_relation.get(rule.inputs[0], []):
+                either = touching is None or first["fact_id"] in touching
                 for second in seconds.get(first["object"], []):
+                    if not (either or second["fact_id"] in touching):
+                        continue
                     span = _overlap(first, second)
                     if span is not None:
                         new_edges.append(_derived(rule, first["subject"], second["object"],
                                                   [first, second], *span))
     new_edges.sort(key=lambda d: d["fact_id"])  # deterministic insertion order
+    return new_edges
+
+
+def summarize(edges: Iterable[dict], name: Callable[[str], str]) -> tuple[dict[str, list[str]], list[str]]:
+    """One entity's ``summary`` and ``summary_sources`` from its extracted out-edges.
+
+    Current facts (open valid time) in record order, per relation the objects' names (``name``
+    maps a node id to it), and the events behind them, each once.
+    """
+    summary: dict[str, list[str]] = {}
+    sources: list[str] = []
+    for d in sorted((d for d in edges if d["valid_to"] is None), key=lambda d: (d["recorded_seq"], d["fact_id"])):
+        summary.setdefault(d["relation"], []).append(name(d["object"]))
+        for s in d["sources"]:
+            if s not in sources:
+                sources.append(s)
+    return summary, sources
+
+
+def apply_rollups(graph: nx.MultiDiGraph, spec: FoldSpec) -> int:
+    """Add derived edges and node summaries to ``graph`` in place; return the derived edge count."""
+    base = [d for _, _, d in graph.edges(data=True) if d["derivation"] == "extracted"]
+    new_edges = derive(spec.rollups, base)
     for d in new_edges:
         if not graph.has_edge(d["subject"], d["object"], d["fact_id"]):
-            graph.add_edge(d["subject"], d["object"], **d)
-    _summaries(graph, base)
-    return len(new_edges)
-
-
-def _summaries(graph: nx.MultiDiGraph, base: list[dict]) -> None:
-    summary: dict[str, dict[str, list[str]]] = {}
-    sources: dict[str, list[str]] = {}
-    for d in sorted(base, key=lambda d: (d["recorded_seq"], d["fact_id"])):
-        if d["valid_to"] is not None:
-            continue
-        obj = graph.nodes[d["object"]]["name"]
-        summary.setdefault(d["subject"], {}).setdefault(d["relation"], []).append(obj)
-        bucket = sources.setdefault(d["subject"], [])
-        for s in d["sources"]:
-            if s not in bucket:
-                bucket.append(s)
+            graph.add_edge(d["subject"], d["object"], key=d["fact_id"], **d)
+    by_subject: dict[str, list[dict]] = {}
+    for d in base:
+        by_subject.setdefault(d["subject"], []).append(d)
+    name = dict(graph.nodes(data="name")).__getitem__
     for node, data in graph.nodes(data=True):
-        data["summary"] = summary.get(node, {})
-        data["summary_sources"] = sources.get(node, [])
+        mine = by_subject.get(node)
+        data["summary"], data["summary_sources"] = summarize(mine, name) if mine else ({}, [])
+    return len(new_edges)
