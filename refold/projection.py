@@ -32,7 +32,8 @@ from refold.fold.extract import Extraction, Extractor
 from refold.fold.incremental import LiveFold, paused_gc
 from refold.fold.spec import FoldSpec
 from refold.folding import extract_missing, needs_extraction
-from refold.storage.schema import table_to_events
+from refold.storage.delta_io import read_arrow, shared_table
+from refold.storage.schema import EVENTS_SCHEMA, table_to_events
 from refold.storage.snapshots import SnapshotInfo, SnapshotStore
 
 if TYPE_CHECKING:
@@ -73,9 +74,13 @@ class DeltaSource:
     def window(self, start: int) -> tuple[list[Event], set[str]]:
         if self._cached is None or start < self._cached[0]:
             start_read = max(start, 0)
-            rows = self.log.arrow(filter=(pc.field("seq") >= start_read) | (pc.field("kind") == "tombstone"))
-            tail_rows = rows.filter(pc.field("seq") >= start_read)
-            tombs = rows.filter(pc.field("seq") < start_read)
+            # only the data files that can hold such rows are read (Delta statistics on seq and kind),
+            # through this process's open handle of the log table (no commit-log replay per fold)
+            with shared_table(self.log.layout.events, self.log.storage_options).fresh() as dt:
+                rows = read_arrow(dt, EVENTS_SCHEMA, prune=[{"seq": (start_read, None)},
+                                                            {"kind": ("tombstone", "tombstone")}]).sort_by("seq")
+            before = pc.sum(pc.less(rows["seq"], start_read)).as_py() or 0  # rows are sorted by seq
+            tail_rows, tombs = rows.slice(before), rows.slice(0, before)
             self._cached = (start_read, list(table_to_events(tail_rows)),
                             list(zip(tombs["seq"].to_pylist(), tombs["event_id"].to_pylist())))
         first, events, tombs = self._cached
@@ -197,8 +202,9 @@ def _project(mem, spec, *, extractor, full, source, live, at_most, progress, run
                 f"{mem.root} --extractor {spec.extractor}` first"
             )
     clock.lap("extract")
-    # a long tail builds many objects: pause the cyclic collector (a short one is not worth a pass)
-    with paused_gc() if len(tail) >= 1000 else contextlib.nullcontext():
+    # a long tail builds many objects: pause the cyclic collector (a short one is not worth a pass),
+    # and settle what it built in one pass at the end (not in the next small fold)
+    with paused_gc(settle=True) if len(tail) >= 1000 else contextlib.nullcontext():
         cached = [i for i in wanted if i not in extractions]  # the rest were just extracted
         if cached:
             extractions.update(mem.cache.get(spec.hash, None if resumed_from < 0 else cached))
