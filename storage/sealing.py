@@ -36,7 +36,8 @@ _TIMES = ("valid_from", "valid_to")
 #: characters, the quote and the backslash (UTF-8 continuation bytes are all >= 0x80)
 _KEPT = bytes(b for b in range(0x20, 0x100) if b not in b'"\\')
 #: below this many events the fixed cost of ~30 Arrow kernel calls exceeds sealing one by one
-COLUMN_WISE_FROM = 8
+#: (measured between Delta commits, caches cold: 10 events 1.0 vs 0.7 ms, 32 events 1.3 vs 1.6)
+COLUMN_WISE_FROM = 16
 
 
 def seal_rows(fresh: Sequence[NewEvent], *, first_seq: int, prev_link: str, recorded_at: datetime,
