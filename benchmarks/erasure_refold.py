@@ -2,26 +2,30 @@
 
 Builds a store of N events (rules extractor) with two data subjects of 0.1% of the log each:
 X, whose events all lie near the END of the log (the last 4%), and Z, whose events are spread
-over the whole log. Folds it (snapshots every 1000 events, the newest 4 kept), then for each
-subject runs the real erasure procedure (``refold.erasing.erase``: tombstones, cache and snapshot
-purge, scrub, refold, residue scan, receipt) and afterwards times, each in a fresh Memory (as the
-erasure job's own process would):
+over the whole log. Folds it (snapshots every 1000 events, the newest 4 kept). Then, per subject,
+on copies of that store (one per round), runs the real erasure procedure
+(``refold.erasing.erase``: tombstones, snapshot patch, cache and snapshot purge, scrub, refold,
+residue scan, receipt) and times, each in a fresh process state (a new ``Memory``, as the erasure
+job's own process would be):
 
-* erasure refold   ``fold()``: resumes from the newest snapshot that survived the purge (before
-                   the subject's first event) and re-merges cached extractions of the surviving
-                   events after it
+* erasure refold   the decremental patch inside the procedure: the newest snapshot loses the
+                   subject's events (only the keys they touched are re-merged, from the cache)
+                   and is written back in place — the folded state without the subject, stored
+* resume           a fresh ``fold()`` afterwards: loads the patched snapshot, replays the tail
+* previous path    ``erase(decremental=False)``: every snapshot holding the subject is purged and
+                   ``fold()`` resumes from the newest clean one, re-merging cached extractions
 * full rebuild     ``fold(full=True)``: re-merges every cached extraction from the start
 
-Both must make 0 extraction calls. X is the case snapshots are for; Z shows the limit (its first
-event is older than every kept snapshot, so its refold is a full rebuild).
+All make 0 extraction calls; the patched state must equal the full rebuild (state digest).
 
-    python benchmarks/erasure_refold.py [--events 20000] [--quick]
+    python benchmarks/erasure_refold.py [--events 20000] [--rounds 3] [--quick]
 """
 
 from __future__ import annotations
 
 import argparse
 import random
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -30,8 +34,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import refold  # noqa: E402
 from refold import erasing  # noqa: E402
+from refold.erasure_refold import SnapshotPatcher  # noqa: E402
 from refold.storage.snapshots import SnapshotStore  # noqa: E402
-from snapshot_workload import CountingRules, append_all, events, median, ratio, timed  # noqa: E402
+from snapshot_workload import CountingRules, Seconds, append_all, events, median, ratio, timed  # noqa: E402
 
 
 def build_log(n: int) -> list:
@@ -50,20 +55,59 @@ def build_log(n: int) -> list:
     return log
 
 
-def measure(root: Path, rounds: int):
-    """(median erasure-refold time, median full-rebuild time, resumed-from seq, 0 calls both)."""
-    inc, full, ok, started = [], [], True, -1
-    for _ in range(rounds):
-        ext = CountingRules()
-        t, report = timed(lambda: refold.Memory(root).fold(extractor=ext, snapshot_every=0))
-        inc.append(t)
-        started = report.started_from
-        ok &= report.extraction_calls == ext.calls == 0
-        ext = CountingRules()
-        t, report = timed(lambda: refold.Memory(root).fold(extractor=ext, full=True, snapshot_every=0))
-        full.append(t)
-        ok &= report.extraction_calls == ext.calls == 0
-    return median(inc), median(full), started, ok
+class _PatchTimer:
+    """Times :meth:`SnapshotPatcher.purge` (the decremental patch) inside the real procedure."""
+
+    def __init__(self) -> None:
+        self.seconds: list[Seconds] = []
+        self.detail = ""
+
+    def __enter__(self):
+        real = self.real = SnapshotPatcher.purge
+
+        def timed_purge(patcher, ids):
+            took, result = timed(lambda: real(patcher, ids))
+            self.seconds.append(took)
+            self.detail = result.detail[0] if result.detail else ""
+            return result
+
+        SnapshotPatcher.purge = timed_purge
+        return self
+
+    def __exit__(self, *exc) -> None:
+        SnapshotPatcher.purge = self.real
+
+
+def measure(base: Path, work: Path, subject: str, rounds: int) -> dict:
+    """Median times (s) of the patch, the resume after it, the previous path and the full rebuild."""
+    out: dict = {"patch": [], "resume": [], "old": [], "full": [], "ok": True, "equal": True}
+    for r in range(rounds):
+        for decremental in (True, False):
+            root = work / f"{subject}-{r}-{decremental}"
+            shutil.copytree(base, root)
+            with _PatchTimer() as timer:
+                erasing.erase(refold.Memory(root), subject, decremental=decremental)
+            ext = CountingRules()
+            t, report = timed(lambda: refold.Memory(root).fold(extractor=ext, snapshot_every=0))
+            out["ok"] &= report.extraction_calls == ext.calls == 0
+            if decremental:
+                out["patch"] += timer.seconds
+                out["detail"] = timer.detail
+                out["resume"].append(t)
+                out["resumed_from"] = report.started_from
+                ext = CountingRules()
+                fresh = refold.Memory(root)
+                t, report = timed(lambda: fresh.fold(extractor=ext, full=True, snapshot_every=0))
+                out["full"].append(t)
+                out["ok"] &= report.extraction_calls == ext.calls == 0
+                patched = refold.Memory(root)
+                out["equal"] &= erasing.state_digest(patched.state().graph) == \
+                    erasing.state_digest(fresh.state().graph)
+            else:
+                out["old"].append(t)
+                out["old_from"] = report.started_from
+            shutil.rmtree(root)
+    return {k: median(v) if isinstance(v, list) and v else v for k, v in out.items()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -88,20 +132,20 @@ def main(argv: list[str] | None = None) -> int:
         for subject, label in (("s-x", "near the end"), ("s-z", "spread over the log")):
             ids = [e.event_id for e in log if subject in e.subjects]
             first_seq = min(seqs[i] for i in ids)
-            t_erase, receipt = timed(lambda: erasing.erase(refold.Memory(root), subject))
-            purged = [p for p in receipt.purged if p["store"] == "snapshots"]
-            t_inc, t_full, started, ok = measure(root, rounds)
-            all_ok &= ok
+            m = measure(root, Path(tmp), subject, rounds)
+            all_ok &= m["ok"] and m["equal"]
+            p, full = m["patch"], m["full"]
             print(f"subject {subject} ({label}): {len(ids)} events = {len(ids) / len(log):.2%} of the log, "
-                  f"first at seq {first_seq}; erasure procedure {t_erase:.1f} s, snapshots purged: "
-                  f"{purged[0]['rows'] if purged else 0}")
-            print(f"  erasure refold: {t_inc:.3f} s (CPU {t_inc.cpu:.3f} s), resumed from seq {started}; "
-                  f"full rebuild from the cache: {t_full:.3f} s (CPU {t_full.cpu:.3f} s); "
-                  f"extraction calls 0 in both: {'yes' if ok else 'NO'}")
+                  f"first at seq {first_seq}")
+            print(f"  erasure refold (decremental patch): {p:.3f} s (CPU {p.cpu:.3f} s): {m['detail']}")
+            print(f"  then a fresh fold resumes from seq {m['resumed_from']}: {m['resume']:.3f} s")
+            print(f"  previous path (purge + refold from seq {m['old_from']}): {m['old']:.3f} s")
+            print(f"  full rebuild from the cache: {full:.3f} s (CPU {full.cpu:.3f} s)")
+            print(f"  extraction calls 0 everywhere: {'yes' if m['ok'] else 'NO'}; patched state == full "
+                  f"rebuild: {'yes' if m['equal'] else 'NO'}")
             target = " (target >= 20x)" if subject == "s-x" else ""
-            print(f"  ratio full rebuild / erasure refold ({label}): {ratio(t_full, t_inc)}{target}")
-            # the refold made new snapshots past the erasure for the next subject to resume from
-            refold.Memory(root).fold(snapshot_every=every)
+            print(f"  ratio full rebuild / erasure refold ({label}): {ratio(full, p)}{target}")
+            print(f"  ratio full rebuild / previous path ({label}): {ratio(full, m['old'])}")
         return 0 if all_ok else 1
 
 

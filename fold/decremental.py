@@ -149,11 +149,8 @@ def remove_events(live: LiveFold, erased_ids: Iterable[str], erased_extractions:
         inputs.pull_in(live, renamed)
         summary_subjects |= {u for n in renamed for u, _, d in graph.in_edges(n, data=True)
                              if _is_base(d) and d["valid_to"] is None}
-    if hasattr(live, "_refresh_rollups"):
-        live._refresh_rollups({s for s in summary_subjects if s in graph}, dict(scratch._edges),
-                              set(old) - scratch._edges.keys())
-    else:  # TEMP until the helper lands _refresh_rollups
-        live._full_rollups()
+    live._refresh_rollups({s for s in summary_subjects if s in graph}, dict(scratch._edges),
+                          set(old) - scratch._edges.keys())
     graph.remove_nodes_from(drop)
     live.contained -= erased
     return Patch(events=len(erased), keys=len(keys), edges_before=len(old), edges_after=len(scratch._edges),
