@@ -127,14 +127,31 @@ class LiveFold:
         """
         builder = GraphBuilder(spec=spec, graph=graph, stats=stats)
         live = cls(spec=spec, builder=builder, contained=set(contained), link=link, started_from=started_from)
-        rolled_up = all("summary" in d for _, d in graph.nodes(data=True))
-        for u, v, k, d in graph.edges(keys=True, data=True):
-            if d["derivation"] == "extracted":
-                builder._edges[k] = (u, v)
-                if d["valid_to"] is None:
-                    builder._open.setdefault((u, d["relation"]), []).append(k)
-            elif rolled_up:
-                live._remember(k, (u, v), d["inputs"])
+        rolled_up = all("summary" in d for d in graph._node.values())
+        # straight over networkx's adjacency dicts, in the graph's edge order (the views cost more
+        # than the work here); the derived-edge indexes are filled as _remember does
+        index, open_, derived, by_input = builder._edges, builder._open, live._derived, live._by_input
+        for u, nbrs in graph._succ.items():
+            for v, keydict in nbrs.items():
+                ends = (u, v)
+                for k, d in keydict.items():
+                    if d["derivation"] == "extracted":
+                        index[k] = ends
+                        if d["valid_to"] is None:
+                            bucket = open_.get((u, d["relation"]))
+                            if bucket is None:
+                                open_[(u, d["relation"])] = [k]
+                            else:
+                                bucket.append(k)
+                    elif rolled_up:
+                        inputs = tuple(d["inputs"])
+                        derived[k] = (ends, inputs)
+                        for i in inputs:
+                            users = by_input.get(i)
+                            if users is None:
+                                by_input[i] = {k}
+                            else:
+                                users.add(k)
         if not rolled_up:
             live._full_rollups()
         live._since = live.last_seq
