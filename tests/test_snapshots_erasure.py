@@ -1,6 +1,7 @@
-"""Snapshots and erasure: purge removes exactly the snapshots holding an erased event; the refold
-after an erasure resumes before the first erased event and re-merges cached extractions (no
-extraction call); a snapshot holding an erased event is never used even if nobody purged it."""
+"""Snapshots and erasure: the erasure patches the newest snapshot (or purge removes exactly the
+snapshots holding an erased event); the refold after an erasure resumes from a snapshot without
+the erased events and re-merges cached extractions (no extraction call); a snapshot holding an
+erased event is never used even if nobody purged it."""
 
 from __future__ import annotations
 
@@ -49,24 +50,26 @@ def _expected(mem) -> str:
     return canonical_graph(build_state(spec, mem.events(), mem.cache.get(spec.hash)).graph)
 
 
-def test_erasure_purges_the_snapshots_holding_x_and_the_refold_extracts_nothing(mem):
+def test_erasure_patches_the_snapshot_holding_x_and_the_refold_extracts_nothing(mem):
     store = SnapshotStore(mem.layout)
     x_ids = {"x-0", "x-1", "x-2", "x-3", "x-move"}
     preview = store.preview(sorted(x_ids))
     assert preview.rows == 1 and preview.detail[0].endswith("000000000059")
     receipt = erasing.erase(mem, X)
+    # the newest snapshot is patched in place (refold.erasure_refold), so the purge finds no holder
+    patched = [p for p in receipt.purged if p["store"] == "snapshot patch"]
+    assert patched and patched[0]["rows"] == 1 and patched[0]["detail"][0].startswith("000000000059")
     purged = [p for p in receipt.purged if p["store"] == "snapshots"]
-    assert purged and purged[0]["rows"] == 1 and purged[0]["detail"][0].endswith("000000000059")
-    assert [s.last_seq for s in store.list()] == [29, 39, 49]
+    assert purged and purged[0]["rows"] == 0
+    assert [s.last_seq for s in store.list()] == [29, 39, 49, 59]
     ext = CountingRules()
     report = refold.Memory(mem.root).fold(extractor=ext, snapshot_every=10)
     assert report.extraction_calls == ext.calls == 0
-    assert report.started_from == 49 < 51  # the newest snapshot before X's first event
+    assert report.started_from == 59  # the patched snapshot
     graph = refold.Memory(mem.root).graph()
     assert canonical_graph(graph) == _expected(mem)
     assert not [d for *_, d in graph.edges(data=True) if set(d["sources"]) & x_ids]
-    # the refold wrote new snapshots past the erasure; none holds X
-    for info in store.list():
+    for info in store.list():  # no snapshot holds X
         assert not store.contained_ids(info) & x_ids
 
 
