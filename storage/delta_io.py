@@ -37,7 +37,8 @@ from deltalake.exceptions import TableNotFoundError
 __all__ = ["Bounds", "read_arrow", "shared_table", "TableHandle"]
 
 
-#: One pruning alternative: column → (low, high), inclusive; None leaves that end open.
+#: One pruning alternative: column → (low, high), inclusive; None leaves that end open (a null
+#: value lies in no range).
 Bounds = Mapping[str, tuple[Any, Any]]
 
 
@@ -79,7 +80,8 @@ def _bounds_filter(prune: Sequence[Bounds]) -> pc.Expression:
     for alternative in prune:
         term: pc.Expression | None = None
         for name, (low, high) in alternative.items():
-            for part in ([] if low is None else [pc.field(name) >= low]) + ([] if high is None else [pc.field(name) <= high]):
+            parts = ([] if low is None else [pc.field(name) >= low]) + ([] if high is None else [pc.field(name) <= high])
+            for part in parts or [pc.field(name).is_valid()]:  # a null lies in no range
                 term = part if term is None else term & part
         term = pc.scalar(True) if term is None else term
         out = term if out is None else out | term
