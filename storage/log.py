@@ -45,7 +45,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
-from deltalake import CommitProperties, DeltaTable, write_deltalake
+from deltalake import CommitProperties, DeltaTable
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
 from refold.fold.chain import GENESIS
@@ -55,7 +55,8 @@ from .layout import Layout
 from .delta_io import read_arrow
 from .heads import Head, publish_head, read_published_head
 from .hostlock import host_turn
-from .schema import EVENTS_SCHEMA, TABLE_CONFIGURATION, WRITER_PROPERTIES, table_to_events
+from .datafiles import WRITER_PROPERTIES, write_rows
+from .schema import EVENTS_SCHEMA, TABLE_CONFIGURATION, table_to_events
 from .sealing import seal_rows
 
 HEAD_KEY = "refold.head"
@@ -376,8 +377,8 @@ class EventLog:
 
     # a seam for fault-injection tests (an error after the commit landed)
     def _write(self, dt: DeltaTable, table: pa.Table, props: CommitProperties) -> None:
-        write_deltalake(dt, table, mode="append", commit_properties=props,
-                        writer_properties=WRITER_PROPERTIES, storage_options=self.storage_options)
+        folder = self.layout.events.removeprefix("file://") if self.layout.is_local else None
+        write_rows(dt, table, props, folder=folder, storage_options=self.storage_options)
 
     def _check_existing(self, dt: DeltaTable, batch: Sequence[NewEvent]) -> dict[str, int]:
         known = self._known_ids(dt)

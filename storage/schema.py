@@ -7,7 +7,6 @@ from collections.abc import Iterator
 from datetime import timezone
 
 import pyarrow as pa
-from deltalake import ColumnProperties, WriterProperties
 
 from refold.fold.events import Event, Fact
 
@@ -52,20 +51,6 @@ TABLE_CONFIGURATION = {
     "delta.enableChangeDataFeed": "false",
     "delta.enableDeletionVectors": "false",
 }
-
-#: columns whose every value differs (ids, text, random salt, hashes): a dictionary page for them
-#: is work the encoder throws away
-_UNIQUE_COLUMNS = ("event_id", "content", "salt", "commitment", "prev_link", "link")
-
-#: How appends write data files. Snappy, as delta-rs does by default (a WriterProperties passed to
-#: delta-rs otherwise means uncompressed); no dictionary for the columns above; Parquet
-#: statistics only on the stats columns (the add action's stats are taken from them, and nothing
-#: filters on the others). A 10k-event file: ~15 ms to write instead of ~21, and no larger.
-WRITER_PROPERTIES = WriterProperties(compression="SNAPPY", column_properties={
-    name: ColumnProperties(dictionary_enabled=name not in _UNIQUE_COLUMNS,
-                           statistics_enabled="PAGE" if name in STATS_COLUMNS else "NONE")
-    for name in EVENTS_SCHEMA.names
-})
 
 
 def events_to_table(events: list[Event]) -> pa.Table:

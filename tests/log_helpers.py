@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -71,3 +73,25 @@ def mem(tmp_path):
     return m
 
 
+def _plain_delta_files(table_dir: Path) -> list[str]:
+    """The live data files of a Delta table, from its log alone: the newest checkpoint (a parquet
+    file) if any, then every later commit JSON, replaying add and remove actions."""
+    log = table_dir / "_delta_log"
+    live: dict[str, dict] = {}
+    start = -1
+    if (log / "_last_checkpoint").exists():
+        start = json.loads((log / "_last_checkpoint").read_text())["version"]
+        checkpoint = pq.read_table(log / f"{start:020d}.checkpoint.parquet", columns=["add"])
+        for add in checkpoint["add"].to_pylist():
+            if add:
+                live[add["path"]] = add
+    for commit in sorted(log.glob("[0-9]" * 20 + ".json")):
+        if int(commit.stem) <= start:
+            continue
+        for line in commit.read_text().splitlines():
+            action = json.loads(line)
+            if "add" in action:
+                live[action["add"]["path"]] = action["add"]
+            elif "remove" in action:
+                live.pop(action["remove"]["path"], None)
+    return [str(table_dir / unquote(path)) for path in live]

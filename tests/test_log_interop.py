@@ -7,17 +7,17 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from urllib.parse import unquote
 
 import polars as pl
 import pyarrow.dataset as ds
-import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 from polars.testing import assert_frame_equal
 
 import refold
+from refold.storage import datafiles
 from refold.storage.schema import STATS_COLUMNS
+from tests.log_helpers import _plain_delta_files
 
 MARKERS = {
     "content": "CONTENT-7f3a",
@@ -42,28 +42,12 @@ def _fill(mem: refold.Memory, n_commits: int = 3) -> None:
         ])
 
 
-def _plain_delta_files(table_dir: Path) -> list[str]:
-    """The live data files of a Delta table, from its log alone: the newest checkpoint (a parquet
-    file) if any, then every later commit JSON, replaying add and remove actions."""
-    log = table_dir / "_delta_log"
-    live: dict[str, dict] = {}
-    start = -1
-    if (log / "_last_checkpoint").exists():
-        start = json.loads((log / "_last_checkpoint").read_text())["version"]
-        checkpoint = pq.read_table(log / f"{start:020d}.checkpoint.parquet", columns=["add"])
-        for add in checkpoint["add"].to_pylist():
-            if add:
-                live[add["path"]] = add
-    for commit in sorted(log.glob("[0-9]" * 20 + ".json")):
-        if int(commit.stem) <= start:
-            continue
-        for line in commit.read_text().splitlines():
-            action = json.loads(line)
-            if "add" in action:
-                live[action["add"]["path"]] = action["add"]
-            elif "remove" in action:
-                live.pop(action["remove"]["path"], None)
-    return [str(table_dir / unquote(path)) for path in live]
+@pytest.fixture(autouse=True, params=["delta-rs", "direct"])
+def write_path(request, monkeypatch):
+    """Every test here runs once per way appends write data files (storage/datafiles.py)."""
+    if request.param == "direct":
+        monkeypatch.setattr(datafiles, "DIRECT_WRITE_FROM", 1)
+    return request.param
 
 
 @pytest.fixture()

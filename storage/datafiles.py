@@ -1,0 +1,122 @@
+"""How an append turns its sealed rows into a data file and a Delta commit.
+
+Two ways, one result (the same rows, stats on the same columns, the same compare-and-append):
+
+- through delta-rs, ``write_deltalake(dt, rows, mode="append")`` with :data:`WRITER_PROPERTIES`:
+  every remote store, and local batches under :data:`DIRECT_WRITE_FROM` rows;
+- directly, for large local batches: pyarrow writes the Parquet file into the table folder with
+  :data:`PARQUET_OPTIONS`, and ``DeltaTable.create_write_transaction`` commits its add action,
+  whose statistics (:func:`add_stats`) cover only the table's stats columns. delta-rs compresses
+  every column with one codec, so it spends ~5 ms of a 10k-event write snappy-compressing the
+  four hex columns (salt, commitment, links: random, incompressible); pyarrow can leave just
+  those uncompressed. Below ~2k rows the direct way gains nothing: its commit plus the
+  ``update_incremental`` that follows cost as much as all of ``write_deltalake``.
+
+Either way the commit is made with the caller's ``CommitProperties`` (``max_commit_retries=0``:
+another writer's commit makes it fail with ``CommitFailedError`` instead of being rebased) and
+``dt`` is at the new version afterwards. A direct file whose commit failed is removed at once,
+so the rows of a lost race do not linger in the table folder.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import timezone
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from deltalake import ColumnProperties, CommitProperties, DeltaTable, WriterProperties, write_deltalake
+from deltalake.exceptions import CommitFailedError
+from deltalake.schema import Schema as DeltaSchema
+from deltalake.transaction import AddAction
+
+from .schema import EVENTS_SCHEMA, STATS_COLUMNS
+
+#: columns whose every value differs (ids, text, random salt, hashes): a dictionary page for them
+#: is work the encoder throws away
+_UNIQUE_COLUMNS = ("event_id", "content", "salt", "commitment", "prev_link", "link")
+#: random bytes as hex: snappy finds nothing to compress in them
+_HEX_COLUMNS = ("salt", "commitment", "prev_link", "link")
+
+#: delta-rs's writer: snappy (as its default; a WriterProperties without a codec means
+#: uncompressed), no dictionary for the unique columns, Parquet statistics only on the stats
+#: columns (the add action's stats are taken from them, and nothing filters on the others). A
+#: 10k-event file: ~15 ms to write instead of ~21, and no larger.
+WRITER_PROPERTIES = WriterProperties(compression="SNAPPY", column_properties={
+    name: ColumnProperties(dictionary_enabled=name not in _UNIQUE_COLUMNS,
+                           statistics_enabled="PAGE" if name in STATS_COLUMNS else "NONE")
+    for name in EVENTS_SCHEMA.names
+})
+
+#: pyarrow's writer for direct files: the same, but the hex columns uncompressed
+PARQUET_OPTIONS = {
+    "compression": {name: "none" if name in _HEX_COLUMNS else "snappy" for name in EVENTS_SCHEMA.names},
+    "use_dictionary": [name for name in EVENTS_SCHEMA.names if name not in _UNIQUE_COLUMNS],
+    "write_statistics": list(STATS_COLUMNS),
+}
+
+#: local batches of at least this many rows are written directly (see the module doc)
+DIRECT_WRITE_FROM = 2000
+
+_DELTA_SCHEMA = DeltaSchema.from_arrow(EVENTS_SCHEMA)
+
+
+def write_rows(dt: DeltaTable, rows: pa.Table, props: CommitProperties, *, folder: str | None,
+               storage_options: dict[str, str] | None = None) -> None:
+    """Append ``rows`` to ``dt`` as one data file and one commit; ``dt`` then holds the new version.
+
+    ``folder`` is the table's local folder (None for a remote store: always through delta-rs).
+    Raises ``CommitFailedError`` when another commit landed after ``dt``'s version.
+    """
+    if folder is not None and rows.num_rows >= DIRECT_WRITE_FROM:
+        _write_direct(dt, rows, props, Path(folder))
+    else:
+        write_deltalake(dt, rows, mode="append", commit_properties=props,
+                        writer_properties=WRITER_PROPERTIES, storage_options=storage_options)
+
+
+def _write_direct(dt: DeltaTable, rows: pa.Table, props: CommitProperties, folder: Path) -> None:
+    name = f"part-00000-{uuid.uuid4()}-c000.parquet"  # delta-rs's pattern, without one codec in it
+    path = folder / name
+    pq.write_table(rows, path, **PARQUET_OPTIONS)
+    stat = path.stat()
+    add = AddAction(path=name, size=stat.st_size, partition_values={},
+                    modification_time=stat.st_mtime_ns // 1_000_000, data_change=True,
+                    stats=add_stats(rows))
+    try:
+        dt.create_write_transaction([add], mode="append", schema=_DELTA_SCHEMA,
+                                    commit_properties=props)
+    except CommitFailedError:
+        path.unlink(missing_ok=True)  # not committed, so no reader can need it
+        raise
+    dt.update_incremental()  # create_write_transaction leaves dt at the version it read
+
+
+def add_stats(rows: pa.Table) -> str:
+    """The add action's ``stats`` JSON: row count, and min, max and null count of the stats columns.
+
+    Exact values: timestamps to the microsecond (delta-rs cuts them to the millisecond, which
+    makes its maximum smaller than the real one), strings uncut.
+    """
+    mins: dict[str, object] = {}
+    maxs: dict[str, object] = {}
+    nulls: dict[str, int] = {}
+    for name in STATS_COLUMNS:
+        column = rows[name]
+        nulls[name] = column.null_count
+        bounds = pc.min_max(column)
+        low, high = bounds["min"].as_py(), bounds["max"].as_py()
+        if low is None:  # every value null: no bounds to state
+            continue
+        if pa.types.is_timestamp(column.type):
+            low, high = _json_time(low), _json_time(high)
+        mins[name], maxs[name] = low, high
+    return json.dumps({"numRecords": rows.num_rows, "minValues": mins, "maxValues": maxs,
+                       "nullCount": nulls})
+
+
+def _json_time(value) -> str:
+    return value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
