@@ -53,8 +53,10 @@ class Inputs:
     extractions: Callable[[set[str]], Mapping[str, Extraction]]
     #: surviving retraction events with seq <= the given seq
     retractions: Callable[[int], Iterable[Event]]
-    #: (seq, event id) sources of merged edges at a node that lie outside the state (region mode)
-    outside_mentions: Callable[[str], Iterable[tuple[int, str]]] = lambda node: ()
+    #: the earliest (seq, event id) source of the merged edges at a node that lie outside the
+    #: state (region mode), or None; and all of them (asked only when a name must be recomputed)
+    outside_first: Callable[[str], tuple[int, str] | None] = lambda node: None
+    outside_all: Callable[[str], Iterable[tuple[int, str]]] = lambda node: ()
     #: bring every merged edge pointing at these nodes, and its subject's merged out-edges, into
     #: the state (region mode; a whole state has them already)
     pull_in: Callable[[LiveFold, set[str]], None] = lambda live, nodes: None
@@ -226,8 +228,9 @@ def _entities(live: LiveFold, mentioned: set[str], erased: set[str], erased_extr
     for n in mentioned:
         if n not in graph:
             continue
-        mentions = _mentions(graph, n) | set(inputs.outside_mentions(n))
-        if not mentions:
+        inside = _mentions(graph, n)
+        outside = inputs.outside_first(n)
+        if not inside and outside is None:
             drop.append(n)
             continue
         data = graph.nodes[n]
@@ -236,23 +239,23 @@ def _entities(live: LiveFold, mentioned: set[str], erased: set[str], erased_extr
         if not gone:
             continue
         # erased mentions with the name only: unchanged if the first surviving mention says it too
-        check[n] = (sorted(mentions), not gone.isdisjoint(data["aliases"]))
+        first = min([*([min(inside)] if inside else []), *([outside] if outside else [])])
+        check[n] = (first[1], not gone.isdisjoint(data["aliases"]), inside)
     if not check:
         return drop, renamed
-    firsts = {n: m[0][1] for n, (m, full) in check.items() if not full}
-    everyone = {eid for n, (m, full) in check.items() if full for _, eid in m}
-    found = inputs.extractions(set(firsts.values()) | everyone)
-    for n, (mentions, full) in check.items():
+    found = dict(inputs.extractions({first for first, full, _ in check.values() if not full}))
+    for n, (first, full, inside) in check.items():
         data = graph.nodes[n]
         tenant = data["tenant"]
         if not full:
-            first = firsts[n]
             if first not in found:
                 raise NotDecremental(f"event {first} has no cached extraction")
             if next(_surfaces(spec, tenant, found[first].facts, n), None) == data["name"]:
                 continue
-            everyone = {eid for _, eid in mentions}
-            found = {**found, **inputs.extractions(everyone - found.keys())}
+        mentions = sorted(inside | set(inputs.outside_all(n)))
+        wanted = {eid for _, eid in mentions} - found.keys()
+        if wanted:
+            found.update(inputs.extractions(wanted))
         name, aliases = None, []
         for _, eid in mentions:
             if eid not in found:

@@ -45,12 +45,13 @@ def read_lines(path: str | None) -> list[str]:
 
 
 def _erase_one(mem, cfg: JobConfig, subject: str, *, dry_run: bool, include_mentions: bool,
-               canaries: list[str]) -> dict[str, Any]:
+               canaries: list[str], decremental: bool = True) -> dict[str, Any]:
     from refold.jobs.project import fold_job
     from refold.storage.receipts import receipt_path
 
     def attempt():
-        return mem.erase(subject, dry_run=dry_run, canaries=canaries, include_mentions=include_mentions)
+        return mem.erase(subject, dry_run=dry_run, canaries=canaries, include_mentions=include_mentions,
+                         decremental=decremental)
 
     extracted = None
     try:
@@ -75,7 +76,8 @@ def _erase_one(mem, cfg: JobConfig, subject: str, *, dry_run: bool, include_ment
 
 
 def erase_subjects(cfg: JobConfig, subjects: Sequence[str], *, dry_run: bool = False,
-                   include_mentions: bool = False, canaries: Sequence[str] = ()) -> dict[str, Any]:
+                   include_mentions: bool = False, canaries: Sequence[str] = (),
+                   decremental: bool = True) -> dict[str, Any]:
     """Erase each subject in turn; the summary's part (``ok`` false if any subject failed)."""
     if not subjects:
         raise ValidationError("no subject to erase: pass --subject ID or --subjects-file FILE")
@@ -84,7 +86,8 @@ def erase_subjects(cfg: JobConfig, subjects: Sequence[str], *, dry_run: bool = F
     for subject in dict.fromkeys(subjects):  # each once, in the order given
         try:
             results.append(_erase_one(mem, cfg, subject, dry_run=dry_run,
-                                      include_mentions=include_mentions, canaries=list(canaries)))
+                                      include_mentions=include_mentions, canaries=list(canaries),
+                                      decremental=decremental))
         except RefoldError as exc:
             results.append({"subject": subject, "ok": False, "error": f"{type(exc).__name__}: {exc}"})
         state = "ok" if results[-1]["ok"] else "FAILED"
@@ -102,12 +105,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--include-mentions", action="store_true",
                         help="also erase untagged events that name the subject")
     parser.add_argument("--canaries-file", help="strings the residue scan must not find, one a line")
+    parser.add_argument("--no-decremental", action="store_true",
+                        help="purge the snapshots holding the subject and refold from an older one, "
+                             "instead of patching the newest snapshot")
 
     def body(cfg: JobConfig, args) -> dict[str, Any]:
         subjects = [*args.subject, *read_lines(args.subjects_file)]
         return erase_subjects(cfg, subjects, dry_run=args.dry_run,
                               include_mentions=args.include_mentions,
-                              canaries=read_lines(args.canaries_file))
+                              canaries=read_lines(args.canaries_file),
+                              decremental=not args.no_decremental)
 
     return run_job("erase", body, parser, argv)
 

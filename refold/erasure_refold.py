@@ -37,7 +37,7 @@ import pyarrow.parquet as pq
 
 from refold.fold.decremental import Inputs, NotDecremental, Patch, remove_events
 from refold.fold.errors import RefoldError
-from refold.fold.incremental import LiveFold
+from refold.fold.incremental import LiveFold, paused_gc
 from refold.fold.snapshot_codec import decode_graph, encode_graph, stats_from_json
 from refold.storage.cache import PurgeResult
 from refold.storage.schema import table_to_events
@@ -72,7 +72,7 @@ class _Region:
         self.base = pc.equal(edges["derivation"], "extracted")
         self.edge_ids: set[str] = set()
         self.node_ids: set[str] = set()
-        self._outside: dict[str, list[tuple[int, str]]] = {}
+        self._firsts: dict[str, tuple[int, str]] = {}
 
     def hits(self, erased: pa.Array) -> pa.Table:
         """Merged edges an erased event is a source of or ended."""
@@ -114,31 +114,52 @@ class _Region:
             if d["valid_to"] is None:
                 builder._open.setdefault((u, d["relation"]), []).append(k)
 
-    def mentions(self, nodes: set[str], erased: set[str]) -> dict[str, list[tuple[int, str]]]:
-        """Per node: (seq, event id) of the surviving sources of its merged edges, sorted (one pass)."""
+    def first_mentions(self, nodes: set[str], erased: set[str]) -> dict[str, tuple[int, str]]:
+        """Per node: the earliest surviving (seq, event id) source of its merged edges outside the
+        region (Arrow, one pass for all nodes; the region's own edges the patch reads itself)."""
+        rows = self._at(nodes)
+        if rows.num_rows == 0:
+            return {}
+        lists = rows["sources"].combine_chunks()
+        parents = pc.list_parent_indices(lists)
+        flat = pa.table({"row": parents, "event_id": pc.list_flatten(lists),
+                         "seq": pc.list_flatten(rows["source_seqs"].combine_chunks())})
+        flat = flat.filter(pc.invert(pc.is_in(flat["event_id"], value_set=pa.array(sorted(erased), pa.string()))))
+        ends = pa.table({"row": pa.array(range(rows.num_rows), pa.int32()).cast(parents.type),
+                         "subject": rows["subject"], "object": rows["object"]})
+        out: dict[str, tuple[int, str]] = {}
+        for end in ("subject", "object"):
+            at = flat.join(ends.select(["row", end]), "row").rename_columns({end: "node"})
+            at = at.filter(pc.is_in(at["node"], value_set=pa.array(sorted(nodes), pa.string())))
+            best = at.group_by("node").aggregate([("seq", "min")])
+            for node, seq in zip(best["node"].to_pylist(), best["seq_min"].to_pylist()):
+                if node not in out or seq < out[node][0]:
+                    out[node] = (seq, None)
+        firsts = flat.join(ends, "row")
+        for node, (seq, _) in list(out.items()):
+            hit = firsts.filter(pc.and_(pc.equal(firsts["seq"], seq),
+                                        pc.or_(pc.equal(firsts["subject"], node), pc.equal(firsts["object"], node))))
+            out[node] = (seq, hit["event_id"][0].as_py())
+        self._firsts = out
+        return out
+
+    def outside_first(self, node: str) -> tuple[int, str] | None:
+        return self._firsts.get(node)
+
+    def outside_all(self, node: str) -> list[tuple[int, str]]:
+        """Every (seq, event id) source of the merged edges at ``node`` outside the region."""
+        rows = self._at({node})
+        out: list[tuple[int, str]] = []
+        for seqs, ids in zip(rows["source_seqs"].to_pylist(), rows["sources"].to_pylist()):
+            out.extend(zip(seqs, ids))
+        return out
+
+    def _at(self, nodes: set[str]) -> pa.Table:
+        """Merged edges outside the region with an end in ``nodes``."""
         e = self.edges
         wanted = pa.array(sorted(nodes), pa.string())
-        rows = e.filter(pc.and_(self.base, pc.or_(pc.is_in(e["subject"], value_set=wanted),
-                                                  pc.is_in(e["object"], value_set=wanted))))
-        out: dict[str, set[tuple[int, str]]] = {n: set() for n in nodes}
-        for u, v, seqs, ids in zip(rows["subject"].to_pylist(), rows["object"].to_pylist(),
-                                   rows["source_seqs"].to_pylist(), rows["sources"].to_pylist()):
-            pairs = [(q, i) for q, i in zip(seqs, ids) if i not in erased]
-            for n in (u, v):
-                if n in out:
-                    out[n].update(pairs)
-        self._outside = {}
-        outside_rows = rows.filter(pc.invert(pc.is_in(rows["fact_id"], value_set=self._ids())))
-        for u, v, seqs, ids in zip(outside_rows["subject"].to_pylist(), outside_rows["object"].to_pylist(),
-                                   outside_rows["source_seqs"].to_pylist(), outside_rows["sources"].to_pylist()):
-            for n in (u, v):
-                self._outside.setdefault(n, []).extend(zip(seqs, ids))
-        return {n: sorted(pairs) for n, pairs in out.items()}
-
-    def outside(self, node: str) -> list[tuple[int, str]]:
-        """(seq, event id) sources of merged edges at ``node`` that the region does not hold
-        (from :meth:`mentions`, which must have been given the node)."""
-        return self._outside.get(node, [])
+        at = pc.and_(self.base, pc.or_(pc.is_in(e["subject"], value_set=wanted), pc.is_in(e["object"], value_set=wanted)))
+        return e.filter(pc.and_(at, pc.invert(pc.is_in(e["fact_id"], value_set=self._ids()))))
 
     def _ids(self) -> pa.Array:
         return pa.array(sorted(self.edge_ids), pa.string())
@@ -194,7 +215,8 @@ class SnapshotPatcher:
             return PurgeResult(STORE, 0, ("no snapshot holds the erased events: nothing to patch",))
         spec, info, tables = target
         try:
-            patch = self._patch(spec, info, tables, erased)
+            with paused_gc():  # many small objects, none cyclic: a full collection would dominate
+                patch = self._patch(spec, info, tables, erased)
         except (NotDecremental, RefoldError, OSError, pa.ArrowException) as exc:
             return PurgeResult(STORE, 0, (f"not patched ({exc}); the snapshot purge removes it and the "
                                           "refold starts from an older snapshot",))
@@ -238,15 +260,28 @@ class SnapshotPatcher:
         mentioned = {n for u, v, sources in zip(hit["subject"].to_pylist(), hit["object"].to_pylist(),
                                                 hit["sources"].to_pylist())
                      if not erased_held.isdisjoint(sources) for n in (u, v)}
-        mentions = region.mentions(mentioned, erased_held)
-        # every extraction the patch can ask for, in one cache read: the erased events', the
-        # surviving sources of the re-merged keys, and each mentioned entity's first surviving mention
         keys = set(zip(hit["subject"].to_pylist(), hit["relation"].to_pylist()))
-        survivors = {i for u, r, sources, ended in zip(edges["subject"].to_pylist(), edges["relation"].to_pylist(),
-                                                       edges["sources"].to_pylist(), edges["ended_by"].to_pylist())
-                     if (u, r) in keys for i in (*sources, ended) if i}
-        firsts = {pairs[0][1] for pairs in mentions.values() if pairs}
-        memo = mem.cache.get(spec.hash, sorted(erased_held | survivors | firsts))
+        firsts = dict(region.first_mentions(mentioned, erased_held))
+        seq_of = {}  # log positions of the events named below, from the edges' source lists
+        for u, v, r, sources, seqs, kind in zip(
+                edges["subject"].to_pylist(), edges["object"].to_pylist(), edges["relation"].to_pylist(),
+                edges["sources"].to_pylist(), edges["source_seqs"].to_pylist(), edges["derivation"].to_pylist()):
+            if kind != "extracted":
+                continue
+            if (u, r) in keys:
+                seq_of.update(zip(sources, seqs))
+            for n in (u, v):
+                if n in mentioned:
+                    alive = [(q, i) for q, i in zip(seqs, sources) if i not in erased_held]
+                    if alive and (n not in firsts or min(alive) < firsts[n]):
+                        firsts[n] = min(alive)
+        seq_of.update((eid, seq) for seq, eid in firsts.values())
+        # reads pruned by seq (the cache keeps each row's seq, with statistics): the erased
+        # events' rows, the re-merged keys' sources, each mentioned entity's first surviving mention
+        memo = mem.cache.get(spec.hash, sorted(seq_of), seqs=seq_of.values()) if seq_of else {}
+        rest = erased_held - memo.keys()  # erased events with no edge (rejections only, retractions)
+        if rest:
+            memo.update(mem.cache.get(spec.hash, sorted(rest)))
         cached = {i: memo[i] for i in held if i in memo}
         for x in cached.values():
             if x.request is not None and not set(x.request.event_ids) <= erased:
@@ -266,7 +301,8 @@ class SnapshotPatcher:
             extractions=extractions,
             retractions=lambda until: table_to_events(log.arrow(
                 filter=(pc.field("kind") == "retraction") & (pc.field("seq") <= until))),
-            outside_mentions=region.outside,
+            outside_first=region.outside_first,
+            outside_all=region.outside_all,
             pull_in=region.pull_in,
         )
         patch = remove_events(live, held, cached, inputs)

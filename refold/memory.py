@@ -343,13 +343,16 @@ class Memory:
         return erasing.find(self, subject_id)
 
     def erase(self, subject_id: str, *, dry_run: bool = False, canaries: Iterable[str] = (),
-              include: Iterable[str] = (), include_mentions: bool = False, orphan_grace_hours: int = 1):
+              include: Iterable[str] = (), include_mentions: bool = False, orphan_grace_hours: int = 1,
+              decremental: bool = True):
         """Erase a data subject (store mode: delete or shred) and return the receipt; with
-        ``dry_run`` return the impact preview and write nothing. Safe to rerun after a crash."""
+        ``dry_run`` return the impact preview and write nothing. Safe to rerun after a crash.
+        ``decremental``: patch the newest snapshot (see :mod:`refold.erasure_refold`)."""
         from refold import erasing
 
         return erasing.erase(self, subject_id, dry_run=dry_run, canaries=canaries, include=include,
-                             include_mentions=include_mentions, orphan_grace_hours=orphan_grace_hours)
+                             include_mentions=include_mentions, orphan_grace_hours=orphan_grace_hours,
+                             decremental=decremental)
 
     def scan(self, needles: Iterable[str]):
         """Residue scan of every file under the store for ``needles``."""

@@ -142,14 +142,22 @@ class ExtractionCache:
         have = set(rows["event_id"].to_pylist())
         return [e for e in event_ids if e not in have]
 
-    def get(self, spec_hash: str, event_ids: Iterable[str] | None = None) -> dict[str, Extraction]:
-        """Cached extractions by event id (all of the spec's, or only ``event_ids``)."""
+    def get(self, spec_hash: str, event_ids: Iterable[str] | None = None, *,
+            seqs: Iterable[int] | None = None) -> dict[str, Extraction]:
+        """Cached extractions by event id (all of the spec's, or only ``event_ids``).
+
+        ``seqs``: the log positions of ``event_ids`` when the caller knows them; then only the
+        files whose seq statistics can hold one are read (ids need not be time-ordered for that).
+        Rows cached without a seq are not found this way.
+        """
         flt, prune = pc.field("spec_hash") == spec_hash, None
         if event_ids is not None:
             ids = list(event_ids)
             if not ids:
                 return {}
             flt, prune = flt & _ids_filter(ids), _ids_range(ids, spec_hash)
+            if seqs is not None:
+                prune = [{"seq": span, "spec_hash": (spec_hash, spec_hash)} for span in _spans(seqs)]
         rows = self._read(filter=flt, prune=prune).to_pylist()
         return {r["event_id"]: _row_to_extraction(r) for r in rows}
 
@@ -238,6 +246,22 @@ def _ids_range(ids: Sequence[str], spec_hash: str | None = None) -> list[Bounds]
     """Where rows for ``ids`` lie (time-ordered ids keep this range, and so the files read, few)."""
     bounds: Bounds = {"event_id": (min(ids), max(ids))}
     return [{**bounds, "spec_hash": (spec_hash, spec_hash)} if spec_hash is not None else bounds]
+
+
+def _spans(seqs: Iterable[int], most: int = 32) -> list[tuple[int, int]]:
+    """Sorted seqs as at most ``most`` inclusive ranges (closest neighbours merged first)."""
+    points = sorted(set(seqs))
+    if not points:
+        return []
+    gaps = sorted((b - a for a, b in zip(points, points[1:])), reverse=True)
+    widest = gaps[most - 1] if len(gaps) >= most else 0  # split only at the most - 1 widest gaps
+    spans = [[points[0], points[0]]]
+    for seq in points[1:]:
+        if seq - spans[-1][1] > widest:
+            spans.append([seq, seq])
+        else:
+            spans[-1][1] = seq
+    return [(a, b) for a, b in spans]
 
 
 def _present(dt: DeltaTable, unique: dict[tuple[str, str], Extraction]) -> set[tuple[str, str]]:

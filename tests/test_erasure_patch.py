@@ -137,3 +137,17 @@ def test_shred_mode_and_decremental_false_purge_instead(tmp_path):
     assert _patched(receipt)["rows"] == 0
     fresh = refold.Memory(shred.root)
     assert canonical_graph(fresh.state().graph) == _full(fresh)
+
+
+def test_the_cli_can_choose_the_purge_path(tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from refold.cli import main
+
+    mem = _store(tmp_path, _x())
+    out = CliRunner().invoke(main, ["erase", str(mem.root), "--subject", X, "--no-decremental", "--json"])
+    assert out.exit_code == 0, out.output
+    stores = {p["store"] for p in json.loads(out.output)["purged"]}
+    assert "snapshot patch" not in stores and "snapshots" in stores

@@ -77,9 +77,12 @@ def find(store: str, subject_id: str, as_json: bool) -> None:
 @click.option("--include-mentions", is_flag=True, help="Also erase every untagged event naming the subject.")
 @click.option("--orphan-grace-hours", type=int, default=1, show_default=True,
               help="Delete untracked data files older than this; 0 only when no writer is running.")
+@click.option("--decremental/--no-decremental", default=True, show_default=True,
+              help="Patch the newest snapshot to drop the subject (cost: what the subject touched); "
+                   "--no-decremental purges it and refolds from an older snapshot.")
 @json_option
 def erase(store: str, subject_id: str, dry_run: bool, canaries: tuple[str, ...], include: tuple[str, ...],
-          include_mentions: bool, orphan_grace_hours: int, as_json: bool) -> None:
+          include_mentions: bool, orphan_grace_hours: int, decremental: bool, as_json: bool) -> None:
     """Erase a data subject: tombstone (or shred) its events, purge derived data, refold, receipt.
 
     Safe to rerun after a crash: it resumes the pending erasure. Exit 1 when the residue scan
@@ -89,7 +92,7 @@ def erase(store: str, subject_id: str, dry_run: bool, canaries: tuple[str, ...],
 
     result = erasing.erase(open_store(store), subject_id, dry_run=dry_run, canaries=canaries,
                            include=include, include_mentions=include_mentions,
-                           orphan_grace_hours=orphan_grace_hours)
+                           orphan_grace_hours=orphan_grace_hours, decremental=decremental)
     if dry_run:
         _print_plan(result, as_json)
         return
