@@ -14,7 +14,7 @@ processes alike. A lost race costs a sealed batch and a written data file, so wr
 take turns first (a thread lock per ``EventLog``, :mod:`refold.storage.hostlock` between
 processes); that lock only saves work, the compare-and-append alone keeps the order (writers on
 other hosts, object stores). Each ``EventLog`` keeps its ``DeltaTable`` and refreshes it
-incrementally, keeps the event_id → seq index of the data files it has read, and reuses the head
+incrementally, keeps the event_id index of the data files it has read, and reuses the head
 of its own last commit, so an append reads only what other writers added since its previous one.
 
 Idempotency: an ``event_id`` already in the log returns its original seq and writes nothing (the
@@ -109,7 +109,7 @@ class EventLog:
     def _init_caches(self) -> None:
         self._lock = threading.RLock()  # appends of one EventLog take turns (see module doc)
         self._dt: DeltaTable | None = None  # refreshed with update_incremental before each append
-        self._ids: dict[str, int] = {}  # event_id -> seq of every row in the files below
+        self._ids: set[str] = set()  # the event_id of every row in the files below
         self._indexed: set[str] = set()  # data file URIs already in _ids
         self._ids_version = -1  # table version _ids is complete for
         self._last: Head | None = None  # head of this object's own last commit
@@ -208,21 +208,22 @@ class EventLog:
             expr = expr & part
         return expr
 
-    def _known_ids(self, dt: DeltaTable) -> dict[str, int]:
-        """event_id → seq for every row, refreshed by reading only data files not read before.
+    def _known_ids(self, dt: DeltaTable) -> set[str]:
+        """Every row's event_id, refreshed by reading only data files not read before.
 
         When a file read before is gone (a DELETE or an erasure rewrote it), the index is rebuilt.
+        Only ids: the seq of an id found here is read from its row (ids are rarely found again,
+        and a set takes a 10k-event batch in a third of the time a dict of seqs does).
         """
         if dt.version() == self._ids_version:
             return self._ids
         uris = dt.file_uris()
         if not self._indexed.issubset(uris):
-            self._ids, self._indexed = {}, set()
+            self._ids, self._indexed = set(), set()
         new = [u for u in uris if u not in self._indexed]
         if new:
-            rows = ds.dataset(new, schema=EVENTS_SCHEMA, format="parquet").to_table(
-                columns=["event_id", "seq"])
-            self._ids.update(zip(rows["event_id"].to_pylist(), rows["seq"].to_pylist()))
+            rows = ds.dataset(new, schema=EVENTS_SCHEMA, format="parquet").to_table(columns=["event_id"])
+            self._ids.update(rows["event_id"].to_pylist())
             self._indexed.update(new)
         self._ids_version = dt.version()
         return self._ids
@@ -290,8 +291,7 @@ class EventLog:
         """Index our own commit without reading it back (``dt`` is now at exactly that version)."""
         if dt.version() != head.table_version:
             return
-        first = head.seq - len(fresh) + 1
-        self._ids.update(zip([e.event_id for e in fresh], range(first, first + len(fresh))))
+        self._ids.update([e.event_id for e in fresh])
         self._indexed.update(u for u in dt.file_uris() if u not in self._indexed)
         self._ids_version = head.table_version
 
@@ -329,7 +329,7 @@ class EventLog:
             self._ids_version = dt.version()
             self._last = after
         else:  # rebased over a writer that went ahead without the lock: re-read everything
-            self._ids, self._indexed, self._ids_version, self._last = {}, set(), -1, None
+            self._ids, self._indexed, self._ids_version, self._last = set(), set(), -1, None
         self._compacted_files = len(self._indexed)
         return metrics
 
@@ -381,21 +381,21 @@ class EventLog:
         write_rows(dt, table, props, folder=folder, storage_options=self.storage_options)
 
     def _check_existing(self, dt: DeltaTable, batch: Sequence[NewEvent]) -> dict[str, int]:
+        """event_id → seq of the ids in ``batch`` that ``dt`` holds (a conflicting one raises)."""
         known = self._known_ids(dt)
         ids = [e.event_id for e in batch]
         if not any(map(known.__contains__, ids)):  # the usual case, in one C-level pass
             return {}
-        existing = {i: known[i] for i in ids if i in known}
-        if existing:
-            stored = {ev.event_id: ev for ev in self.events_by_id(dt, list(existing))}
-            for e in batch:
-                old = stored.get(e.event_id)
-                if old is not None and not old.is_tombstone and not self._same(e, old):
-                    raise ConflictError(
-                        f"event_id {e.event_id} is already in the log (seq {old.seq}) with different "
-                        "content; use a new event_id for a new event"
-                    )
-        return existing
+        # the index only preselects: what counts (and gives the seq) is the row itself
+        stored = {ev.event_id: ev for ev in self.events_by_id(dt, [i for i in ids if i in known])}
+        for e in batch:
+            old = stored.get(e.event_id)
+            if old is not None and not old.is_tombstone and not self._same(e, old):
+                raise ConflictError(
+                    f"event_id {e.event_id} is already in the log (seq {old.seq}) with different "
+                    "content; use a new event_id for a new event"
+                )
+        return {i: ev.seq for i, ev in stored.items()}
 
     def _same(self, new: NewEvent, old: Event) -> bool:
         if old.cipher:  # shred mode: compare what we can without decrypting

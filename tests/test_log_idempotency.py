@@ -77,6 +77,18 @@ def test_idempotency_index_survives_a_rewrite_of_files(mem):
     assert log.append([NewEvent(kind="chat_turn", content="y", source="s", event_id="new")]) == [21]
 
 
+def test_the_id_index_only_preselects(mem):
+    """The index holds ids only; a known id's seq comes from its row. Were the index ever to name
+    an id no row has, the rows win: the event is appended, not answered with a made-up seq."""
+    log = mem.log_store
+    log.append([NewEvent(kind="chat_turn", content="x", source="s", event_id="real")])
+    log._ids.add("ghost")  # what a stale index would look like
+    batch = [NewEvent(kind="chat_turn", content="x", source="s", event_id=i) for i in ("real", "ghost")]
+    assert log.append(batch) == [20, 21]
+    assert mem.log(since=20)["event_id"].to_list() == ["real", "ghost"]
+    assert mem.verify().ok
+
+
 def test_long_lived_writer_survives_a_cleaned_up_log(tmp_path):
     """A checkpoint plus a zero-retention cleanup (what erasure's scrub does) removes commit
     files a long-lived EventLog never saw; its next append must reload, not fail."""
