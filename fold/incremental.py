@@ -263,15 +263,19 @@ class LiveFold:
         succ = self.graph._succ  # networkx's adjacency dicts: the views cost more than the work here
         since, tail_ids = self._since, self._tail_ids
         touched: dict[str, tuple[str, str]] = {}
+        own: dict[str, list[dict]] = {}  # every merged out-edge per subject, for its summary
         for s in subjects:
+            mine = own[s] = []
             for v, keydict in succ[s].items():
                 for k, d in keydict.items():
-                    if d["derivation"] == "extracted" and (d["source_seqs"][-1] > since or d["ended_by"] in tail_ids):
-                        touched[k] = (s, v)
-        self._refresh_rollups(subjects, touched)
+                    if d["derivation"] == "extracted":
+                        mine.append(d)
+                        if d["source_seqs"][-1] > since or d["ended_by"] in tail_ids:
+                            touched[k] = (s, v)
+        self._refresh_rollups(subjects, touched, _own=own)
 
     def _refresh_rollups(self, subjects: set[str], touched: dict[str, tuple[str, str]],
-                         removed: Iterable[str] = ()) -> None:
+                         removed: Iterable[str] = (), *, _own: dict[str, list[dict]] | None = None) -> None:
         """Bring derived edges and summaries up to date after a change to the merged edges.
 
         ``subjects``: entities whose summaries are recomputed (every subject with a new, changed
@@ -280,7 +284,7 @@ class LiveFold:
         graph. Derived edges built from a touched or removed edge are recomputed from the touched
         edges and their compose-rule partners (a removed input leaves none) with
         :func:`~refold.fold.rollups.derive`, the rules' one implementation; ``_derived`` and
-        ``_by_input`` follow.
+        ``_by_input`` follow. (``_own``: the subjects' merged out-edges, when the caller has them.)
         """
         graph = self.graph
         succ, pred = graph._succ, graph._pred  # the adjacency dicts (views cost more than the work)
@@ -318,22 +322,25 @@ class LiveFold:
                 graph.remove_edge(u, v, key=fid)
             self._forget(fid)
         for fid, d in fresh.items():
-            u, v = d["subject"], d["object"]
-            if graph.has_edge(u, v, fid):
-                data = succ[u][v][fid]
+            u, v = d["subject"], d["object"]  # ends of merged edges: both are nodes already
+            keydict = succ[u].get(v)
+            data = None if keydict is None else keydict.get(fid)
+            if data is not None:
                 data.clear()
                 data.update(d)
-            else:
-                graph.add_edge(u, v, key=fid, **d)
-                self._remember(fid, (u, v), d["inputs"])
+                continue
+            if keydict is None:  # as add_edge does, without copying the fresh dict
+                keydict = succ[u][v] = pred[v][u] = {}
+            keydict[fid] = d
+            self._remember(fid, (u, v), d["inputs"])
         nodes = graph._node
         name = lambda n: nodes[n]["name"]  # noqa: E731
         for s in subjects:
             data = nodes.get(s)
             if data is None:
                 continue
-            mine = [d for keydict in succ[s].values() for d in keydict.values()
-                    if d["derivation"] == "extracted"]
+            mine = _own[s] if _own is not None and s in _own else [
+                d for keydict in succ[s].values() for d in keydict.values() if d["derivation"] == "extracted"]
             data["summary"], data["summary_sources"] = summarize(mine, name)
 
     @property

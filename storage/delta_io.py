@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -88,22 +89,50 @@ def _bounds_filter(prune: Sequence[Bounds]) -> pc.Expression:
     return pc.scalar(False) if out is None else out
 
 
+class _FileStats:
+    """One table version's data files and their per-column min/max statistics (read once)."""
+
+    def __init__(self, dt: DeltaTable):
+        self.version = dt.version()
+        self.actions = pa.table(dt.get_add_actions(flatten=True))
+        self.paths: list[str] = self.actions["path"].to_pylist()
+        self._columns: dict[str, tuple[list, list] | None] = {}
+
+    def column(self, name: str) -> tuple[list, list] | None:
+        """(minimums, maximums) per file, or None when the log keeps no statistics on ``name``."""
+        if name not in self._columns:
+            names = self.actions.column_names
+            self._columns[name] = ((self.actions[f"min.{name}"].to_pylist(), self.actions[f"max.{name}"].to_pylist())
+                                   if f"min.{name}" in names and f"max.{name}" in names else None)
+        return self._columns[name]
+
+
+#: id(DeltaTable) → (a weak reference to it, its statistics at one version): a fold prunes the
+#: same table version several times (cache look-up, then the write's key check)
+_STATS: dict[int, tuple[weakref.ref, _FileStats]] = {}
+
+
+def _file_stats(dt: DeltaTable) -> _FileStats:
+    entry = _STATS.get(id(dt))
+    if entry is not None and entry[0]() is dt and entry[1].version == dt.version():
+        return entry[1]
+    stats = _FileStats(dt)
+    if len(_STATS) >= 64:
+        _STATS.clear()
+    _STATS[id(dt)] = (weakref.ref(dt), stats)
+    return stats
+
+
 def _pruned(dt: DeltaTable, uris: list[str], prune: Sequence[Bounds]) -> list[str]:
     """``uris`` without the files whose statistics show no row within any alternative."""
     try:
-        actions = pa.table(dt.get_add_actions(flatten=True))
+        stats = _file_stats(dt)
     except Exception:  # noqa: BLE001 - no statistics to use: read every file
         return uris
-    names = set(actions.column_names)
-    paths = actions["path"].to_pylist()
-    stats: dict[str, tuple[list, list]] = {}
-    for alternative in prune:
-        for name in alternative:
-            if name not in stats and {f"min.{name}", f"max.{name}"} <= names:
-                stats[name] = (actions[f"min.{name}"].to_pylist(), actions[f"max.{name}"].to_pylist())
+    columns = {name: stats.column(name) for alternative in prune for name in alternative}
     skip = set()
-    for i, path in enumerate(paths):
-        if not any(all(name not in stats or _may_hold(stats[name][0][i], stats[name][1][i], low, high)
+    for i, path in enumerate(stats.paths):
+        if not any(all(columns[name] is None or _may_hold(columns[name][0][i], columns[name][1][i], low, high)
                        for name, (low, high) in alternative.items()) for alternative in prune):
             skip.add(path)
     if not skip:
