@@ -280,17 +280,20 @@ def measure_concurrent(workdir: Path, n: int, per: int, repeat: int) -> dict:
         group = GroupCommit(glog)
         seconds["group"] = _threads(n, per, lambda t, i: group.append([events["group"][t * per + i]]))
         db_path = root / "sqlite.db"
-        SQLite(root / "sqlite-init").close()  # the same schema and pragmas, in its own file
+        # WAL mode and the table are set up before the threads start: eight connections switching
+        # a fresh file to WAL at once can fail with "database is locked" (no busy wait there)
+        setup = sqlite3.connect(db_path, isolation_level=None)
+        setup.execute("PRAGMA journal_mode=WAL")
+        setup.execute("CREATE TABLE events (seq INTEGER PRIMARY KEY, event_id TEXT UNIQUE NOT NULL, "
+                      "recorded_at TEXT, content TEXT)")
+        setup.close()
         local = threading.local()
 
         def sqlite_call(t: int, i: int) -> None:
             db = getattr(local, "db", None)
             if db is None:
                 db = local.db = sqlite3.connect(db_path, isolation_level=None, timeout=60)
-                db.execute("PRAGMA journal_mode=WAL")
-                db.execute("PRAGMA synchronous=NORMAL")
-                db.execute("CREATE TABLE IF NOT EXISTS events (seq INTEGER PRIMARY KEY, "
-                           "event_id TEXT UNIQUE NOT NULL, recorded_at TEXT, content TEXT)")
+                db.execute("PRAGMA synchronous=NORMAL")  # per connection; WAL mode is in the file
             e = events["sqlite"][t * per + i]
             db.execute("BEGIN IMMEDIATE")
             db.execute("INSERT INTO events (event_id, recorded_at, content) VALUES (?,?,?)",
