@@ -300,7 +300,8 @@ class SnapshotPatcher:
             events=lambda ids: {e.event_id: e for e in log.events_by_id(None, sorted(ids))},
             extractions=extractions,
             retractions=lambda until: table_to_events(log.arrow(
-                filter=(pc.field("kind") == "retraction") & (pc.field("seq") <= until))),
+                filter=pc.field("kind") == "retraction",
+                prune=[{"kind": ("retraction", "retraction"), "seq": (None, until)}])),
             outside_first=region.outside_first,
             outside_all=region.outside_all,
             pull_in=region.pull_in,

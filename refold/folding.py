@@ -75,7 +75,8 @@ def needs_extraction(event: Event) -> bool:
 
 def recorded_specs(mem: "Memory") -> dict[str, FoldSpec]:
     """Specs recorded in the log, by hash, in log order."""
-    rows = mem.log_store.arrow(columns=["kind", "source", "content"], filter=pc.field("kind") == "spec_changed")
+    rows = mem.log_store.arrow(columns=["kind", "source", "content"], filter=pc.field("kind") == "spec_changed",
+                               prune=[{"kind": ("spec_changed", "spec_changed")}])
     specs: dict[str, FoldSpec] = {}
     for content in rows["content"].to_pylist():
         if content:

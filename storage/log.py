@@ -52,7 +52,7 @@ from refold.fold.chain import GENESIS
 from refold.fold.errors import ConflictError, StoreError
 from refold.fold.events import Event, NewEvent
 from .layout import Layout
-from .delta_io import read_arrow
+from .delta_io import Bounds, read_arrow, shared_table
 from .heads import Head, publish_head, read_published_head
 from .hostlock import host_turn
 from .datafiles import WRITER_PROPERTIES, write_rows
@@ -168,12 +168,21 @@ class EventLog:
         return Head(row["seq"], row["link"], row["recorded_at"].astimezone(timezone.utc), dt.version())
 
     def arrow(self, *, columns: Sequence[str] | None = None, filter: pc.Expression | None = None,
-              version: int | None = None) -> pa.Table:
-        """Raw rows sorted by seq (refold's internal reader)."""
+              version: int | None = None, prune: Sequence[Bounds] | None = None) -> pa.Table:
+        """Raw rows sorted by seq (refold's internal reader).
+
+        ``prune``: where the wanted rows lie (see :func:`~refold.storage.delta_io.read_arrow`), e.g.
+        ``[{"kind": ("retraction", "retraction")}]``; files that cannot hold them are not read.
+        """
         wanted = list(columns) if columns else None
         if wanted is not None and "seq" not in wanted:
             wanted.append("seq")  # needed for the order; callers may ignore it
-        return read_arrow(self._table(version), EVENTS_SCHEMA, columns=wanted, filter=filter).sort_by("seq")
+        if prune is not None and version is None:
+            with shared_table(self.layout.events, self.storage_options).fresh() as dt:
+                table = read_arrow(dt, EVENTS_SCHEMA, columns=wanted, filter=filter, prune=prune)
+            return table.sort_by("seq")
+        return read_arrow(self._table(version), EVENTS_SCHEMA, columns=wanted, filter=filter,
+                          prune=prune).sort_by("seq")
 
     def read(self, *, since: int | None = None, until: int | None = None,
              as_of: int | str | datetime | None = None) -> pl.DataFrame:
