@@ -80,9 +80,10 @@ def main(argv: list[str] | None = None) -> int:
               f"(CPU {t_full.cpu:.3f} s), 0 extraction calls")
         print(f"from scratch (empty cache, extract + merge all): {t_scratch:.3f} s (CPU {t_scratch.cpu:.3f} s), "
               f"{from_scratch.extraction_calls} extraction calls")
-        print(f"incremental, in-process (median of {rounds}): {w:.3f} s (CPU {w.cpu:.3f} s)")
+        print(f"incremental, in-process (median of {rounds}): {w:.3f} s (CPU {w.cpu:.3f} s); rounds "
+              + ", ".join(f"{t:.3f}" for t in warm))
         print(f"incremental, new process from a snapshot (median of {rounds}): {c:.3f} s (CPU {c.cpu:.3f} s), "
-              f"resumed from seq {started[-1]}")
+              f"resumed from seq {started[-1]}; rounds " + ", ".join(f"{t:.3f}" for t in cold))
         print(f"extraction calls == new events exactly: in-process {'yes' if warm_ok else 'NO'}, "
               f"new process {'yes' if cold_ok else 'NO'} ({new} per fold)")
         print(f"ratio full refold / incremental in-process: {ratio(t_full, w)} (target >= 50x)")

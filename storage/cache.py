@@ -48,11 +48,17 @@ CACHE_SCHEMA = pa.schema(
         ("created_at", pa.timestamp("us", tz="UTC")),
     ]
 )
+#: A checkpoint of the cache table every this many commits (see _CONFIG).
+CHECKPOINT_EVERY = 10
 _CONFIG = {
     # statistics only on keys: facts, requests and outputs quote personal data
     "delta.dataSkippingStatsColumns": "event_id,spec_hash,seq",
     "delta.enableChangeDataFeed": "false",
     "delta.enableDeletionVectors": "false",
+    # delta-rs replays every commit since the last checkpoint on each write and refresh (a fold
+    # writes once): at 40 commits a write cost ~7 ms and a refresh ~4, right after a checkpoint
+    # ~4 and ~1 (measured); a checkpoint (~20 ms) every 10 commits costs less than that
+    "delta.checkpointInterval": str(CHECKPOINT_EVERY),
 }
 
 
@@ -197,6 +203,7 @@ class ExtractionCache:
                     write_deltalake(dt, _to_table(fresh, seqs or {}), mode="append",
                                     commit_properties=CommitProperties(max_commit_retries=0),
                                     storage_options=self.storage_options)
+                    _checkpoint_older_table(dt)
                     return len(fresh)
                 except CommitFailedError:
                     pass  # another writer landed first: check the keys again on the newer version
@@ -236,6 +243,16 @@ class ExtractionCache:
                     handle.forget()
             time.sleep(random.uniform(0, 0.2))
         raise StoreError("extraction cache purge kept conflicting with writers; retry the erasure")
+
+
+def _checkpoint_older_table(dt: DeltaTable) -> None:
+    """A table created before :data:`CHECKPOINT_EVERY` was configured gets its checkpoints here."""
+    if dt.version() % CHECKPOINT_EVERY or "delta.checkpointInterval" in dt.metadata().configuration:
+        return
+    try:
+        dt.create_checkpoint()
+    except Exception:  # noqa: BLE001 - only speed is at stake; the commit landed
+        pass
 
 
 def _ids_filter(ids: Sequence[str]) -> pc.Expression:
