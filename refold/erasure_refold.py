@@ -73,6 +73,8 @@ class _Region:
         self.edge_ids: set[str] = set()
         self.node_ids: set[str] = set()
         self._firsts: dict[str, tuple[int, str]] = {}
+        #: subjects of every edge taken into the region (their edge buckets are rewritten)
+        self.subjects: set[str] = set()
 
     def hits(self, erased: pa.Array) -> pa.Table:
         """Merged edges an erased event is a source of or ended."""
@@ -166,6 +168,7 @@ class _Region:
 
     def _take(self, mask) -> pa.Table:
         edges = self.edges.filter(mask)
+        self.subjects.update(edges["subject"].to_pylist())
         ends = pa.array(sorted(set(edges["subject"].to_pylist()) | set(edges["object"].to_pylist())), pa.string())
         self.edge_ids.update(edges["fact_id"].to_pylist())
         self.node_ids.update(ends.to_pylist())
@@ -308,8 +311,10 @@ class SnapshotPatcher:
         )
         patch = remove_events(live, held, cached, inputs)
         live.refresh()
+        changed = {u for u, _, _ in live.graph.edges(keys=True)} | region.subjects
         nodes, edges = region.splice(live.graph)
         SnapshotStore(mem.layout, storage_options=mem.storage_options).replace(
-            info, nodes=nodes, edges=edges, contained=sorted(live.contained), stats=live.builder.stats)
+            info, nodes=nodes, edges=edges, contained=sorted(live.contained), stats=live.builder.stats,
+            changed=changed)
         mem.forget_live()
         return patch

@@ -2,7 +2,8 @@
 
     snapshots/<spec_hash>/<last_seq, 12 digits>/
         nodes.parquet       entity nodes (id, tenant, name, key, aliases, roll-up summary)
-        edges.parquet       merged and derived edges, every attribute (see refold.fold.snapshot_codec)
+        edges-NNN.parquet   merged and derived edges, every attribute (see refold.fold.snapshot_codec),
+                            in buckets by subject (CRC-32 mod the bucket count) of ~2k rows each
         contained.parquet   event ids whose data the snapshot holds (erasure purges by these)
         manifest.json       written last: position (last_seq + its link), merge stats, counts,
                             a digest of the contained ids, a SHA-256 per file
@@ -28,13 +29,16 @@ import json
 import os
 import shutil
 import uuid
+import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from refold.fold.errors import StoreError
@@ -48,8 +52,32 @@ from .layout import Layout
 __all__ = ["SnapshotInfo", "SnapshotStore"]
 
 MANIFEST = "manifest.json"
-_FILES = ("nodes", "edges", "contained")
 _CONTAINED_SCHEMA = pa.schema([("event_id", pa.string())])
+#: Edges are stored in files of about this many rows, bucketed by subject, so that a patch (an
+#: erasure's) rewrites only the buckets it changed and links the others into the new folder.
+BUCKET_ROWS = 2048
+MAX_BUCKETS = 256
+
+
+def bucket_count(edges: int) -> int:
+    return max(1, min(MAX_BUCKETS, edges // BUCKET_ROWS))
+
+
+def edge_buckets(subjects: pa.ChunkedArray | pa.Array, buckets: int) -> pa.Array:
+    """The bucket of each edge: CRC-32 of its subject node id modulo ``buckets`` (stable across
+    runs and machines, so a patch finds an edge's file again)."""
+    if buckets == 1:
+        return pa.array(np.zeros(len(subjects), dtype=np.int32))
+    encoded = pc.dictionary_encode(subjects).combine_chunks() if isinstance(subjects, pa.ChunkedArray) \
+        else pc.dictionary_encode(subjects)
+    per_value = np.array([zlib.crc32(v.encode()) % buckets for v in encoded.dictionary.to_pylist()],
+                         dtype=np.int32)
+    return pa.array(per_value[encoded.indices.to_numpy(zero_copy_only=False)])
+
+
+def _edge_files(info: "SnapshotInfo") -> list[str]:
+    """The manifest's edge file names in bucket order ("edges" alone in older snapshots)."""
+    return sorted(n for n in info.files if n == "edges" or n.startswith("edges-"))
 
 
 def contained_digest(ids: Iterable[str]) -> str:
@@ -152,18 +180,27 @@ class SnapshotStore:
     def read_tables(self, info: SnapshotInfo, *, for_decode: bool = False) -> dict[str, pa.Table]:
         """The snapshot's tables by name (nodes, edges, contained), checked against its manifest.
 
-        ``for_decode``: repetitive string columns come as Arrow dictionaries (faster to decode;
+        The edge buckets come back as one table, bucket after bucket. ``for_decode``: repetitive
+        string columns come as Arrow dictionaries (faster to decode;
         :data:`~refold.fold.snapshot_codec.DICTIONARY_COLUMNS`).
         """
         folder = Path(info.path)
         try:
-            for name in _FILES:
+            names = ["nodes", *_edge_files(info), "contained"]
+            if len(names) < 3:
+                raise KeyError("edges")
+            for name in names:
                 if _sha256(folder / f"{name}.parquet") != info.files[name]:
                     raise StoreError(f"snapshot {info.path}: {name}.parquet does not match its manifest "
                                      "digest; delete the folder (refold rebuilds it)")
-            return {name: pq.read_table(folder / f"{name}.parquet",
-                                        read_dictionary=DICTIONARY_COLUMNS.get(name) if for_decode else None)
-                    for name in _FILES}
+
+            def read(name: str, kind: str) -> pa.Table:
+                return pq.read_table(folder / f"{name}.parquet",
+                                     read_dictionary=DICTIONARY_COLUMNS.get(kind) if for_decode else None)
+
+            edges = [read(name, "edges") for name in _edge_files(info)]
+            return {"nodes": read("nodes", "nodes"), "contained": read("contained", "contained"),
+                    "edges": edges[0] if len(edges) == 1 else pa.concat_tables(edges)}
         except (OSError, KeyError, pa.ArrowException) as exc:
             raise StoreError(f"cannot read snapshot {info.path} ({exc}); delete the folder or fold with "
                              "--full") from exc
@@ -193,21 +230,32 @@ class SnapshotStore:
                            sorted(live.contained))
 
     def replace(self, info: SnapshotInfo, *, nodes: pa.Table, edges: pa.Table, contained: list[str],
-                stats) -> SnapshotInfo:
+                stats, changed: set[str] | None = None) -> SnapshotInfo:
         """Write a new state for ``info``'s position over it (an erasure's patched snapshot).
 
-        The new folder is complete before the old one is moved aside; a crash in between leaves
-        a dot-folder that the next purge deletes, and no snapshot at that position.
+        ``changed``: subject node ids whose edges may differ from ``info``'s; the edge buckets
+        holding none of them are linked from the old folder instead of written again (their
+        bytes are the same). The new folder is complete before the old one is moved aside; a
+        crash in between leaves a dot-folder that the next purge deletes, and no snapshot at
+        that position.
         """
         if self.root is None:
             raise StoreError("this store keeps no snapshots")
+        reuse: dict[int, tuple[Path, str]] = {}
+        old_files = _edge_files(info)
+        buckets = len(old_files) if old_files and old_files[0] != "edges" else bucket_count(edges.num_rows)
+        if changed is not None and old_files and old_files[0] != "edges":
+            touched = set(edge_buckets(pa.array(sorted(changed), pa.string()), buckets).to_pylist())
+            reuse = {b: (Path(info.path) / f"{old_files[b]}.parquet", info.files[old_files[b]])
+                     for b in range(buckets) if b not in touched}
         written = self._write(info.spec_hash, info.last_seq, info.link, stats, nodes, edges, sorted(contained),
-                              replace=True)
+                              replace=True, buckets=buckets, reuse=reuse)
         assert written is not None
         return written
 
     def _write(self, spec_hash: str, last_seq: int, link: str, stats, nodes: pa.Table, edges: pa.Table,
-               contained: list[str], *, replace: bool = False) -> SnapshotInfo | None:
+               contained: list[str], *, replace: bool = False, buckets: int | None = None,
+               reuse: dict[int, tuple[Path, str]] | None = None) -> SnapshotInfo | None:
         assert self.root is not None
         spec_dir = self.root / spec_hash
         final = spec_dir / f"{last_seq:012d}"
@@ -215,13 +263,22 @@ class SnapshotStore:
         tmp = spec_dir / f".tmp-{uuid.uuid4().hex}"
         tmp.mkdir()
         try:
-            tables = {"nodes": nodes, "edges": edges,
+            buckets = buckets or bucket_count(edges.num_rows)
+            reuse = reuse or {}
+            which = edge_buckets(edges["subject"], buckets)
+            tables = {"nodes": nodes,
                       "contained": pa.table([pa.array(contained, pa.string())], schema=_CONTAINED_SCHEMA)}
+            for b in range(buckets):
+                if b not in reuse:
+                    tables[f"edges-{b:03d}"] = edges.filter(pc.equal(which, b))
             files = {}
             for name, table in tables.items():
                 path = tmp / f"{name}.parquet"
                 pq.write_table(table, path, compression="zstd")
                 files[name] = _sha256(path)
+            for b, (source, digest) in reuse.items():
+                os.link(source, tmp / f"edges-{b:03d}.parquet")  # same bytes: no copy, no rehash
+                files[f"edges-{b:03d}"] = digest
             info = SnapshotInfo(
                 spec_hash=spec_hash, last_seq=last_seq, link=link, path=str(final),
                 stats=stats_to_json(stats), nodes=nodes.num_rows, edges=edges.num_rows,

@@ -106,7 +106,7 @@ def test_a_half_written_or_damaged_snapshot_is_never_used(mem):
     (half / "manifest.json").unlink()
     assert [s.last_seq for s in store.list()] == [9, 19, 29]
     # damage the newest: its digest no longer matches, so the fold falls back to the one before
-    edges = Path(newest.path) / "edges.parquet"
+    edges = Path(newest.path) / "edges-000.parquet"
     edges.write_bytes(edges.read_bytes()[:-20] + b"x" * 20)
     mem.append(_facts(2, start=30))
     report = refold.Memory(mem.root).fold(snapshot_every=0)
