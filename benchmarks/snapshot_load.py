@@ -29,7 +29,7 @@ import pyarrow.parquet as pq  # noqa: E402
 from networkx.readwrite import json_graph  # noqa: E402
 
 from refold.fold.incremental import LiveFold, paused_gc  # noqa: E402
-from refold.fold.snapshot_codec import DICTIONARY_COLUMNS, decode_graph, stats_from_json  # noqa: E402
+from refold.fold.snapshot_codec import decode_graph, stats_from_json  # noqa: E402
 from refold.fold.extractors.rules import RulesExtractor  # noqa: E402
 from refold.storage.layout import Layout  # noqa: E402
 from refold.storage.schema import events_to_table, table_to_events  # noqa: E402
@@ -97,10 +97,10 @@ def main(argv: list[str] | None = None) -> int:
         json_path = Path(tmp) / "graph.json"
         json_path.write_text(to_json(base))
 
-        def load_snapshot_graph():  # the store's read (string columns as dictionaries) without digests
+        def load_snapshot_graph():  # the store's own read (digests checked), then the decode
             with paused_gc():
-                return decode_graph(*(pq.read_table(folder / f"{name}.parquet", read_dictionary=DICTIONARY_COLUMNS[name])
-                                      for name in ("nodes", "edges")))
+                tables = store.read_tables(info, for_decode=True)
+                return decode_graph(tables["nodes"], tables["edges"])
 
         def load_json_graph():
             with paused_gc():

@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from refold.fold.errors import StoreError
@@ -194,13 +195,15 @@ class SnapshotStore:
                     raise StoreError(f"snapshot {info.path}: {name}.parquet does not match its manifest "
                                      "digest; delete the folder (refold rebuilds it)")
 
-            def read(name: str, kind: str) -> pa.Table:
-                return pq.read_table(folder / f"{name}.parquet",
-                                     read_dictionary=DICTIONARY_COLUMNS.get(kind) if for_decode else None)
+            def read(names: list[str], kind: str) -> pa.Table:
+                # one scan over all of a kind's files (in order): each pq.read_table of a small
+                # bucket file cost ~3 ms of fixed overhead, ten of them 4x the single-file read
+                options = ds.ParquetReadOptions(dictionary_columns=DICTIONARY_COLUMNS.get(kind, ()) if for_decode else ())
+                return ds.dataset([str(folder / f"{name}.parquet") for name in names],
+                                  format=ds.ParquetFileFormat(read_options=options)).to_table()
 
-            edges = [read(name, "edges") for name in _edge_files(info)]
-            return {"nodes": read("nodes", "nodes"), "contained": read("contained", "contained"),
-                    "edges": edges[0] if len(edges) == 1 else pa.concat_tables(edges)}
+            return {"nodes": read(["nodes"], "nodes"), "contained": read(["contained"], "contained"),
+                    "edges": read(_edge_files(info), "edges")}
         except (OSError, KeyError, pa.ArrowException) as exc:
             raise StoreError(f"cannot read snapshot {info.path} ({exc}); delete the folder or fold with "
                              "--full") from exc
