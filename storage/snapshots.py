@@ -56,7 +56,9 @@ MANIFEST = "manifest.json"
 _CONTAINED_SCHEMA = pa.schema([("event_id", pa.string())])
 #: Edges are stored in files of about this many rows, bucketed by subject, so that a patch (an
 #: erasure's) rewrites only the buckets it changed and links the others into the new folder.
-BUCKET_ROWS = 2048
+#: Every file costs a load ~1-2 ms of fixed Parquet overhead: at 20k events, ten 2k-row buckets
+#: took 18-28 ms to read against 10-15 for two 8k-row ones (decoding them: ~55 ms either way).
+BUCKET_ROWS = 8192
 MAX_BUCKETS = 256
 
 
