@@ -25,33 +25,35 @@ from .spec import FoldSpec, RollupRule
 
 def _overlap(a: dict, b: dict) -> tuple[datetime, datetime | None] | None:
     start = max(a["valid_from"], b["valid_from"])
-    ends = [e for e in (a["valid_to"], b["valid_to"]) if e is not None]
-    end = min(ends) if ends else None
+    end_a, end_b = a["valid_to"], b["valid_to"]
+    end = end_b if end_a is None else end_a if end_b is None else min(end_a, end_b)
     if end is not None and end <= start:
         return None
     return start, end
 
 
-def _union(*lists: list) -> list:
-    """The items of ``lists`` in first-seen order, each once."""
-    return list(dict.fromkeys(item for items in lists for item in items))
-
-
 def _derived(rule: RollupRule, u: str, v: str, inputs: list[dict], start, end) -> dict:
-    fid = fact_id_of("rollup", rule.name, *[d["fact_id"] for d in inputs])
-    sources = _union(*[d["sources"] for d in inputs])
-    seqs = _union(*[d["source_seqs"] for d in inputs])
-    principals = []
-    for d in inputs:
-        principals.extend(d["source_principals"])
-    return dict(
-        fact_id=fid, tenant=inputs[0]["tenant"], subject=u, relation=rule.output, object=v,
-        valid_from=start, valid_to=end, recorded_seq=max(d["recorded_seq"] for d in inputs),
-        recorded_at=max(d["recorded_at"] for d in inputs), sources=sources, source_seqs=seqs,
-        source_principals=principals, derivation=rule.name,
-        inputs=[d["fact_id"] for d in inputs], confidence=min(d["confidence"] for d in inputs),
-        superseded_by=None, ended_by=None,
-    )
+    # (the roll-up path of every fold: one and two inputs are spelled out; a dict display with
+    # constant keys, and dict.fromkeys for the order-keeping unions)
+    ids = [d["fact_id"] for d in inputs]
+    first = inputs[0]
+    if len(inputs) == 1:
+        sources, seqs = list(dict.fromkeys(first["sources"])), list(dict.fromkeys(first["source_seqs"]))
+        principals = list(first["source_principals"])
+        recorded_seq, recorded_at, confidence = first["recorded_seq"], first["recorded_at"], first["confidence"]
+    else:
+        sources = list(dict.fromkeys(item for d in inputs for item in d["sources"]))
+        seqs = list(dict.fromkeys(item for d in inputs for item in d["source_seqs"]))
+        principals = [p for d in inputs for p in d["source_principals"]]
+        recorded_seq = max(d["recorded_seq"] for d in inputs)
+        recorded_at = max(d["recorded_at"] for d in inputs)
+        confidence = min(d["confidence"] for d in inputs)
+    fid = fact_id_of("rollup", rule.name, *ids)
+    return {"fact_id": fid, "tenant": first["tenant"], "subject": u, "relation": rule.output, "object": v,
+            "valid_from": start, "valid_to": end, "recorded_seq": recorded_seq, "recorded_at": recorded_at,
+            "sources": sources, "source_seqs": seqs, "source_principals": principals,
+            "derivation": rule.name, "inputs": ids, "confidence": confidence,
+            "superseded_by": None, "ended_by": None}
 
 
 def derive(rules: Sequence[RollupRule], base: Iterable[dict], *,

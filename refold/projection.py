@@ -185,17 +185,18 @@ def _project(mem, spec, *, extractor, full, source, live, at_most, progress, run
     wanted = [e.event_id for e in tail if needs_extraction(e)]
     extractions: dict[str, Extraction] = {}
     known = None
+    cache = mem.cache  # one object for the fold: its put() knows what its get() found absent
     if wanted and resumed_from >= 0 and len(wanted) <= SMALL_TAIL:
         # a short tail: one filtered read gives both what is cached and the cached rows themselves
-        extractions = mem.cache.get(spec.hash, wanted)
+        extractions = cache.get(spec.hash, wanted)
         known = set(extractions)
     if extractor is not None and tail:
-        calls, rejected = extract_missing(tail, spec=spec, extractor=extractor, cache=mem.cache,
+        calls, rejected = extract_missing(tail, spec=spec, extractor=extractor, cache=cache,
                                           batch_size=batch_size, progress=progress, runner=runner,
                                           collect=extractions, cached=known)
     if extractor is None and wanted:
         missing = [i for i in wanted if i not in extractions] if known is not None else \
-            mem.cache.missing(spec.hash, wanted)
+            cache.missing(spec.hash, wanted)
         if missing:
             raise ExtractionError(
                 f"{len(missing)} event(s) have no {spec.extractor} extraction yet; run `refold fold "
@@ -207,7 +208,7 @@ def _project(mem, spec, *, extractor, full, source, live, at_most, progress, run
     with paused_gc(settle=True) if len(tail) >= 1000 else contextlib.nullcontext():
         cached = [i for i in wanted if i not in extractions]  # the rest were just extracted
         if cached:
-            extractions.update(mem.cache.get(spec.hash, None if resumed_from < 0 else cached))
+            extractions.update(cache.get(spec.hash, None if resumed_from < 0 else cached))
         clock.lap("cache_read")
         points = snapshot_points(current.last_seq, tail[-1].seq, every=snapshot_every, keep=keep) if tail else set()
         written = []

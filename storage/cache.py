@@ -106,6 +106,16 @@ class ExtractionCache:
     def __init__(self, layout: Layout, *, storage_options: dict[str, str] | None = None):
         self.path = layout.extractions
         self.storage_options = storage_options
+        #: (table object, its version, spec hash, ids) a get() found absent: a put() of those keys
+        #: at that same version need not look again
+        self._absent: tuple[DeltaTable, int, str, frozenset[str]] | None = None
+
+    def __getstate__(self) -> dict:  # picklable (Ray): no table object travels
+        return {"path": self.path, "storage_options": self.storage_options}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._absent = None
 
     @property
     def _handle(self) -> TableHandle:
@@ -156,16 +166,23 @@ class ExtractionCache:
         files whose seq statistics can hold one are read (ids need not be time-ordered for that).
         Rows cached without a seq are not found this way.
         """
-        flt, prune = pc.field("spec_hash") == spec_hash, None
-        if event_ids is not None:
-            ids = list(event_ids)
-            if not ids:
+        if event_ids is None:
+            rows = self._read(filter=pc.field("spec_hash") == spec_hash).to_pylist()
+            return {r["event_id"]: _row_to_extraction(r) for r in rows}
+        ids = list(event_ids)
+        if not ids:
+            return {}
+        flt, prune = (pc.field("spec_hash") == spec_hash) & _ids_filter(ids), _ids_range(ids, spec_hash)
+        if seqs is not None:
+            prune = [{"seq": span, "spec_hash": (spec_hash, spec_hash)} for span in _spans(seqs)]
+        with self._handle.fresh() as dt:
+            if dt is None:
                 return {}
-            flt, prune = flt & _ids_filter(ids), _ids_range(ids, spec_hash)
-            if seqs is not None:
-                prune = [{"seq": span, "spec_hash": (spec_hash, spec_hash)} for span in _spans(seqs)]
-        rows = self._read(filter=flt, prune=prune).to_pylist()
-        return {r["event_id"]: _row_to_extraction(r) for r in rows}
+            rows = read_arrow(dt, CACHE_SCHEMA, filter=flt, prune=prune).to_pylist()
+            found = {r["event_id"]: _row_to_extraction(r) for r in rows}
+            if seqs is None:  # (a seq-pruned read does not see rows cached without a seq)
+                self._absent = (dt, dt.version(), spec_hash, frozenset(ids).difference(found))
+        return found
 
     def frame(self):
         """The whole cache as a polars DataFrame (for audits and notebooks)."""
@@ -195,7 +212,12 @@ class ExtractionCache:
             with handle.fresh() as dt:
                 if dt is None:
                     raise StoreError(f"the extraction cache at {self.path} disappeared; fold again")
-                present = _present(dt, unique)
+                absent = self._absent
+                if (absent is not None and absent[0] is dt and absent[1] == dt.version()
+                        and all(spec == absent[2] and eid in absent[3] for eid, spec in unique)):
+                    present: set[tuple[str, str]] = set()  # get() just saw none of them at this version
+                else:
+                    present = _present(dt, unique)
                 fresh = [x for key, x in unique.items() if key not in present]
                 if not fresh:
                     return 0
@@ -203,6 +225,7 @@ class ExtractionCache:
                     write_deltalake(dt, _to_table(fresh, seqs or {}), mode="append",
                                     commit_properties=CommitProperties(max_commit_retries=0),
                                     storage_options=self.storage_options)
+                    self._absent = None
                     _checkpoint_older_table(dt)
                     return len(fresh)
                 except CommitFailedError:

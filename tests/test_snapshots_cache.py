@@ -93,3 +93,16 @@ def test_get_by_id_reads_exactly_those_rows(tmp_path, ids):
         cache.put([_x(i)])
     assert sorted(cache.get("s1", ids)) == sorted(ids)
     assert sorted(cache.get("s1")) == [f"ev-{i:05d}" for i in range(5)]
+
+
+def test_a_put_after_a_get_trusts_the_get_only_at_the_same_table_version(tmp_path):
+    layout = Layout(str(tmp_path))
+    cache = ExtractionCache(layout)
+    cache.put([_x(0)])
+    assert cache.get("s1", ["ev-00001", "ev-00002"]) == {}  # both absent at this version
+    # another writer (its own table object) caches one of them before our put
+    cache_module.write_deltalake(layout.extractions, cache_module._to_table([_x(1)], {}), mode="append")
+    assert cache.put([_x(1), _x(2)]) == 1  # the version moved: the keys were checked again
+    assert cache.get("s1", ["ev-00003"]) == {}
+    assert cache.put([_x(3)]) == 1  # nothing moved: the get's answer stands
+    assert _rows(cache) == [(f"ev-{i:05d}", "s1") for i in range(4)]
