@@ -21,6 +21,7 @@ erased event. Events outside it (empty extractions, system events) left no trace
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -38,6 +39,9 @@ from .spec import FoldSpec
 #: a partial refresh of a third of the subjects still cost well under a full one).
 FULL_REFRESH_SHARE = 0.5
 
+
+#: node_id of the names a fold meets again and again (it normalises Unicode and runs two regexes)
+_node_id = functools.lru_cache(maxsize=1 << 16)(node_id)
 
 #: A pause that left more new container objects than this settles them on exit (see paused_gc).
 SETTLE_OBJECTS = 100_000
@@ -201,7 +205,7 @@ class LiveFold:
             return
         self._tail_ids.add(event.event_id)
         for subject, obj in touched:
-            s, o = node_id(event.tenant, subject), node_id(event.tenant, obj)
+            s, o = _node_id(event.tenant, subject), _node_id(event.tenant, obj)
             self._touched.add(s)
             self._new_nodes.update((s, o))
 
