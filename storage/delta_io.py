@@ -214,7 +214,7 @@ class TableHandle:
             return "behind"  # object store: no cheap check; the incremental update asks the store
         version = dt.version()
         stamp = self._commit_stamp(version)
-        if self._stamp is not None and self._stamp[0] != version:
+        if self._stamp is not None and self._stamp[0] != version and stamp is not None:
             self._stamp = (version, stamp)  # moved by a commit of our own through this handle
         elif stamp is None or self._stamp is None or stamp != self._stamp[1]:
             return "reload"  # our commit file is gone or is another one: a new table, or cleaned up
