@@ -41,7 +41,8 @@ from refold.fold.incremental import LiveFold, paused_gc
 from refold.fold.snapshot_codec import decode_graph, encode_graph, stats_from_json
 from refold.storage.cache import PurgeResult
 from refold.storage.schema import table_to_events
-from refold.storage.snapshots import SnapshotInfo, SnapshotStore
+from refold.storage.snapshots import (SnapshotInfo, SnapshotStore, bucket_keys, edge_bucket_count,
+                                     edge_buckets)
 
 if TYPE_CHECKING:
     from refold.memory import Memory
@@ -73,8 +74,6 @@ class _Region:
         self.edge_ids: set[str] = set()
         self.node_ids: set[str] = set()
         self._firsts: dict[str, tuple[int, str]] = {}
-        #: subjects of every edge taken into the region (their edge buckets are rewritten)
-        self.subjects: set[str] = set()
 
     def hits(self, erased: pa.Array) -> pa.Table:
         """Merged edges an erased event is a source of or ended."""
@@ -168,7 +167,6 @@ class _Region:
 
     def _take(self, mask) -> pa.Table:
         edges = self.edges.filter(mask)
-        self.subjects.update(edges["subject"].to_pylist())
         ends = pa.array(sorted(set(edges["subject"].to_pylist()) | set(edges["object"].to_pylist())), pa.string())
         self.edge_ids.update(edges["fact_id"].to_pylist())
         self.node_ids.update(ends.to_pylist())
@@ -183,13 +181,17 @@ class _Region:
         self.node_ids.update(mentioned)
         return self._decode(edges)
 
-    def splice(self, graph: nx.MultiDiGraph) -> tuple[pa.Table, pa.Table]:
-        """The snapshot's tables with the region replaced by ``graph``."""
+    def splice(self, graph: nx.MultiDiGraph) -> tuple[pa.Table, pa.Table, set[str]]:
+        """The snapshot's tables with the region replaced by ``graph``, and the fact ids of the
+        edges that differ (removed, added, or with another value in any column)."""
         nodes, edges = encode_graph(graph)
         keep_nodes = pc.invert(pc.is_in(self.nodes["id"], value_set=pa.array(sorted(self.node_ids), pa.string())))
-        keep_edges = pc.invert(pc.is_in(self.edges["fact_id"], value_set=pa.array(sorted(self.edge_ids), pa.string())))
+        region = pc.is_in(self.edges["fact_id"], value_set=self._ids())
+        before = {r["fact_id"]: r for r in self.edges.filter(region).cast(edges.schema).to_pylist()}
+        after = {r["fact_id"]: r for r in edges.to_pylist()}
+        changed = {f for f in before.keys() | after.keys() if before.get(f) != after.get(f)}
         return (pa.concat_tables([self.nodes.filter(keep_nodes).cast(nodes.schema), nodes]),
-                pa.concat_tables([self.edges.filter(keep_edges).cast(edges.schema), edges]))
+                pa.concat_tables([self.edges.filter(pc.invert(region)).cast(edges.schema), edges]), changed)
 
 
 class SnapshotPatcher:
@@ -311,10 +313,15 @@ class SnapshotPatcher:
         )
         patch = remove_events(live, held, cached, inputs)
         live.refresh()
-        changed = {u for u, _, _ in live.graph.edges(keys=True)} | region.subjects
-        nodes, edges = region.splice(live.graph)
+        nodes, edges, changed = region.splice(live.graph)
+        # only the buckets that held a changed edge before, or hold one now, are written again
+        ids = pa.array(sorted(changed), pa.string())
+        old_keys = bucket_keys(tables["edges"]).filter(pc.is_in(tables["edges"]["fact_id"], value_set=ids))
+        new_keys = bucket_keys(edges).filter(pc.is_in(edges["fact_id"], value_set=ids))
+        rewrite = set(edge_buckets(pa.chunked_array([old_keys, new_keys], pa.string()),
+                                   edge_bucket_count(info)).to_pylist())
         SnapshotStore(mem.layout, storage_options=mem.storage_options).replace(
             info, nodes=nodes, edges=edges, contained=sorted(live.contained), stats=live.builder.stats,
-            changed=changed)
+            rewrite=rewrite)
         mem.forget_live()
         return patch

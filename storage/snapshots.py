@@ -67,8 +67,8 @@ def bucket_count(edges: int) -> int:
 
 
 def edge_buckets(subjects: pa.ChunkedArray | pa.Array, buckets: int) -> pa.Array:
-    """The bucket of each edge: CRC-32 of its subject node id modulo ``buckets`` (stable across
-    runs and machines, so a patch finds an edge's file again)."""
+    """The bucket of each bucket key (a node id): CRC-32 modulo ``buckets`` (stable across runs
+    and machines, so a patch finds an edge's file again)."""
     if buckets == 1:
         return pa.array(np.zeros(len(subjects), dtype=np.int32))
     encoded = pc.dictionary_encode(subjects).combine_chunks() if isinstance(subjects, pa.ChunkedArray) \
@@ -76,6 +76,32 @@ def edge_buckets(subjects: pa.ChunkedArray | pa.Array, buckets: int) -> pa.Array
     per_value = np.array([zlib.crc32(v.encode()) % buckets for v in encoded.dictionary.to_pylist()],
                          dtype=np.int32)
     return pa.array(per_value[encoded.indices.to_numpy(zero_copy_only=False)])
+
+
+def bucket_keys(edges: pa.Table) -> pa.Array:
+    """The node id that places each edge in a bucket: a merged edge's subject, and for a derived
+    edge the subject of its first input. An inverse roll-up's own subject is its input's object;
+    keeping it next to its input means that changing one subject's facts rewrites its bucket
+    only (an erasure's patch), not the buckets of everything those facts point at."""
+    subjects = edges["subject"].combine_chunks()
+    inputs = edges["inputs"].combine_chunks()
+    offsets = inputs.offsets.to_numpy()
+    has = offsets[1:] > offsets[:-1]
+    if not has.any():
+        return subjects
+    rows = np.flatnonzero(has)
+    first = inputs.values.take(pa.array(offsets[:-1][rows]))
+    where = pc.index_in(first, value_set=edges["fact_id"].combine_chunks())
+    source = np.arange(len(subjects))  # the row whose subject places each row
+    found = where.to_numpy(zero_copy_only=False)
+    ok = ~np.isnan(found) if found.dtype.kind == "f" else np.ones(len(found), dtype=bool)
+    source[rows[ok]] = found[ok].astype(np.int64)  # an input not in the table: the edge's own subject
+    return subjects.take(pa.array(source))
+
+
+def edge_bucket_count(info: "SnapshotInfo") -> int:
+    """How many edge buckets ``info`` has (1 for an older single-file snapshot)."""
+    return len(_edge_files(info))
 
 
 def _edge_files(info: "SnapshotInfo") -> list[str]:
@@ -235,24 +261,23 @@ class SnapshotStore:
                            sorted(live.contained))
 
     def replace(self, info: SnapshotInfo, *, nodes: pa.Table, edges: pa.Table, contained: list[str],
-                stats, changed: set[str] | None = None) -> SnapshotInfo:
+                stats, rewrite: set[int] | None = None) -> SnapshotInfo:
         """Write a new state for ``info``'s position over it (an erasure's patched snapshot).
 
-        ``changed``: subject node ids whose edges may differ from ``info``'s; the edge buckets
-        holding none of them are linked from the old folder instead of written again (their
-        bytes are the same). The new folder is complete before the old one is moved aside; a
-        crash in between leaves a dot-folder that the next purge deletes, and no snapshot at
-        that position.
+        ``rewrite``: the edge buckets (of ``info``'s :func:`edge_bucket_count`) whose rows may
+        differ; the others are linked from the old folder instead of written again (the same
+        bytes). The new folder is complete before the old one is moved aside; a crash in between
+        leaves a dot-folder that the next purge deletes, and no snapshot at that position.
         """
         if self.root is None:
             raise StoreError("this store keeps no snapshots")
         reuse: dict[int, tuple[Path, str]] = {}
         old_files = _edge_files(info)
-        buckets = len(old_files) if old_files and old_files[0] != "edges" else bucket_count(edges.num_rows)
-        if changed is not None and old_files and old_files[0] != "edges":
-            touched = set(edge_buckets(pa.array(sorted(changed), pa.string()), buckets).to_pylist())
+        bucketed = bool(old_files) and old_files[0] != "edges"
+        buckets = len(old_files) if bucketed else bucket_count(edges.num_rows)
+        if rewrite is not None and bucketed:
             reuse = {b: (Path(info.path) / f"{old_files[b]}.parquet", info.files[old_files[b]])
-                     for b in range(buckets) if b not in touched}
+                     for b in range(buckets) if b not in rewrite}
         written = self._write(info.spec_hash, info.last_seq, info.link, stats, nodes, edges, sorted(contained),
                               replace=True, buckets=buckets, reuse=reuse)
         assert written is not None
@@ -270,7 +295,7 @@ class SnapshotStore:
         try:
             buckets = buckets or bucket_count(edges.num_rows)
             reuse = reuse or {}
-            which = edge_buckets(edges["subject"], buckets)
+            which = edge_buckets(bucket_keys(edges), buckets)
             tables = {"nodes": nodes,
                       "contained": pa.table([pa.array(contained, pa.string())], schema=_CONTAINED_SCHEMA)}
             for b in range(buckets):
