@@ -43,12 +43,8 @@ FULL_REFRESH_SHARE = 0.5
 #: node_id of the names a fold meets again and again (it normalises Unicode and runs two regexes)
 _node_id = functools.lru_cache(maxsize=1 << 16)(node_id)
 
-#: A pause that left more new container objects than this settles them on exit (see paused_gc).
-SETTLE_OBJECTS = 100_000
-
-
 @contextlib.contextmanager
-def paused_gc(*, settle: bool = False) -> Iterator[None]:
+def paused_gc() -> Iterator[None]:
     """Pause the cyclic garbage collector while building a large graph.
 
     Building 20k edges allocates a few hundred thousand long-lived objects; the collector's
@@ -58,15 +54,9 @@ def paused_gc(*, settle: bool = False) -> Iterator[None]:
     On exit the objects made meanwhile go straight to the oldest generation (``gc.freeze()`` then
     ``gc.unfreeze()``: two list splices, no scan), unless the process keeps frozen objects of its
     own. Otherwise the first allocation after the pause scanned all of them as young objects
-    (~20-30 ms at 20k events, measured: a third of a snapshot load), and the next middle
-    generation pass again. Young cyclic garbage made meanwhile is collected by the next full
-    collection instead.
-
-    ``settle``: when the pause left over :data:`SETTLE_OBJECTS` new objects, run that full
-    collection on exit. The collector's trigger for it counts objects promoted by its own
-    passes, so without it the full pass (~0.27 s at 20k events) would come due inside whatever
-    runs a little later, e.g. a small incremental fold after a full one; here it is charged to
-    the build that made the objects.
+    (~20-30 ms after a 20k-event snapshot decode, a third of the load; ~0.1 s after a full fold,
+    which then landed in the next small fold), and the next middle-generation pass again. Young
+    cyclic garbage made meanwhile is collected by the next full collection instead.
     """
     was = gc.isenabled()
     gc.disable()
@@ -74,14 +64,10 @@ def paused_gc(*, settle: bool = False) -> Iterator[None]:
         yield
     finally:
         if was:
-            if settle and gc.get_count()[0] > SETTLE_OBJECTS:
-                gc.enable()
-                gc.collect()
-            else:
-                if gc.get_freeze_count() == 0:
-                    gc.freeze()
-                    gc.unfreeze()
-                gc.enable()
+            if gc.get_freeze_count() == 0:
+                gc.freeze()
+                gc.unfreeze()
+            gc.enable()
 
 
 def _copy_value(value):

@@ -203,9 +203,8 @@ def _project(mem, spec, *, extractor, full, source, live, at_most, progress, run
                 f"{mem.root} --extractor {spec.extractor}` first"
             )
     clock.lap("extract")
-    # a long tail builds many objects: pause the cyclic collector (a short one is not worth a pass),
-    # and settle what it built in one pass at the end (not in the next small fold)
-    with paused_gc(settle=True) if len(tail) >= 1000 else contextlib.nullcontext():
+    # a long tail builds many objects: pause the cyclic collector (a short one is not worth it)
+    with paused_gc() if len(tail) >= 1000 else contextlib.nullcontext():
         cached = [i for i in wanted if i not in extractions]  # the rest were just extracted
         if cached:
             extractions.update(cache.get(spec.hash, None if resumed_from < 0 else cached))
