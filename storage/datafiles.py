@@ -2,25 +2,25 @@
 
 Two ways, one result (the same rows, stats on the same columns, the same compare-and-append):
 
-- through delta-rs, ``write_deltalake(dt, rows, mode="append")`` with :data:`WRITER_PROPERTIES`:
-  every remote store, and local batches under :data:`DIRECT_WRITE_FROM` rows;
-- directly, for large local batches: pyarrow writes the Parquet file into the table folder with
-  :data:`PARQUET_OPTIONS`, and ``DeltaTable.create_write_transaction`` commits its add action,
-  whose statistics (:func:`add_stats`) cover only the table's stats columns. delta-rs compresses
-  every column with one codec, so it spends ~5 ms of a 10k-event write snappy-compressing the
-  four hex columns (salt, commitment, links: random, incompressible); pyarrow can leave just
-  those uncompressed. Below ~2k rows the direct way gains nothing: its commit plus the
-  ``update_incremental`` that follows cost as much as all of ``write_deltalake``.
+- local tables (:mod:`refold.storage.delta_commit` allows it for every table refold creates):
+  pyarrow writes the Parquet file into the table folder with :data:`PARQUET_OPTIONS`
+  (:func:`write_file`), and refold writes the commit file with its add action itself, whose
+  statistics (:func:`add_stats`) cover only the table's stats columns. delta-rs compresses every
+  column with one codec, so it spends ~5 ms of a 10k-event write snappy-compressing the four hex
+  columns (salt, commitment, links: random, incompressible); pyarrow can leave just those
+  uncompressed.
+- through delta-rs, ``write_deltalake(dt, rows, mode="append")`` with :data:`WRITER_PROPERTIES`
+  (:func:`write_rows`): object stores, and local tables whose protocol refold does not write.
 
-Either way the commit is made with the caller's ``CommitProperties`` (``max_commit_retries=0``:
-another writer's commit makes it fail with ``CommitFailedError`` instead of being rebased) and
-``dt`` is at the new version afterwards. A direct file whose commit failed is removed at once,
-so the rows of a lost race do not linger in the table folder.
+Either way another writer's commit at the same version makes the commit fail with
+``CommitFailedError`` instead of being rebased. A local file whose commit failed is removed at
+once, so the rows of a lost race do not linger in the table folder.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import uuid
 from datetime import timezone
 from pathlib import Path
@@ -29,9 +29,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake import ColumnProperties, CommitProperties, DeltaTable, WriterProperties, write_deltalake
-from deltalake.exceptions import CommitFailedError
-from deltalake.schema import Schema as DeltaSchema
-from deltalake.transaction import AddAction
 
 from .schema import EVENTS_SCHEMA, STATS_COLUMNS
 
@@ -51,48 +48,34 @@ WRITER_PROPERTIES = WriterProperties(compression="SNAPPY", column_properties={
     for name in EVENTS_SCHEMA.names
 })
 
-#: pyarrow's writer for direct files: the same, but the hex columns uncompressed
+#: pyarrow's writer for local files: the same, but the hex columns uncompressed
 PARQUET_OPTIONS = {
     "compression": {name: "none" if name in _HEX_COLUMNS else "snappy" for name in EVENTS_SCHEMA.names},
     "use_dictionary": [name for name in EVENTS_SCHEMA.names if name not in _UNIQUE_COLUMNS],
     "write_statistics": list(STATS_COLUMNS),
 }
 
-#: local batches of at least this many rows are written directly (see the module doc)
-DIRECT_WRITE_FROM = 2000
 
-_DELTA_SCHEMA = DeltaSchema.from_arrow(EVENTS_SCHEMA)
-
-
-def write_rows(dt: DeltaTable, rows: pa.Table, props: CommitProperties, *, folder: str | None,
+def write_rows(dt: DeltaTable, rows: pa.Table, props: CommitProperties, *,
                storage_options: dict[str, str] | None = None) -> None:
-    """Append ``rows`` to ``dt`` as one data file and one commit; ``dt`` then holds the new version.
+    """Append ``rows`` to ``dt`` through delta-rs as one data file and one commit.
 
-    ``folder`` is the table's local folder (None for a remote store: always through delta-rs).
-    Raises ``CommitFailedError`` when another commit landed after ``dt``'s version.
+    ``dt`` holds the new version afterwards. Raises ``CommitFailedError`` when another commit
+    landed after ``dt``'s version (``props`` must say ``max_commit_retries=0``).
     """
-    if folder is not None and rows.num_rows >= DIRECT_WRITE_FROM:
-        _write_direct(dt, rows, props, Path(folder))
-    else:
-        write_deltalake(dt, rows, mode="append", commit_properties=props,
-                        writer_properties=WRITER_PROPERTIES, storage_options=storage_options)
+    write_deltalake(dt, rows, mode="append", commit_properties=props,
+                    writer_properties=WRITER_PROPERTIES, storage_options=storage_options)
 
 
-def _write_direct(dt: DeltaTable, rows: pa.Table, props: CommitProperties, folder: Path) -> None:
+def write_file(rows: pa.Table, folder: Path) -> dict:
+    """Write ``rows`` as a new Parquet file in the table folder; return its ``add`` action (JSON)."""
     name = f"part-00000-{uuid.uuid4()}-c000.parquet"  # delta-rs's pattern, without one codec in it
     path = folder / name
     pq.write_table(rows, path, **PARQUET_OPTIONS)
-    stat = path.stat()
-    add = AddAction(path=name, size=stat.st_size, partition_values={},
-                    modification_time=stat.st_mtime_ns // 1_000_000, data_change=True,
-                    stats=add_stats(rows))
-    try:
-        dt.create_write_transaction([add], mode="append", schema=_DELTA_SCHEMA,
-                                    commit_properties=props)
-    except CommitFailedError:
-        path.unlink(missing_ok=True)  # not committed, so no reader can need it
-        raise
-    dt.update_incremental()  # create_write_transaction leaves dt at the version it read
+    stat = os.stat(path)
+    return {"path": name, "partitionValues": {}, "size": stat.st_size,
+            "modificationTime": stat.st_mtime_ns // 1_000_000, "dataChange": True,
+            "stats": add_stats(rows)}
 
 
 def add_stats(rows: pa.Table) -> str:

@@ -3,19 +3,23 @@
 Concurrency design (compare-and-append). delta-rs rebases blind appends from racing writers
 silently, which would fork ``seq`` and the chain. So every append:
 
-1. loads the table at its newest version ``v`` and reads the head (last seq, link, record time)
-   from the commit metadata refold writes with each commit (falling back to the rows);
+1. brings its view to the newest table version ``v`` and reads the head (last seq, link, record
+   time) from the metadata refold writes with each commit (falling back to the rows);
 2. assigns ``seq = head.seq + 1 …``, ``table_version = v + 1`` and seals each event into the chain;
-3. commits with ``max_commit_retries=0`` against version ``v``: if any other commit landed after
-   ``v``, delta-rs raises ``CommitFailedError`` instead of rebasing, and we go back to 1.
+3. creates commit ``v + 1`` only if it does not exist yet: on local tables refold writes the commit
+   file itself and links it into place (:mod:`refold.storage.delta_commit`, put-if-absent by the
+   Delta protocol's own rule), elsewhere delta-rs commits with ``max_commit_retries=0``. Either way
+   a commit that landed after ``v`` makes it fail with ``CommitFailedError`` instead of being
+   rebased, and we go back to 1.
 
 So a commit lands only on top of the head it was computed from: no fork, no gap, for threads and
 processes alike. A lost race costs a sealed batch and a written data file, so writers on one host
 take turns first (a thread lock per ``EventLog``, :mod:`refold.storage.hostlock` between
 processes); that lock only saves work, the compare-and-append alone keeps the order (writers on
-other hosts, object stores). Each ``EventLog`` keeps its ``DeltaTable`` and refreshes it
-incrementally, keeps the event_id index of the data files it has read, and reuses the head
-of its own last commit, so an append reads only what other writers added since its previous one.
+other hosts, object stores). Each ``EventLog`` keeps the head of the newest version it knows,
+the event_id index of the data files it has read, and a ``DeltaTable`` it refreshes only when
+something reads it: while nothing else lands, an append on a local table costs two ``stat`` calls
+of bookkeeping and no Delta state replay at all.
 
 Idempotency: an ``event_id`` already in the log returns its original seq and writes nothing (the
 same id with different content raises :class:`ConflictError`); an id repeated inside one batch is
@@ -32,6 +36,7 @@ the number of files in the table.
 from __future__ import annotations
 
 import json
+import os
 import random
 import threading
 import time
@@ -55,7 +60,8 @@ from .layout import Layout
 from .delta_io import Bounds, read_arrow, shared_table
 from .heads import Head, publish_head, read_published_head
 from .hostlock import host_turn
-from .datafiles import WRITER_PROPERTIES, write_rows
+from . import delta_commit
+from .datafiles import WRITER_PROPERTIES, write_file, write_rows
 from .schema import EVENTS_SCHEMA, TABLE_CONFIGURATION, table_to_events
 from .sealing import seal_rows
 
@@ -100,7 +106,7 @@ class EventLog:
         self.protector = protector
         self._init_caches()
         try:
-            self._table()
+            self._dt = self._table()
         except TableNotFoundError:
             raise StoreError(
                 f"no event log at {layout.events}; create the store with `refold init {layout.root}`"
@@ -108,12 +114,18 @@ class EventLog:
 
     def _init_caches(self) -> None:
         self._lock = threading.RLock()  # appends of one EventLog take turns (see module doc)
-        self._dt: DeltaTable | None = None  # refreshed with update_incremental before each append
+        self._dt: DeltaTable | None = None  # brought up to date only when something reads it
         self._ids: set[str] = set()  # the event_id of every row in the files below
         self._indexed: set[str] = set()  # data file URIs already in _ids
         self._ids_version = -1  # table version _ids is complete for
-        self._last: Head | None = None  # head of this object's own last commit
+        self._last: Head | None = None  # the head at some version (of our last commit, or read)
         self._compacted_files = 0  # live data files right after this object's last compaction
+        events = self.layout.events
+        self._folder = Path(events.removeprefix("file://")) if self.layout.is_local else None
+        self._fast = False  # refold commits itself (decided at each full sync, see _sync)
+        self._uri_prefix = ""  # what DeltaTable.file_uris() puts before a data file's name
+        self._checkpoint_every = 100  # delta.checkpointInterval
+        self._added: str | None = None  # the data file _write just committed itself
 
     def __getstate__(self) -> dict[str, Any]:  # picklable (Ray): caches are rebuilt on arrival
         return {k: self.__dict__[k] for k in ("layout", "storage_options", "protector")}
@@ -253,26 +265,24 @@ class EventLog:
         reloaded = False
         with self._lock, self._writer_turn() as exclusive:
             for attempt in range(max_attempts):
-                dt = self._fresh_table()
-                existing = self._check_existing(dt, unique)
+                version = self._sync()
+                existing = self._check_existing(unique)
                 fresh = [e for e in unique if e.event_id not in existing] if existing else unique
                 if not fresh:
                     return [existing[e.event_id] for e in batch]
-                head = self._last if self._last and self._last.table_version == dt.version() else self.head(dt)
-                table, new_head = self._seal_table(fresh, head, dt.version() + 1, protect=protect)
-                props = CommitProperties(
-                    max_commit_retries=0, custom_metadata={HEAD_KEY: json.dumps(new_head.as_json())}
-                )
+                table, new_head = self._seal_table(fresh, self._last, version + 1, protect=protect)
+                self._added = None
                 try:
-                    self._write(dt, table, props)
+                    self._write(version, table, {HEAD_KEY: json.dumps(new_head.as_json())})
                 except CommitFailedError:
                     # Another writer landed first: re-read the head and try again, with jitter so
                     # racing writers spread out.
                     time.sleep(random.uniform(0, min(0.01 * (attempt + 1), 0.2)))
                     continue
                 except Exception as exc:  # ambiguous: the commit may have landed before the error
-                    self._dt = None  # its state is unknown now; load the table afresh
-                    landed = self._check_existing(self._fresh_table(), unique)
+                    self._dt, self._last = None, None  # state unknown now: load the table afresh
+                    self._sync()
+                    landed = self._check_existing(unique)
                     if all(e.event_id in landed for e in unique):
                         self._publish_head(new_head)
                         return [landed[e.event_id] for e in batch]
@@ -282,12 +292,13 @@ class EventLog:
                     raise StoreError(
                         f"append failed and the batch did not land ({exc}); it is safe to retry"
                     ) from exc
-                self._last = new_head
-                self._remember(dt, fresh, new_head)
+                self._remember(fresh, new_head)
                 self._publish_head(new_head)
+                if self._added is not None and delta_commit.checkpoint_due(version + 1, self._checkpoint_every):
+                    delta_commit.post_commit(self._fresh_table())  # what delta-rs's commit hook does
                 if (exclusive and COMPACT_EVERY
                         and len(self._indexed) - self._compacted_files >= COMPACT_EVERY):
-                    self._compact_quietly(dt)
+                    self._compact_quietly(self._fresh_table())
                 first = new_head.seq - len(fresh) + 1
                 if fresh is unique and len(unique) == len(batch):  # all new, no repeats: in order
                     return list(range(first, first + len(batch)))
@@ -296,12 +307,38 @@ class EventLog:
                 return [by_id[e.event_id] for e in batch]
         raise StoreError(f"append gave up after {max_attempts} commit conflicts; retry later")
 
-    def _remember(self, dt: DeltaTable, fresh: Sequence[NewEvent], head: Head) -> None:
-        """Index our own commit without reading it back (``dt`` is now at exactly that version)."""
-        if dt.version() != head.table_version:
+    def _sync(self) -> int:
+        """Bring what appends compute from (head, id index) to the newest table version; return it.
+
+        When refold commits this table itself, one ``stat`` of the commit after the known version
+        (and one of that version's own, gone once erasure cleaned up the log) tells that nothing
+        landed since: no DeltaTable work at all. Otherwise the table is refreshed, the new files'
+        ids are read and the head is taken from the newest commit; the table's protocol decides
+        again whether refold may write its commits itself (:mod:`refold.storage.delta_commit`).
+        """
+        version = self._ids_version
+        if (self._fast and self._last is not None and self._last.table_version == version
+                and self._is_current_version(version)):
+            return version
+        dt = self._fresh_table()
+        self._known_ids(dt)
+        if not (self._last and self._last.table_version == dt.version()):
+            self._last = self.head(dt)
+        self._fast = self._folder is not None and delta_commit.unsupported(dt) is None
+        self._uri_prefix = dt.table_uri.removeprefix("file://")
+        self._checkpoint_every = delta_commit.checkpoint_interval(dt)
+        return dt.version()
+
+    def _remember(self, fresh: Sequence[NewEvent], head: Head) -> None:
+        """Index our own commit without reading it back."""
+        self._last = head
+        if self._added is not None:  # committed by refold: the one file it wrote
+            self._indexed.add(self._uri_prefix + self._added)
+        elif self._dt is not None and self._dt.version() == head.table_version:  # through delta-rs
+            self._indexed.update(u for u in self._dt.file_uris() if u not in self._indexed)
+        else:
             return
         self._ids.update([e.event_id for e in fresh])
-        self._indexed.update(u for u in dt.file_uris() if u not in self._indexed)
         self._ids_version = head.table_version
 
     # -- compaction -----------------------------------------------------------------------------
@@ -365,38 +402,61 @@ class EventLog:
         to land right after, the compare-and-append would fail and the retry would refresh, so a
         stale view never commits. When the log was checkpointed and cleaned up past our version
         (erasure does that), the incremental update cannot work and the table is loaded afresh.
+        Appends that refold commits itself do not move this table: it catches up here, when
+        something reads it.
         """
-        if self._dt is not None:
-            try:
-                if not self._is_current(self._dt):
-                    self._dt.update_incremental()
-                return self._dt
-            except Exception:  # noqa: BLE001 - commits we never saw were cleaned up: reload
-                self._dt = None
-        self._dt = self._table()
-        return self._dt
+        with self._lock:
+            if self._dt is not None:
+                try:
+                    if not self._is_current_version(self._dt.version()):
+                        self._dt.update_incremental()
+                    return self._dt
+                except Exception:  # noqa: BLE001 - commits we never saw were cleaned up: reload
+                    self._dt = None
+            self._dt = self._table()
+            return self._dt
 
-    def _is_current(self, dt: DeltaTable) -> bool:
-        if "://" in self.layout.root:
+    def _is_current_version(self, version: int) -> bool:
+        if self._folder is None:
             return False
-        log_dir = Path(self.layout.events) / "_delta_log"
-        version = dt.version()
-        return (log_dir / f"{version:020d}.json").exists() and not (
-            log_dir / f"{version + 1:020d}.json").exists()
+        log_dir = self._folder / "_delta_log"
+        return (os.path.exists(log_dir / delta_commit.log_name(version))
+                and not os.path.exists(log_dir / delta_commit.log_name(version + 1)))
 
     # a seam for fault-injection tests (an error after the commit landed)
-    def _write(self, dt: DeltaTable, table: pa.Table, props: CommitProperties) -> None:
-        folder = self.layout.events.removeprefix("file://") if self.layout.is_local else None
-        write_rows(dt, table, props, folder=folder, storage_options=self.storage_options)
+    def _write(self, version: int, table: pa.Table, metadata: dict[str, str]) -> None:
+        """Commit ``table`` as table version ``version + 1`` with ``metadata`` in its commitInfo.
 
-    def _check_existing(self, dt: DeltaTable, batch: Sequence[NewEvent]) -> dict[str, int]:
-        """event_id → seq of the ids in ``batch`` that ``dt`` holds (a conflicting one raises)."""
-        known = self._known_ids(dt)
+        Raises ``CommitFailedError`` when another commit took that version (the data file of a
+        lost race is removed).
+        """
+        if self._fast:
+            add = write_file(table, self._folder)
+            try:
+                delta_commit.commit_add(self._folder, version + 1, add, metadata)
+            except CommitFailedError:
+                (self._folder / add["path"]).unlink(missing_ok=True)  # nobody can reference it
+                raise
+            self._added = add["path"]
+            return
+        dt = self._dt
+        if dt is None or dt.version() != version:  # moved since _sync: compute again
+            raise CommitFailedError(f"the table is no longer at version {version}")
+        props = CommitProperties(max_commit_retries=0, custom_metadata=metadata)
+        write_rows(dt, table, props, storage_options=self.storage_options)
+
+    def _check_existing(self, batch: Sequence[NewEvent]) -> dict[str, int]:
+        """event_id → seq of the ids in ``batch`` the log holds (a conflicting one raises).
+
+        Uses the id index as :meth:`_sync` left it.
+        """
+        known = self._ids
         ids = [e.event_id for e in batch]
         if not any(map(known.__contains__, ids)):  # the usual case, in one C-level pass
             return {}
         # the index only preselects: what counts (and gives the seq) is the row itself
-        stored = {ev.event_id: ev for ev in self.events_by_id(dt, [i for i in ids if i in known])}
+        stored = {ev.event_id: ev for ev in self.events_by_id(self._fresh_table(),
+                                                               [i for i in ids if i in known])}
         for e in batch:
             old = stored.get(e.event_id)
             if old is not None and not old.is_tombstone and not self._same(e, old):

@@ -1,10 +1,12 @@
-"""The two ways an append writes its data file (storage/datafiles.py) give the same table.
+"""The two ways an append commits (storage/datafiles.py, storage/delta_commit.py) give the same table.
 
-Large local batches are written by pyarrow and committed with ``create_write_transaction``; the
-rest through ``write_deltalake``. Both must keep: the rows, statistics on the stats columns only,
-the compare-and-append (a racing commit makes the write fail, the append retries), and no file
-of a lost race left in the table folder. Real Delta tables in tmp_path; the direct path is forced
-for small batches by lowering its threshold (monkeypatch), nothing else is replaced.
+Local appends are written by pyarrow and committed by refold's own commit file (put-if-absent
+with ``os.link``); object stores, and local tables whose protocol refold does not write, go
+through ``write_deltalake``. Both must keep: the rows, statistics on the stats columns only, the
+compare-and-append (a racing commit makes the write fail, the append retries, also between a
+refold writer and a delta-rs writer), delta-rs's checkpoints, and no file of a lost race left in
+the table folder. Real Delta tables in tmp_path; the delta-rs way is forced locally by switching
+refold's commit off (monkeypatch of ``delta_commit.ENABLED``), nothing else is replaced.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from polars.testing import assert_frame_equal
 import refold
 from refold.fold.chain import GENESIS
 from refold.fold.events import NewEvent
-from refold.storage import datafiles
+from refold.storage import datafiles, delta_commit
 from refold.storage.log import EventLog
 from refold.storage.schema import EVENTS_SCHEMA, STATS_COLUMNS, TABLE_CONFIGURATION
 from refold.storage.sealing import seal_rows
@@ -43,22 +45,24 @@ def _stats(table_dir: str) -> dict:
     return {k: v for k, v in actions[0].items() if k.startswith(("min.", "max.", "null_count.", "num_records"))}
 
 
-def test_direct_add_stats_are_delta_rs_stats_with_exact_times(tmp_path):
+def test_refold_add_stats_are_delta_rs_stats_with_exact_times(tmp_path):
     when = datetime(2026, 3, 4, 5, 6, 7, 891234, tzinfo=timezone.utc)
     rows, _ = seal_rows(_events("st", 50), first_seq=10, prev_link=GENESIS, recorded_at=when,
                         table_version=1)
     props = CommitProperties(max_commit_retries=0)
     paths = {}
-    for way in ("delta-rs", "direct"):
+    for way in ("delta-rs", "refold"):
         paths[way] = str(tmp_path / way)
         DeltaTable.create(paths[way], EVENTS_SCHEMA, configuration=TABLE_CONFIGURATION)
         dt = DeltaTable(paths[way])
-        if way == "direct":
-            datafiles._write_direct(dt, rows, props, Path(paths[way]))
+        assert delta_commit.unsupported(dt) is None  # refold may commit the tables it creates
+        if way == "refold":
+            folder = Path(paths[way])
+            delta_commit.commit_add(folder, 1, datafiles.write_file(rows, folder), {"k": "v"})
         else:
             write_deltalake(dt, rows, mode="append", commit_properties=props)
-        assert dt.version() == 1  # both leave the handle at the new version
-    theirs, ours = _stats(paths["delta-rs"]), _stats(paths["direct"])
+        assert DeltaTable(paths[way]).version() == 1
+    theirs, ours = _stats(paths["delta-rs"]), _stats(paths["refold"])
     assert set(ours) == {"num_records"} | {f"{k}.{c}" for k in ("min", "max", "null_count") for c in STATS_COLUMNS}
     assert ours["min.recorded_at"] == ours["max.recorded_at"] == when  # to the microsecond
     assert theirs["max.recorded_at"] == when.replace(microsecond=891000)  # delta-rs: milliseconds
@@ -66,22 +70,80 @@ def test_direct_add_stats_are_delta_rs_stats_with_exact_times(tmp_path):
         del theirs[key], ours[key]
     assert ours == theirs
     assert ours["min.seq"] == 10 and ours["max.seq"] == 59 and ours["min.kind"] == "chat_turn"
-    assert_frame_equal(pl.read_delta(paths["direct"]), pl.read_delta(paths["delta-rs"]))
+    assert_frame_equal(pl.read_delta(paths["refold"]), pl.read_delta(paths["delta-rs"]))
+    entry = DeltaTable(paths["refold"]).history(1)[0]  # custom metadata comes back as delta-rs's does
+    assert entry["operation"] == "WRITE" and entry["k"] == "v" and entry["version"] == 1
+    assert entry["operationParameters"] == {"mode": "Append"}
+    assert not list((Path(paths["refold"]) / "_delta_log").glob("*.tmp"))
 
 
-def test_large_batches_are_written_directly(tmp_path):
+def _engines(events_dir: str) -> list[str]:
+    """engineInfo of every WRITE commit, oldest first."""
+    return [c.get("engineInfo", "") for c in reversed(DeltaTable(events_dir).history())
+            if c["operation"] == "WRITE"]
+
+
+def test_local_appends_are_committed_by_refold(tmp_path):
     mem = refold.init(tmp_path / "store")
-    n = datafiles.DIRECT_WRITE_FROM
-    assert mem.log_store.append(_events("big", n)) == list(range(n))
-    assert mem.log_store.append(_events("small", 3)) == [n, n + 1, n + 2]  # through delta-rs
+    assert mem.log_store.append(_events("big", 2000)) == list(range(2000))
+    assert mem.log_store.append(_events("small", 3)) == [2000, 2001, 2002]
+    assert _engines(mem.layout.events) == ["refold", "refold"]
     files = {Path(p).name: pq.ParquetFile(p).metadata for p in _plain_delta_files(Path(mem.layout.events))}
-    direct = [meta for meta in files.values() if meta.num_rows == n]
-    assert len(files) == 2 and len(direct) == 1
-    codecs = {direct[0].row_group(0).column(i).path_in_schema: direct[0].row_group(0).column(i).compression
-              for i in range(direct[0].num_columns)}
-    assert codecs["link"] == codecs["salt"] == "UNCOMPRESSED" and codecs["content"] == "SNAPPY"
+    assert len(files) == 2
+    for meta in files.values():
+        codecs = {meta.row_group(0).column(i).path_in_schema: meta.row_group(0).column(i).compression
+                  for i in range(meta.num_columns)}
+        assert codecs["link"] == codecs["salt"] == "UNCOMPRESSED" and codecs["content"] == "SNAPPY"
     assert mem.verify().ok
+    assert mem.head().seq == 2002 and mem.head().table_version == 2
     assert_frame_equal(pl.read_delta(mem.layout.events).sort("seq"), mem.log())
+    # the log's own table handle was not moved by those commits; it catches up when read
+    assert mem.log_store._fresh_table().version() == 2
+    assert pl.read_delta(mem.layout.events, version=1).height == 2000  # time travel
+
+
+def test_a_table_refold_does_not_write_itself_goes_through_delta_rs(tmp_path):
+    """A check constraint needs writer version 3: refold leaves such commits to delta-rs."""
+    mem = refold.init(tmp_path / "store")
+    mem.log_store.append(_events("a", 2))
+    DeltaTable(mem.layout.events).alter.add_constraint({"seq_ok": "seq >= 0"})
+    assert delta_commit.unsupported(DeltaTable(mem.layout.events)) is not None
+    mem.log_store.append(_events("b", 2))
+    other = EventLog(mem.layout)
+    other.append(_events("c", 2))
+    engines = _engines(mem.layout.events)
+    assert engines[0] == "refold" and all(e.startswith("delta-rs") for e in engines[1:]), engines
+    assert mem.verify().ok and mem.log()["seq"].to_list() == list(range(6))
+
+
+@pytest.mark.parametrize("first", ["refold", "delta-rs"])
+def test_refold_and_delta_rs_commits_exclude_each_other(tmp_path, first):
+    """Put-if-absent holds across implementations: whichever commits version 1 first wins."""
+    path = tmp_path / "t"
+    DeltaTable.create(str(path), EVENTS_SCHEMA, configuration=TABLE_CONFIGURATION)
+    stale = DeltaTable(str(path))  # read at version 0 by the delta-rs writer
+    rows, _ = seal_rows(_events("x", 3), first_seq=0, prev_link=GENESIS,
+                        recorded_at=datetime.now(timezone.utc), table_version=1)
+    props = CommitProperties(max_commit_retries=0)
+
+    def refold_commit():
+        add = datafiles.write_file(rows, path)
+        try:
+            delta_commit.commit_add(path, 1, add, {})
+        except CommitFailedError:
+            (path / add["path"]).unlink()
+            raise
+
+    def delta_rs_commit():
+        write_deltalake(stale, rows, mode="append", commit_properties=props)
+
+    order = [refold_commit, delta_rs_commit] if first == "refold" else [delta_rs_commit, refold_commit]
+    order[0]()
+    with pytest.raises(CommitFailedError):
+        order[1]()
+    dt = DeltaTable(str(path))
+    assert dt.version() == 1 and len(dt.file_uris()) == 1
+    assert pl.read_delta(str(path)).height == 3
 
 
 class _Raced(EventLog):
@@ -90,21 +152,20 @@ class _Raced(EventLog):
     rival: EventLog | None = None
     writes = 0
 
-    def _write(self, dt, table, props):
+    def _write(self, version, table, metadata):
         self.writes += 1
         if self.writes == 1:
             self.rival.append(_events("rival", 2))
-        super()._write(dt, table, props)
+        super()._write(version, table, metadata)
 
 
-def test_a_lost_race_on_the_direct_path_retries_and_leaves_no_file(tmp_path, monkeypatch):
-    monkeypatch.setattr(datafiles, "DIRECT_WRITE_FROM", 1)
+def test_a_lost_race_retries_and_leaves_no_file(tmp_path, monkeypatch):
     mem = refold.init(tmp_path / "store")
     mem.log_store.append(_events("first", 2))
     log = _Raced(mem.layout)
     log.rival = EventLog(mem.layout)
     failures = []
-    real = datafiles._write_direct
+    real = delta_commit.commit_add
 
     def spy(*args, **kwargs):
         try:
@@ -113,25 +174,27 @@ def test_a_lost_race_on_the_direct_path_retries_and_leaves_no_file(tmp_path, mon
             failures.append(1)
             raise
 
-    monkeypatch.setattr(datafiles, "_write_direct", spy)
+    monkeypatch.setattr(delta_commit, "commit_add", spy)
     assert log.append(_events("mine", 3)) == [4, 5, 6]  # after the rival's two
     assert log.writes == 2 and failures == [1]  # lost once, then landed
     live = {Path(p).name for p in _plain_delta_files(Path(mem.layout.events))}
     on_disk = {p.name for p in Path(mem.layout.events).glob("*.parquet")}
     assert on_disk == live and len(live) == 3  # the lost race's file is gone
+    assert not list((Path(mem.layout.events) / "_delta_log").glob("*.tmp"))  # and its staged commit
     assert mem.verify().ok
     assert mem.log()["event_id"].to_list()[2:] == ["rival-00000", "rival-00001", "mine-00000",
                                                    "mine-00001", "mine-00002"]
 
 
-@pytest.mark.parametrize("threshold", [1, 10**9])
-def test_both_paths_survive_a_checkpoint_and_keep_the_chain(tmp_path, monkeypatch, threshold):
-    monkeypatch.setattr(datafiles, "DIRECT_WRITE_FROM", threshold)
+@pytest.mark.parametrize("refold_commits", [True, False])
+def test_both_paths_survive_a_checkpoint_and_keep_the_chain(tmp_path, monkeypatch, refold_commits):
+    monkeypatch.setattr(delta_commit, "ENABLED", refold_commits)
     mem = refold.init(tmp_path / "store")
-    for i in range(101):  # past delta-rs's checkpoint (its commit hook runs on either path)
+    for i in range(101):  # past delta-rs's checkpoint (refold's commits run the same hook)
         mem.log_store.append(_events(f"b{i}", 1))
     log_dir = Path(mem.layout.events) / "_delta_log"
     assert json.loads((log_dir / "_last_checkpoint").read_text())["version"] == 99  # 100 commits: v0..v99
+    assert _engines(mem.layout.events)[0] == ("refold" if refold_commits else "delta-rs:py-1.6.6")
     report = mem.verify()
     assert report.ok and report.events == 101
     assert_frame_equal(pl.read_delta(mem.layout.events).sort("seq"), mem.log())
