@@ -72,31 +72,30 @@ def _utc(value):
 
 
 def table_to_events(table: pa.Table) -> Iterator[Event]:
-    """Events for the rows of ``table`` (any column order, as read back from Delta)."""
-    for row in table.to_pylist():
-        fact = row.get("fact")
+    """Events for the rows of ``table`` (any column order, as read back from Delta).
+
+    Column by column (one ``to_pylist`` per column, then zip): a dict per row cost ~3x more.
+    """
+    n = table.num_rows
+    if n == 0:
+        return
+    names = set(table.column_names)
+
+    def col(name: str) -> list:
+        return table[name].to_pylist() if name in names else [None] * n
+
+    facts = [Fact(**json.loads(f)) if f else None for f in col("fact")]
+    for (seq, eid, rec, version, kind, tenant, source, content, subjects, principals, trace, just, vf, vt, run,
+         fact, salt, cipher, key_ids, erasure_id, commitment, prev_link, link) in zip(
+            col("seq"), col("event_id"), col("recorded_at"), col("table_version"), col("kind"),
+            col("tenant"), col("source"), col("content"), col("subjects"), col("principals"),
+            col("trace_id"), col("justification"), col("valid_from"), col("valid_to"),
+            col("ingestion_run"), facts, col("salt"), col("cipher"), col("key_ids"), col("erasure_id"),
+            col("commitment"), col("prev_link"), col("link")):
         yield Event(
-            seq=row["seq"],
-            event_id=row["event_id"],
-            recorded_at=_utc(row["recorded_at"]),
-            table_version=row["table_version"],
-            kind=row["kind"],
-            tenant=row["tenant"],
-            source=row["source"],
-            content=row["content"],
-            subjects=tuple(row["subjects"] or ()),
-            principals=tuple(row["principals"] or ()),
-            trace_id=row["trace_id"],
-            justification=row["justification"],
-            valid_from=_utc(row["valid_from"]),
-            valid_to=_utc(row["valid_to"]),
-            ingestion_run=row["ingestion_run"],
-            fact=Fact(**json.loads(fact)) if fact else None,
-            salt=row["salt"],
-            cipher=row["cipher"],
-            key_ids=tuple(row["key_ids"] or ()),
-            erasure_id=row["erasure_id"],
-            commitment=row["commitment"],
-            prev_link=row["prev_link"],
-            link=row["link"],
+            seq=seq, event_id=eid, recorded_at=_utc(rec), table_version=version, kind=kind, tenant=tenant,
+            source=source, content=content, subjects=tuple(subjects or ()), principals=tuple(principals or ()),
+            trace_id=trace, justification=just, valid_from=_utc(vf), valid_to=_utc(vt), ingestion_run=run,
+            fact=fact, salt=salt, cipher=cipher, key_ids=tuple(key_ids or ()), erasure_id=erasure_id,
+            commitment=commitment, prev_link=prev_link, link=link,
         )
