@@ -9,7 +9,8 @@ visible as one unit before the next starts:
 
 - refold: ``EventLog.append(batch)``: idempotency check, seq assignment, sealing into the hash
   chain (salt, commitment, link per event), one Parquet data file and one Delta commit
-  (compare-and-append), published head.
+  (compare-and-append; on a local table refold writes the commit file itself, see
+  storage/delta_commit.py), published head, and its share of checkpoints and compaction.
 - parquet: build an Arrow table of the same user fields plus seq and record time, and
   ``pyarrow.parquet.write_table`` it as one new file per batch (no transaction log, no chain,
   no idempotency).
@@ -24,7 +25,8 @@ and a one-row transaction per call.
 Each cell is the best of ``--repeat`` runs (the machine is shared and noisy). Printed ratios are
 time ratios, refold / baseline (lower is better; 1.5 means refold takes 1.5× as long). For
 batches, a breakdown shows where refold's time goes: sealing (header, hashing, the Arrow table),
-the Delta write and commit, and the rest (table refresh, id index, head publication). For batches
+the data file and Delta commit (and, of that, the commit file alone), and the rest (id index,
+head publication, every 100th commit's checkpoint and compaction). For batches
 of 1k and more it also prints two floors measured on the same rows: the three SHA-256 per event
 alone (hashlib over prebuilt inputs: what any Python sealer pays), and pyarrow writing refold's
 23-column rows to a bare Parquet file with refold's writer options (what a direct Delta write of
@@ -51,6 +53,7 @@ import pyarrow.parquet as pq
 import refold
 from refold.fold.chain import DOMAIN, GENESIS, header_bytes
 from refold.fold.events import NewEvent
+from refold.storage import delta_commit
 from refold.storage.datafiles import PARQUET_OPTIONS
 from refold.storage.group import GroupCommit
 from refold.storage.schema import table_to_events
@@ -89,12 +92,37 @@ def _fact(e: NewEvent):
 # -- backends ------------------------------------------------------------------------------------
 
 
+class CommitClock:
+    """Seconds spent in refold's own commit-file writes (storage/delta_commit.py), all runs."""
+
+    seconds = 0.0
+    installed = False
+
+    @classmethod
+    def install(cls) -> None:
+        if cls.installed:
+            return
+        real = delta_commit.commit_add
+
+        def timed(*args, **kwargs):
+            t = time.perf_counter()
+            try:
+                return real(*args, **kwargs)
+            finally:
+                cls.seconds += time.perf_counter() - t
+
+        delta_commit.commit_add = timed
+        cls.installed = True
+
+
 class Refold:
     name = "refold"
 
     def __init__(self, root: Path):
         self.log = refold.init(root).log_store
         self.seal_s = self.write_s = 0.0
+        CommitClock.install()
+        self._commit_start = CommitClock.seconds
         seal, write = self.log._seal_table, self.log._write
 
         def timed_seal(*args, **kwargs):
@@ -115,6 +143,10 @@ class Refold:
 
     def append(self, batch: list[NewEvent]) -> None:
         self.log.append(batch)
+
+    @property
+    def commit_s(self) -> float:
+        return CommitClock.seconds - self._commit_start
 
     def close(self) -> None:
         pass
@@ -202,7 +234,7 @@ def run_one(cls, root: Path, batches: list[list[NewEvent]]) -> tuple[float, obje
 def measure(workdir: Path, label: str, size: int, count: int, repeat: int) -> dict:
     """Best-of-``repeat`` seconds per backend for ``count`` batches of ``size`` events."""
     best: dict[str, float] = {}
-    breakdown = (0.0, 0.0)
+    breakdown = (0.0, 0.0, 0.0)
     for r in range(repeat):
         for cls in BACKENDS:  # interleaved, so a noisy moment hits every backend alike
             events = make_events(size * count, f"{label}-{r}-{cls.name}")
@@ -212,7 +244,7 @@ def measure(workdir: Path, label: str, size: int, count: int, repeat: int) -> di
             if seconds < best.get(cls.name, float("inf")):
                 best[cls.name] = seconds
                 if cls is Refold:
-                    breakdown = (backend.seal_s, backend.write_s)
+                    breakdown = (backend.seal_s, backend.write_s, backend.commit_s)
             shutil.rmtree(root, ignore_errors=True)
     floor = floors(workdir, make_events(size, f"{label}-floor"), repeat) if size >= 1000 else None
     return {"label": label, "size": size, "count": count, "seconds": best, "breakdown": breakdown,
@@ -325,11 +357,12 @@ def report(results: list[dict]) -> bool:
     print()
     print("refold time per batch, where it goes (best run):")
     for res in results:
-        seal, write = res["breakdown"]
+        seal, write, commit = res["breakdown"]
         total = res["seconds"]["refold"]
         per = 1000 / res["count"]
         print(f"  {res['label']:<12} {total * per:8.2f} ms/batch = seal {seal * per:7.2f}"
-              f" + delta write/commit {write * per:7.2f} + other {(total - seal - write) * per:7.2f}")
+              f" + data file and commit {write * per:7.2f} (commit file alone {commit * per:5.2f})"
+              f" + other {(total - seal - write) * per:7.2f}")
         if res["floor"]:
             hashing, writing = res["floor"]
             print(f"  {'':<12} floors: SHA-256 x3 per event alone {hashing * 1000:7.2f} ms;"

@@ -88,7 +88,8 @@ def commit_add(folder: Path, version: int, add: dict, metadata: dict[str, str]) 
     Raises ``CommitFailedError`` when that version exists already (another writer got there
     first); nothing of this call is left in ``_delta_log`` then.
     """
-    info = {"timestamp": int(time.time() * 1000), "operation": "WRITE",
+    millis = int(time.time() * 1000)
+    info = {"timestamp": millis, "operation": "WRITE",
             "operationParameters": {"mode": "Append"}, "engineInfo": _ENGINE,
             "clientVersion": _ENGINE, **metadata}
     text = json.dumps({"commitInfo": info}) + "\n" + json.dumps({"add": add}) + "\n"
@@ -97,6 +98,9 @@ def commit_add(folder: Path, version: int, add: dict, metadata: dict[str, str]) 
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
         os.write(fd, text.encode())
+        # delta-rs finds a version by time from the commit file's modification time, so that
+        # time is the commitInfo timestamp (both end up in history; the link keeps the inode's)
+        os.utime(fd, ns=(millis * 1_000_000, millis * 1_000_000))
     finally:
         os.close(fd)
     try:

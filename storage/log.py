@@ -73,9 +73,10 @@ COMPACT_EVERY = 100
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
-def _dedupe(batch: Sequence[NewEvent]) -> list[NewEvent]:
-    """``batch`` with repeated event ids kept once; the same id with different content is a conflict."""
-    if len({e.event_id for e in batch}) == len(batch):  # the usual case, checked in one pass
+def _dedupe(batch: Sequence[NewEvent], ids: list[str]) -> list[NewEvent]:
+    """``batch`` (whose event ids are ``ids``) with repeated ids kept once; the same id with
+    different content is a conflict."""
+    if len(set(ids)) == len(ids):  # the usual case, checked in one pass
         return list(batch)
     seen: dict[str, NewEvent] = {}
     for e in batch:
@@ -121,7 +122,7 @@ class EventLog:
         self._last: Head | None = None  # the head at some version (of our last commit, or read)
         self._compacted_files = 0  # live data files right after this object's last compaction
         events = self.layout.events
-        self._folder = Path(events.removeprefix("file://")) if self.layout.is_local else None
+        self._folder = Path(os.path.abspath(events.removeprefix("file://"))) if self.layout.is_local else None
         self._fast = False  # refold commits itself (decided at each full sync, see _sync)
         self._uri_prefix = ""  # what DeltaTable.file_uris() puts before a data file's name
         self._checkpoint_every = 100  # delta.checkpointInterval
@@ -261,12 +262,15 @@ class EventLog:
         """
         if not batch:
             return []
-        unique = _dedupe(batch)
+        ids = [e.event_id for e in batch]  # once: the checks below are C-level passes over it
+        unique = _dedupe(batch, ids)
+        if len(unique) < len(batch):
+            ids = [e.event_id for e in unique]
         reloaded = False
         with self._lock, self._writer_turn() as exclusive:
             for attempt in range(max_attempts):
                 version = self._sync()
-                existing = self._check_existing(unique)
+                existing = self._check_existing(unique, ids)
                 fresh = [e for e in unique if e.event_id not in existing] if existing else unique
                 if not fresh:
                     return [existing[e.event_id] for e in batch]
@@ -282,7 +286,7 @@ class EventLog:
                 except Exception as exc:  # ambiguous: the commit may have landed before the error
                     self._dt, self._last = None, None  # state unknown now: load the table afresh
                     self._sync()
-                    landed = self._check_existing(unique)
+                    landed = self._check_existing(unique, ids)
                     if all(e.event_id in landed for e in unique):
                         self._publish_head(new_head)
                         return [landed[e.event_id] for e in batch]
@@ -292,7 +296,7 @@ class EventLog:
                     raise StoreError(
                         f"append failed and the batch did not land ({exc}); it is safe to retry"
                     ) from exc
-                self._remember(fresh, new_head)
+                self._remember(ids if fresh is unique else [e.event_id for e in fresh], new_head)
                 self._publish_head(new_head)
                 if self._added is not None and delta_commit.checkpoint_due(version + 1, self._checkpoint_every):
                     delta_commit.post_commit(self._fresh_table())  # what delta-rs's commit hook does
@@ -329,7 +333,7 @@ class EventLog:
         self._checkpoint_every = delta_commit.checkpoint_interval(dt)
         return dt.version()
 
-    def _remember(self, fresh: Sequence[NewEvent], head: Head) -> None:
+    def _remember(self, fresh_ids: list[str], head: Head) -> None:
         """Index our own commit without reading it back."""
         self._last = head
         if self._added is not None:  # committed by refold: the one file it wrote
@@ -338,7 +342,7 @@ class EventLog:
             self._indexed.update(u for u in self._dt.file_uris() if u not in self._indexed)
         else:
             return
-        self._ids.update([e.event_id for e in fresh])
+        self._ids.update(fresh_ids)
         self._ids_version = head.table_version
 
     # -- compaction -----------------------------------------------------------------------------
@@ -431,6 +435,8 @@ class EventLog:
         lost race is removed).
         """
         if self._fast:
+            if not table.schema.equals(EVENTS_SCHEMA):  # what the table's schema was checked against
+                raise StoreError("internal error: sealed rows do not have the log's schema")
             add = write_file(table, self._folder)
             try:
                 delta_commit.commit_add(self._folder, version + 1, add, metadata)
@@ -445,14 +451,12 @@ class EventLog:
         props = CommitProperties(max_commit_retries=0, custom_metadata=metadata)
         write_rows(dt, table, props, storage_options=self.storage_options)
 
-    def _check_existing(self, batch: Sequence[NewEvent]) -> dict[str, int]:
-        """event_id → seq of the ids in ``batch`` the log holds (a conflicting one raises).
-
-        Uses the id index as :meth:`_sync` left it.
+    def _check_existing(self, batch: Sequence[NewEvent], ids: list[str]) -> dict[str, int]:
+        """event_id → seq of the ids in ``batch`` (``ids``, in order) the log holds (a conflicting
+        one raises). Uses the id index as :meth:`_sync` left it.
         """
         known = self._ids
-        ids = [e.event_id for e in batch]
-        if not any(map(known.__contains__, ids)):  # the usual case, in one C-level pass
+        if known.isdisjoint(ids):  # the usual case, in one C-level pass
             return {}
         # the index only preselects: what counts (and gives the seq) is the row itself
         stored = {ev.event_id: ev for ev in self.events_by_id(self._fresh_table(),

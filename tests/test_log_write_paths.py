@@ -12,6 +12,7 @@ refold's commit off (monkeypatch of ``delta_commit.ENABLED``), nothing else is r
 from __future__ import annotations
 
 import json
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -86,6 +87,7 @@ def _engines(events_dir: str) -> list[str]:
 def test_local_appends_are_committed_by_refold(tmp_path):
     mem = refold.init(tmp_path / "store")
     assert mem.log_store.append(_events("big", 2000)) == list(range(2000))
+    time.sleep(0.01)  # the two commits in different milliseconds, for time travel by time below
     assert mem.log_store.append(_events("small", 3)) == [2000, 2001, 2002]
     assert _engines(mem.layout.events) == ["refold", "refold"]
     files = {Path(p).name: pq.ParquetFile(p).metadata for p in _plain_delta_files(Path(mem.layout.events))}
@@ -98,8 +100,14 @@ def test_local_appends_are_committed_by_refold(tmp_path):
     assert mem.head().seq == 2002 and mem.head().table_version == 2
     assert_frame_equal(pl.read_delta(mem.layout.events).sort("seq"), mem.log())
     # the log's own table handle was not moved by those commits; it catches up when read
-    assert mem.log_store._fresh_table().version() == 2
-    assert pl.read_delta(mem.layout.events, version=1).height == 2000  # time travel
+    log = mem.log_store
+    assert log._fresh_table().version() == 2
+    assert log._indexed == set(log._fresh_table().file_uris())  # the id index names files as delta-rs does
+    assert pl.read_delta(mem.layout.events, version=1).height == 2000  # time travel by version
+    for entry in DeltaTable(mem.layout.events).history(2):  # by time, as delta-rs resolves it
+        dt = DeltaTable(mem.layout.events)
+        dt.load_as_version(datetime.fromtimestamp(entry["timestamp"] / 1000, timezone.utc))
+        assert dt.version() == entry["version"]
 
 
 def test_a_table_refold_does_not_write_itself_goes_through_delta_rs(tmp_path):
