@@ -125,7 +125,7 @@ class Memory:
         """The newest spec recorded in the log, or the default (rules) spec when none is."""
         from refold.folding import recorded_specs
 
-        version = self.log_store._fresh_table().version()  # one cached handle: cheap when unchanged
+        version = self.log_store.version()
         cached = self.__dict__.get("_spec_at")
         if cached is None or cached[0] != version:
             specs = recorded_specs(self)

@@ -311,6 +311,11 @@ class EventLog:
                 return [by_id[e.event_id] for e in batch]
         raise StoreError(f"append gave up after {max_attempts} commit conflicts; retry later")
 
+    def version(self) -> int:
+        """The newest table version (two ``stat`` calls when this object made the last commit)."""
+        with self._lock:
+            return self._sync()
+
     def _sync(self) -> int:
         """Bring what appends compute from (head, id index) to the newest table version; return it.
 
