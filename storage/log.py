@@ -312,9 +312,14 @@ class EventLog:
         raise StoreError(f"append gave up after {max_attempts} commit conflicts; retry later")
 
     def version(self) -> int:
-        """The newest table version (two ``stat`` calls when this object made the last commit)."""
+        """The newest table version (two ``stat`` calls when this object made the last commit;
+        otherwise the table handle catches up, without reading any data file)."""
         with self._lock:
-            return self._sync()
+            version = self._ids_version
+            if (self._fast and self._last is not None and self._last.table_version == version
+                    and self._is_current_version(version)):
+                return version
+            return self._fresh_table().version()
 
     def _sync(self) -> int:
         """Bring what appends compute from (head, id index) to the newest table version; return it.
