@@ -30,7 +30,8 @@ anyway gets the same seqs.
 After each commit the new head is published under ``receipts/heads/`` so ``verify`` can detect a
 truncated tail (a removed newest commit). Every :data:`COMPACT_EVERY` data files the appending
 writer compacts them (Delta OPTIMIZE, rows unchanged), because delta-rs's commit cost grows with
-the number of files in the table.
+the number of files in the table. Reading (heads, rows by seq, time or id) lives in
+:mod:`refold.storage.log_reader`, which :class:`EventLog` extends.
 """
 
 from __future__ import annotations
@@ -46,31 +47,26 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import polars as pl
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.dataset as ds
 from deltalake import CommitProperties, DeltaTable
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
-from refold.fold.chain import GENESIS
 from refold.fold.errors import ConflictError, StoreError
 from refold.fold.events import Event, NewEvent
 from .layout import Layout
-from .delta_io import Bounds, read_arrow, shared_table
-from .heads import Head, publish_head, read_published_head
+from .log_reader import HEAD_KEY, LogReader
+from .heads import Head, publish_head
 from .hostlock import host_turn
 from . import delta_commit
 from .datafiles import WRITER_PROPERTIES, write_file, write_rows
-from .schema import EVENTS_SCHEMA, TABLE_CONFIGURATION, table_to_events
+from .schema import EVENTS_SCHEMA, TABLE_CONFIGURATION
 from .sealing import seal_rows
 
-HEAD_KEY = "refold.head"
 #: Once this many data files have been added since the last compaction, the append that added the
 #: last one merges them (0: never). delta-rs's commit cost grows with the number of files: a
 #: single-event append took ~20 ms at 100 files and ~180 ms at 800 (measured on 2 busy cores).
 COMPACT_EVERY = 100
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
 def _dedupe(batch: Sequence[NewEvent], ids: list[str]) -> list[NewEvent]:
@@ -97,7 +93,7 @@ def _plain(_: NewEvent) -> dict[str, Any]:
     return {}
 
 
-class EventLog:
+class EventLog(LogReader):
     """One store's log. Cheap to construct; safe to use from several threads and processes."""
 
     def __init__(self, layout: Layout, *, storage_options: dict[str, str] | None = None,
@@ -150,85 +146,6 @@ class EventLog:
             )
             return
         raise StoreError(f"{layout.events} already holds an event log")
-
-    # -- reading --------------------------------------------------------------------------------
-
-    def _table(self, version: int | None = None) -> DeltaTable:
-        return DeltaTable(self.layout.events, version=version, storage_options=self.storage_options)
-
-    def head(self, dt: DeltaTable | None = None) -> Head:
-        """The current head, from the newest commit's metadata (or the rows when it has none).
-
-        The metadata is trusted only if it was written for the version it landed at: delta-rs
-        rebases an OPTIMIZE over commits that landed meanwhile (``max_commit_retries=0`` does not
-        stop it), and the head it carries is then stale.
-        """
-        dt = dt or self._table()
-        version = dt.version()
-        for entry in dt.history(1):
-            if HEAD_KEY in entry:
-                head = Head.from_json(json.loads(entry[HEAD_KEY]))
-                if head.table_version == version:
-                    return head
-        return self._head_from_rows(dt)
-
-    def _head_from_rows(self, dt: DeltaTable) -> Head:
-        data = read_arrow(dt, EVENTS_SCHEMA, columns=["seq", "link", "recorded_at"])
-        if data.num_rows == 0:
-            return Head(-1, GENESIS, _EPOCH, dt.version())
-        i = pc.index(data["seq"], pc.max(data["seq"])).as_py()
-        row = data.slice(i, 1).to_pylist()[0]
-        return Head(row["seq"], row["link"], row["recorded_at"].astimezone(timezone.utc), dt.version())
-
-    def arrow(self, *, columns: Sequence[str] | None = None, filter: pc.Expression | None = None,
-              version: int | None = None, prune: Sequence[Bounds] | None = None) -> pa.Table:
-        """Raw rows sorted by seq (refold's internal reader).
-
-        ``prune``: where the wanted rows lie (see :func:`~refold.storage.delta_io.read_arrow`), e.g.
-        ``[{"kind": ("retraction", "retraction")}]``; files that cannot hold them are not read.
-        """
-        wanted = list(columns) if columns else None
-        if wanted is not None and "seq" not in wanted:
-            wanted.append("seq")  # needed for the order; callers may ignore it
-        if prune is not None and version is None:
-            with shared_table(self.layout.events, self.storage_options).fresh() as dt:
-                table = read_arrow(dt, EVENTS_SCHEMA, columns=wanted, filter=filter, prune=prune)
-            return table.sort_by("seq")
-        return read_arrow(self._table(version), EVENTS_SCHEMA, columns=wanted, filter=filter,
-                          prune=prune).sort_by("seq")
-
-    def read(self, *, since: int | None = None, until: int | None = None,
-             as_of: int | str | datetime | None = None) -> pl.DataFrame:
-        """Events as a polars DataFrame ordered by seq.
-
-        ``since`` (inclusive) and ``until`` (exclusive) bound seq. ``as_of`` is record time: a table
-        version (int) or a timezone-aware time; the answer is the log as it stood then (erasures
-        that happened since stay applied).
-        """
-        return pl.from_arrow(self.arrow(filter=self._filter(since, until, as_of)))  # type: ignore[return-value]
-
-    def events(self, *, since: int | None = None, until: int | None = None,
-               as_of: int | str | datetime | None = None) -> list[Event]:
-        """Events as frozen values ordered by seq (same bounds as :meth:`read`)."""
-        return list(table_to_events(self.arrow(filter=self._filter(since, until, as_of))))
-
-    @staticmethod
-    def _filter(since, until, as_of) -> pc.Expression | None:
-        from refold.fold.timeutil import as_of_filter
-
-        parts = []
-        if since is not None:
-            parts.append(pc.field("seq") >= since)
-        if until is not None:
-            parts.append(pc.field("seq") < until)
-        if as_of is not None:
-            parts.append(as_of_filter(as_of))
-        if not parts:
-            return None
-        expr = parts[0]
-        for part in parts[1:]:
-            expr = expr & part
-        return expr
 
     def _known_ids(self, dt: DeltaTable) -> set[str]:
         """Every row's event_id, refreshed by reading only data files not read before.
@@ -485,11 +402,6 @@ class EventLog:
             return (new.kind, new.source, new.tenant) == (old.kind, old.source, old.tenant)
         return new.same_input(old)
 
-    def events_by_id(self, dt: DeltaTable | None, ids: list[str]) -> list[Event]:
-        dt = dt or self._table()
-        table = read_arrow(dt, EVENTS_SCHEMA, filter=pc.field("event_id").isin(ids))
-        return list(table_to_events(table))
-
     def _seal_table(self, fresh: Sequence[NewEvent], head: Head, version: int, *,
                     protect: bool = True) -> tuple[pa.Table, Head]:
         """Rows for ``fresh`` placed after ``head`` and sealed into the chain, and the new head."""
@@ -507,7 +419,3 @@ class EventLog:
     def _publish_head(self, head: Head, keep: int = 16) -> None:
         if self.layout.is_local:
             publish_head(self.layout.heads, head, keep=keep)
-
-    def published_head(self) -> Head | None:
-        """The newest head published under receipts/heads (None when none was published)."""
-        return read_published_head(self.layout.heads) if self.layout.is_local else None
