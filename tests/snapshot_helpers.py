@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 
 from refold.fold.events import Event, Fact
+from refold.fold.incremental import LiveFold
 from refold.fold.extractors.rules import RulesExtractor
 from refold.fold.spec import FoldSpec
 
@@ -52,3 +53,15 @@ def memory_log(steps: Sequence[tuple], *, tenant: str = "t") -> list[Event]:
             justification="test", link=link,
         ))
     return events
+
+
+def folded(steps: Sequence[tuple]) -> LiveFold:
+    """A refreshed LiveFold of :func:`memory_log` ``steps`` with the counting rules' spec."""
+    spec = CountingRules().default_spec()
+    events = memory_log(steps)
+    extractions = {x.event_id: x for x in CountingRules().extract(events, spec)}
+    live = LiveFold.empty(spec)
+    for e in events:
+        live.apply(e, extractions.get(e.event_id))
+    live.refresh()
+    return live

@@ -12,7 +12,7 @@ from refold.fold.snapshot_codec import (EDGE_ATTRS, EDGE_SCHEMA, NODE_SCHEMA, de
                                         stats_from_json, stats_to_json)
 from refold.fold.spec import FoldSpec
 from tests.fold_helpers import canonical_graph
-from tests.snapshot_helpers import CountingRules, memory_log
+from tests.snapshot_helpers import folded
 
 STEPS = [("Ann", "lives_in", "Oslo", 1, False, True), ("Ann", "lives_in", "Rome", 5, False, False),
          ("The Ann", "lives_in", "Rome", 6, False, False), ("Ann", "works_at", "Acme", None, False, False),
@@ -20,14 +20,7 @@ STEPS = [("Ann", "lives_in", "Oslo", 1, False, True), ("Ann", "lives_in", "Rome"
 
 
 def _live() -> LiveFold:
-    spec = CountingRules().default_spec()
-    events = memory_log(STEPS)
-    extractions = {x.event_id: x for x in CountingRules().extract(events, spec)}
-    live = LiveFold.empty(spec)
-    for e in events:
-        live.apply(e, extractions.get(e.event_id))
-    live.refresh()
-    return live
+    return folded(STEPS)
 
 
 def test_round_trip_is_exact_roll_ups_included():

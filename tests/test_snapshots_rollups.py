@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from refold.fold.incremental import LiveFold
 from refold.fold.rollups import apply_rollups
 from tests.fold_helpers import canonical_graph
-from tests.snapshot_helpers import OBJECTS, RELATIONS, SUBJECTS, CountingRules, memory_log
+from tests.snapshot_helpers import OBJECTS, RELATIONS, SUBJECTS, CountingRules, folded, memory_log
 
 step = st.tuples(st.sampled_from(SUBJECTS), st.sampled_from(RELATIONS), st.sampled_from(OBJECTS),
                  st.one_of(st.none(), st.integers(min_value=0, max_value=60)),
@@ -22,14 +22,7 @@ step = st.tuples(st.sampled_from(SUBJECTS), st.sampled_from(RELATIONS), st.sampl
 
 
 def _folded(steps) -> LiveFold:
-    spec = CountingRules().default_spec()
-    events = memory_log(steps)
-    extractions = {x.event_id: x for x in CountingRules().extract(events, spec)}
-    live = LiveFold.empty(spec)
-    for e in events:
-        live.apply(e, extractions.get(e.event_id))
-    live.refresh()
-    return live
+    return folded(steps)
 
 
 def _recomputed(live: LiveFold) -> nx.MultiDiGraph:
