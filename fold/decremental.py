@@ -28,7 +28,7 @@ what K and the mentioned nodes need, see :func:`region_needs`); then ``outside_m
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from .entities import entity_key, node_id
 from .errors import RefoldError
@@ -73,7 +73,6 @@ class Patch:
     nodes_removed: int = 0
     nodes_renamed: int = 0
     survivors: int = 0  # surviving events re-merged
-    subjects: tuple[str, ...] = field(default=(), repr=False)
 
 
 def accepted(spec: FoldSpec, tenant: str, facts: Iterable[ExtractedFact]
@@ -156,8 +155,7 @@ def remove_events(live: LiveFold, erased_ids: Iterable[str], erased_extractions:
     graph.remove_nodes_from(drop)
     live.contained -= erased
     return Patch(events=len(erased), keys=len(keys), edges_before=len(old), edges_after=len(scratch._edges),
-                 nodes_removed=len(drop), nodes_renamed=len(renamed), survivors=survivors,
-                 subjects=tuple(sorted(subjects)))
+                 nodes_removed=len(drop), nodes_renamed=len(renamed), survivors=survivors)
 
 
 def _remerge(spec: FoldSpec, keys: set[tuple[str, str]], old: Iterable[dict], erased: set[str],

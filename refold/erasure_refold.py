@@ -33,11 +33,11 @@ import networkx as nx
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from refold.fold.decremental import Inputs, NotDecremental, Patch, remove_events
 from refold.fold.errors import RefoldError
 from refold.fold.incremental import LiveFold, paused_gc
+from refold.fold.spec import FoldSpec
 from refold.fold.snapshot_codec import decode_graph, encode_graph, stats_from_json
 from refold.storage.cache import PurgeResult
 from refold.storage.schema import table_to_events
@@ -218,8 +218,9 @@ class SnapshotPatcher:
         target = self._target(erased)
         if target is None:
             return PurgeResult(STORE, 0, ("no snapshot holds the erased events: nothing to patch",))
-        spec, info, tables = target
+        spec, info = target
         try:
+            tables = SnapshotStore(self.mem.layout, storage_options=self.mem.storage_options).read_tables(info)
             with paused_gc():  # many small objects, none cyclic: a full collection would dominate
                 patch = self._patch(spec, info, tables, erased)
         except (NotDecremental, RefoldError, OSError, pa.ArrowException) as exc:
@@ -233,9 +234,9 @@ class SnapshotPatcher:
 
     # -- steps ------------------------------------------------------------------------------------
 
-    def _target(self, erased: set[str]):
-        """(spec, snapshot, its tables) for the newest snapshot of the current spec, if it holds an
-        erased event and can be patched; else None."""
+    def _target(self, erased: set[str]) -> tuple[FoldSpec, SnapshotInfo] | None:
+        """(spec, snapshot) for the newest snapshot of the current spec if it holds an erased
+        event and can be patched, else None (reads only its contained ids)."""
         if self.mem.mode == "shred" or not erased:
             return None
         store = SnapshotStore(self.mem.layout, storage_options=self.mem.storage_options)
@@ -243,16 +244,12 @@ class SnapshotPatcher:
             return None
         spec = self.mem.current_spec()
         snaps = store.newest(spec.hash, at_most=1 << 62)
-        if not snaps:
-            return None
         try:
-            tables = store.read_tables(snaps[0])
-        except RefoldError:
-            return None  # unreadable: the purge deals with it
-        ids = tables["contained"]["event_id"]
-        if not pc.any(pc.is_in(ids, value_set=pa.array(sorted(erased), pa.string()))).as_py():
-            return None
-        return spec, snaps[0], tables
+            if not snaps or not erased & store.contained_ids(snaps[0]):
+                return None
+        except (OSError, pa.ArrowException):
+            return None  # unreadable: the snapshot purge deals with it
+        return spec, snaps[0]
 
     def _patch(self, spec, info: SnapshotInfo, tables: dict[str, pa.Table], erased: set[str]) -> Patch:
         mem = self.mem

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import json
 import threading
 from collections.abc import Iterable, Mapping, Sequence
@@ -52,6 +51,7 @@ class Memory:
             self._appender = self.log_store
         self._states: dict = {}
         self._live: dict = {}  # spec hash → LiveFold: this process's incremental fold (refold.projection)
+        self._spec_at: tuple[int, FoldSpec] | None = None  # (log version, current spec) last seen
         self._fold_lock = threading.RLock()  # the live fold is advanced by one caller at a time
         self._recorded_specs: set[str] = set()  # specs known to be in the log (never erased)
 
@@ -126,11 +126,10 @@ class Memory:
         from refold.folding import recorded_specs
 
         version = self.log_store.version()
-        cached = self.__dict__.get("_spec_at")
-        if cached is None or cached[0] != version:
+        if self._spec_at is None or self._spec_at[0] != version:
             specs = recorded_specs(self)
-            cached = self.__dict__["_spec_at"] = (version, list(specs.values())[-1] if specs else FoldSpec())
-        return cached[1]
+            self._spec_at = (version, list(specs.values())[-1] if specs else FoldSpec())
+        return self._spec_at[1]
 
     def events(self, *, as_of: int | str | datetime | None = None, until: int | None = None) -> list[Event]:
         """Stored events in log order, readable form: shred-mode content decrypted, and events
