@@ -362,3 +362,20 @@ class LiveFold:
                 self.spec.with_(rollups=()),
             )
         return specs
+
+    def adopt_merged(self, part: nx.MultiDiGraph) -> None:
+        """Take in merged edges held outside this fold's graph (an erasure patch works on a region
+        of a snapshot and reads more of it on demand): ``part``'s nodes that the graph lacks are
+        added, and each of its edges — all ``derivation == "extracted"``, none present yet — is
+        added under its fact id and indexed for the merge (fact id → ends, open edges by (subject,
+        relation)) as if it had been merged here. Attribute dicts are copied; roll-ups wait for the
+        caller (``_refresh_rollups``)."""
+        graph, index, open_ = self.graph, self.builder._edges, self.builder._open
+        for n, data in part.nodes(data=True):
+            if n not in graph:
+                graph.add_node(n, **data)
+        for u, v, k, d in part.edges(keys=True, data=True):
+            graph.add_edge(u, v, key=k, **d)
+            index[k] = (u, v)
+            if d["valid_to"] is None:
+                open_.setdefault((u, d["relation"]), []).append(k)

@@ -104,16 +104,7 @@ class _Region:
         rows = pc.and_(self.base, pc.is_in(e["subject"], value_set=subjects))
         rows = pc.and_(rows, pc.invert(pc.is_in(e["fact_id"], value_set=self._ids())))
         part = self._take(rows)
-        graph = self._decode(part)
-        builder = live.builder
-        for n, data in graph.nodes(data=True):
-            if n not in live.graph:
-                live.graph.add_node(n, **data)
-        for u, v, k, d in graph.edges(keys=True, data=True):
-            live.graph.add_edge(u, v, key=k, **d)
-            builder._edges[k] = (u, v)
-            if d["valid_to"] is None:
-                builder._open.setdefault((u, d["relation"]), []).append(k)
+        live.adopt_merged(self._decode(part))
 
     def first_mentions(self, nodes: set[str], erased: set[str]) -> dict[str, tuple[int, str]]:
         """Per node: the earliest surviving (seq, event id) source of its merged edges outside the
