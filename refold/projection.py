@@ -75,8 +75,9 @@ class DeltaSource:
         if self._cached is None or start < self._cached[0]:
             start_read = max(start, 0)
             # only the data files that can hold such rows are read (Delta statistics on seq and kind),
-            # through this process's open handle of the log table (no commit-log replay per fold)
-            with shared_table(self.log.layout.events, self.log.storage_options).fresh() as dt:
+            # through a view of this process's open handle of the log table (the appends since it
+            # was loaded are read from their commit files: no commit-log replay per fold)
+            with shared_table(self.log.layout.events, self.log.storage_options).view() as dt:
                 rows = read_arrow(dt, EVENTS_SCHEMA, prune=[{"seq": (start_read, None)},
                                                             {"kind": ("tombstone", "tombstone")}]).sort_by("seq")
             before = pc.sum(pc.less(rows["seq"], start_read)).as_py() or 0  # rows are sorted by seq

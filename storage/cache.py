@@ -11,11 +11,14 @@ purges rows whose event, or whose request's events, were erased.
 from __future__ import annotations
 
 import json
+import os
 import random
 import time
+import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -24,7 +27,9 @@ from deltalake.exceptions import CommitFailedError
 
 from refold.fold.errors import StoreError
 from refold.fold.extract import ExtractedFact, Extraction, ModelRequest, Rejection
-from .delta_io import Bounds, TableHandle, read_arrow, shared_table
+from . import delta_commit
+from .datafiles import write_file
+from .delta_io import Bounds, TableHandle, TableView, read_arrow, shared_table
 from .layout import Layout
 
 CACHE_SCHEMA = pa.schema(
@@ -50,9 +55,12 @@ CACHE_SCHEMA = pa.schema(
 )
 #: A checkpoint of the cache table every this many commits (see _CONFIG).
 CHECKPOINT_EVERY = 10
+#: columns with statistics in the Delta log: only keys (facts, requests and outputs quote personal data)
+STATS_COLUMNS = ("event_id", "spec_hash", "seq")
+#: pyarrow's writer for refold's own commits: delta-rs's codec (snappy), Parquet statistics on the keys
+PARQUET_OPTIONS = {"compression": "snappy", "write_statistics": list(STATS_COLUMNS)}
 _CONFIG = {
-    # statistics only on keys: facts, requests and outputs quote personal data
-    "delta.dataSkippingStatsColumns": "event_id,spec_hash,seq",
+    "delta.dataSkippingStatsColumns": ",".join(STATS_COLUMNS),
     "delta.enableChangeDataFeed": "false",
     "delta.enableDeletionVectors": "false",
     # delta-rs replays every commit since the last checkpoint on each write and refresh (a fold
@@ -100,7 +108,13 @@ class ExtractionCache:
 
     Cheap to construct and picklable (Ray ships it): the loaded Delta table lives in this
     process's shared handle for the path (:func:`refold.storage.delta_io.shared_table`), which is
-    refreshed incrementally before each use instead of replaying the commit log every call.
+    brought up to date before each use instead of replaying the commit log every call (readers
+    take a view: the loaded table plus the files later append commits added).
+
+    Writes to a local table that refold created commit through refold's own commit path (pyarrow
+    writes the Parquet file, :func:`refold.storage.delta_commit.commit_add` links the commit file
+    into place if that version is still free), as the event log's appends do; other tables
+    (object stores, a protocol or schema refold does not write) through delta-rs.
     """
 
     def __init__(self, layout: Layout, *, storage_options: dict[str, str] | None = None):
@@ -109,21 +123,22 @@ class ExtractionCache:
         #: (table object, its version, spec hash, ids) a get() found absent: a put() of those keys
         #: at that same version need not look again
         self._absent: tuple[DeltaTable, int, str, frozenset[str]] | None = None
+        self._writable: tuple[DeltaTable, int, bool] | None = None  # (table, version, own commits?)
 
     def __getstate__(self) -> dict:  # picklable (Ray): no table object travels
         return {"path": self.path, "storage_options": self.storage_options}
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
-        self._absent = None
+        self._absent = self._writable = None
 
     @property
     def _handle(self) -> TableHandle:
         return shared_table(self.path, self.storage_options)
 
     def _ensure(self) -> None:
-        with self._handle.fresh() as dt:
-            if dt is not None:
+        with self._handle.view() as view:
+            if view is not None:
                 return
             try:
                 DeltaTable.create(self.path, CACHE_SCHEMA, configuration=_CONFIG,
@@ -136,7 +151,7 @@ class ExtractionCache:
 
     def _read(self, *, columns: Sequence[str] | None = None, filter: pc.Expression | None = None,
               prune: list[Bounds] | None = None) -> pa.Table:
-        with self._handle.fresh() as dt:
+        with self._handle.view() as dt:
             if dt is None:
                 table = CACHE_SCHEMA.empty_table()
                 return table.select(list(columns)) if columns else table
@@ -175,13 +190,13 @@ class ExtractionCache:
         flt, prune = (pc.field("spec_hash") == spec_hash) & _ids_filter(ids), _ids_range(ids, spec_hash)
         if seqs is not None:
             prune = [{"seq": span, "spec_hash": (spec_hash, spec_hash)} for span in _spans(seqs)]
-        with self._handle.fresh() as dt:
-            if dt is None:
+        with self._handle.view() as view:
+            if view is None:
                 return {}
-            rows = read_arrow(dt, CACHE_SCHEMA, filter=flt, prune=prune).to_pylist()
+            rows = read_arrow(view, CACHE_SCHEMA, filter=flt, prune=prune).to_pylist()
             found = {r["event_id"]: _row_to_extraction(r) for r in rows}
             if seqs is None:  # (a seq-pruned read does not see rows cached without a seq)
-                self._absent = (dt, dt.version(), spec_hash, frozenset(ids).difference(found))
+                self._absent = (view.dt, view.version(), spec_hash, frozenset(ids).difference(found))
         return found
 
     def frame(self):
@@ -197,10 +212,12 @@ class ExtractionCache:
         """Insert extractions whose key is not cached yet; return the number of rows inserted.
 
         Compare-and-append (as the event log): read which keys the table holds at version ``v``
-        (a pruned read of just these ids), append the others with ``max_commit_retries=0``
-        against ``v``; when another writer committed meanwhile the commit fails, and the keys are
-        checked again on the newer version. So a retried or duplicated batch adds no row twice,
-        and no DataFusion MERGE runs (it cost a full join per write, and wrote string_view files).
+        (a pruned read of just these ids), and create commit ``v + 1`` with the others only if no
+        other writer created it meanwhile (refold's own commit: put-if-absent of the commit file;
+        delta-rs: ``max_commit_retries=0`` against ``v``); when another writer got there first the
+        keys are checked again on the newer version. So a retried or duplicated batch adds no row
+        twice, and no DataFusion MERGE runs (it cost a full join per write, and wrote string_view
+        files).
         """
         if not extractions:
             return 0
@@ -209,35 +226,83 @@ class ExtractionCache:
         handle = self._handle
         reloaded = False
         for attempt in range(max_attempts):
-            with handle.fresh() as dt:
-                if dt is None:
-                    raise StoreError(f"the extraction cache at {self.path} disappeared; fold again")
-                absent = self._absent
-                if (absent is not None and absent[0] is dt and absent[1] == dt.version()
-                        and all(spec == absent[2] and eid in absent[3] for eid, spec in unique)):
-                    present: set[tuple[str, str]] = set()  # get() just saw none of them at this version
-                else:
-                    present = _present(dt, unique)
-                fresh = [x for key, x in unique.items() if key not in present]
-                if not fresh:
-                    return 0
-                try:
-                    write_deltalake(dt, _to_table(fresh, seqs or {}), mode="append",
-                                    commit_properties=CommitProperties(max_commit_retries=0),
-                                    storage_options=self.storage_options)
-                    self._absent = None
-                    _checkpoint_older_table(dt)
-                    return len(fresh)
-                except CommitFailedError:
-                    pass  # another writer landed first: check the keys again on the newer version
-                except Exception as exc:  # ambiguous: the commit may have landed before the error
-                    handle.forget()
-                    if not reloaded:
-                        reloaded = True
-                        continue  # the next round sees whether it landed (then nothing is left)
-                    raise StoreError(f"extraction cache write failed ({exc}); it is safe to retry") from exc
+            try:
+                with handle.lock:
+                    own = self._own_commits()
+                    with handle.view() if own else handle.fresh() as dt:
+                        if dt is None:
+                            raise StoreError(f"the extraction cache at {self.path} disappeared; fold again")
+                        fresh = self._fresh(dt, unique)
+                        if not fresh:
+                            return 0
+                        rows = _to_table(fresh, seqs or {})
+                        if own:
+                            self._commit(dt.version() + 1, rows)
+                        else:
+                            write_deltalake(dt, rows, mode="append",
+                                            commit_properties=CommitProperties(max_commit_retries=0),
+                                            storage_options=self.storage_options)
+                            _checkpoint_older_table(dt)
+                        self._absent = None
+                        return len(fresh)
+            except CommitFailedError:
+                pass  # another writer landed first: check the keys again on the newer version
+            except StoreError:
+                raise
+            except Exception as exc:  # ambiguous: the commit may have landed before the error
+                handle.forget()
+                self._writable = None
+                if not reloaded:
+                    reloaded = True
+                    continue  # the next round sees whether it landed (then nothing is left)
+                raise StoreError(f"extraction cache write failed ({exc}); it is safe to retry") from exc
             time.sleep(random.uniform(0, min(0.01 * (attempt + 1), 0.2)))
         raise StoreError(f"extraction cache: gave up after {max_attempts} commit conflicts; retry")
+
+    def _own_commits(self) -> bool:
+        """Whether refold commits this table itself (local, and as refold created it); decided
+        again whenever delta-rs has (re)loaded the table (a protocol change reloads it)."""
+        if "://" in self.path or not delta_commit.ENABLED:
+            return False
+        with self._handle.view() as view:
+            if view is None:
+                return False
+            known = self._writable
+            if known is None or known[0] is not view.dt or known[1] != view.base:
+                ok = delta_commit.unsupported(view.dt, schema=CACHE_SCHEMA, stats_columns=STATS_COLUMNS) is None
+                known = self._writable = (view.dt, view.base, ok)
+            return known[2]
+
+    def _fresh(self, dt: DeltaTable | TableView, unique: dict[tuple[str, str], Extraction]) -> list[Extraction]:
+        """The extractions of ``unique`` whose key ``dt`` (the newest version) does not hold."""
+        absent = self._absent
+        base = dt.dt if isinstance(dt, TableView) else dt
+        if (absent is not None and absent[0] is base and absent[1] == dt.version()
+                and all(spec == absent[2] and eid in absent[3] for eid, spec in unique)):
+            return list(unique.values())  # get() just saw none of them at this version
+        present = _present(dt, unique)
+        return [x for key, x in unique.items() if key not in present]
+
+    def _commit(self, version: int, rows: pa.Table) -> None:
+        """Create commit ``version`` adding ``rows`` (refold's own commit; CommitFailedError when
+        another writer took that version, and then its data file is removed at once)."""
+        folder = Path(os.path.abspath(self.path))
+        add = write_file(rows, folder, options=PARQUET_OPTIONS, stats_columns=STATS_COLUMNS)
+        try:
+            delta_commit.commit_add(folder, version, add, {})
+        except CommitFailedError:
+            (folder / add["path"]).unlink(missing_ok=True)  # nobody can reference it
+            raise
+        try:
+            with self._handle.view() as view:
+                config = view.dt.metadata().configuration if view is not None else {}
+            if delta_commit.checkpoint_due(version, int(config.get("delta.checkpointInterval", CHECKPOINT_EVERY))):
+                with self._handle.fresh() as dt:  # what delta-rs's post-commit hook does
+                    if dt is not None:
+                        delta_commit.post_commit(dt)
+        except Exception as exc:  # noqa: BLE001 - the commit landed; only later reads are slower
+            warnings.warn(f"refold: checkpointing the extraction cache at {self.path} failed ({exc})",
+                          RuntimeWarning, stacklevel=3)
 
     def purge(self, event_ids: Iterable[str]) -> PurgeResult:
         """Delete rows built from any of ``event_ids`` (as the key or inside the request)."""
@@ -304,7 +369,7 @@ def _spans(seqs: Iterable[int], most: int = 32) -> list[tuple[int, int]]:
     return [(a, b) for a, b in spans]
 
 
-def _present(dt: DeltaTable, unique: dict[tuple[str, str], Extraction]) -> set[tuple[str, str]]:
+def _present(dt: DeltaTable | TableView, unique: dict[tuple[str, str], Extraction]) -> set[tuple[str, str]]:
     """Which of these (event_id, spec_hash) keys the table holds at ``dt``'s version."""
     ids = sorted({eid for eid, _ in unique})
     rows = read_arrow(dt, CACHE_SCHEMA, columns=["event_id", "spec_hash"], filter=_ids_filter(ids),

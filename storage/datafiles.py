@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import uuid
+from collections.abc import Sequence
 from datetime import timezone
 from pathlib import Path
 
@@ -67,19 +68,24 @@ def write_rows(dt: DeltaTable, rows: pa.Table, props: CommitProperties, *,
                     writer_properties=WRITER_PROPERTIES, storage_options=storage_options)
 
 
-def write_file(rows: pa.Table, folder: Path) -> dict:
-    """Write ``rows`` as a new Parquet file in the table folder; return its ``add`` action (JSON)."""
+def write_file(rows: pa.Table, folder: Path, *, options: dict | None = None,
+               stats_columns: Sequence[str] = STATS_COLUMNS) -> dict:
+    """Write ``rows`` as a new Parquet file in the table folder; return its ``add`` action (JSON).
+
+    ``options`` (pyarrow ``write_table`` keywords; default :data:`PARQUET_OPTIONS`) and
+    ``stats_columns`` (the table's ``delta.dataSkippingStatsColumns``) default to the event log's.
+    """
     name = f"part-00000-{uuid.uuid4()}-c000.parquet"  # delta-rs's pattern, without one codec in it
     path = folder / name
-    pq.write_table(rows, path, **PARQUET_OPTIONS)
+    pq.write_table(rows, path, **(PARQUET_OPTIONS if options is None else options))
     stat = os.stat(path)
     return {"path": name, "partitionValues": {}, "size": stat.st_size,
             "modificationTime": stat.st_mtime_ns // 1_000_000, "dataChange": True,
-            "stats": add_stats(rows)}
+            "stats": add_stats(rows, stats_columns)}
 
 
-def add_stats(rows: pa.Table) -> str:
-    """The add action's ``stats`` JSON: row count, and min, max and null count of the stats columns.
+def add_stats(rows: pa.Table, stats_columns: Sequence[str] = STATS_COLUMNS) -> str:
+    """The add action's ``stats`` JSON: row count, and min, max and null count of ``stats_columns``.
 
     Exact values: timestamps to the microsecond (delta-rs cuts them to the millisecond, which
     makes its maximum smaller than the real one), strings uncut.
@@ -87,7 +93,7 @@ def add_stats(rows: pa.Table) -> str:
     mins: dict[str, object] = {}
     maxs: dict[str, object] = {}
     nulls: dict[str, int] = {}
-    for name in STATS_COLUMNS:
+    for name in stats_columns:
         column = rows[name]
         nulls[name] = column.null_count
         bounds = pc.min_max(column)

@@ -24,7 +24,9 @@ commit an append needs is small and fully specified by the Delta protocol
 A writer must honour the table's protocol. :func:`unsupported` accepts only what refold's own
 ``DeltaTable.create`` makes: reader version 1, writer version 1 or 2 without table features
 (writer 2 adds ``delta.appendOnly``, which an add-only commit satisfies, and column invariants,
-refused here), no partition columns, refold's schema and stats columns. Anything else (a table
+refused here), no partition columns, the schema and stats columns refold created the table with
+(the event log's, or the extraction cache's: :mod:`refold.storage.cache` commits its local
+appends the same way). Anything else (a table
 upgraded by another tool, a check constraint, column mapping, deletion vectors, CDF) makes
 refold commit through delta-rs instead.
 
@@ -36,6 +38,7 @@ does the same for refold's commits.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import time
@@ -43,6 +46,7 @@ import uuid
 import warnings
 from pathlib import Path
 
+import pyarrow as pa
 from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError
 from deltalake.schema import Schema as DeltaSchema
@@ -52,16 +56,26 @@ from .schema import EVENTS_SCHEMA, STATS_COLUMNS
 #: refold commits local appends itself (False: every commit through delta-rs; tests flip it)
 ENABLED = True
 
-_SCHEMA_JSON = json.loads(DeltaSchema.from_arrow(EVENTS_SCHEMA).to_json())
 _ENGINE = "refold"
+
+
+@functools.lru_cache(maxsize=8)
+def _schema_json(schema: pa.Schema) -> dict:
+    """The Delta schema ``DeltaTable.create`` stores for ``schema`` (as parsed JSON)."""
+    return json.loads(DeltaSchema.from_arrow(schema).to_json())
 
 
 def log_name(version: int) -> str:
     return f"{version:020d}.json"
 
 
-def unsupported(dt: DeltaTable) -> str | None:
-    """Why refold must not write ``dt``'s commits itself (None: it may)."""
+def unsupported(dt: DeltaTable, *, schema: pa.Schema = EVENTS_SCHEMA,
+                stats_columns: tuple[str, ...] = STATS_COLUMNS) -> str | None:
+    """Why refold must not write ``dt``'s commits itself (None: it may).
+
+    ``schema`` and ``stats_columns``: what refold created the table with (default: the event
+    log's; the extraction cache passes its own).
+    """
     if not ENABLED:
         return "disabled"
     protocol = dt.protocol()
@@ -73,11 +87,11 @@ def unsupported(dt: DeltaTable) -> str | None:
     if metadata.partition_columns:
         return "partitioned"
     config = metadata.configuration
-    if tuple(config.get("delta.dataSkippingStatsColumns", "").split(",")) != STATS_COLUMNS:
+    if tuple(config.get("delta.dataSkippingStatsColumns", "").split(",")) != tuple(stats_columns):
         return "other stats columns"
     if any(k.startswith("delta.constraints.") for k in config):
         return "check constraints"
-    if json.loads(dt.schema().to_json()) != _SCHEMA_JSON:  # also: no invariants, no column mapping
+    if json.loads(dt.schema().to_json()) != _schema_json(schema):  # also: no invariants, no column mapping
         return "other schema"
     return None
 

@@ -70,7 +70,7 @@ class LogReader:
         if wanted is not None and "seq" not in wanted:
             wanted.append("seq")  # needed for the order; callers may ignore it
         if prune is not None and version is None:
-            with shared_table(self.layout.events, self.storage_options).fresh() as dt:
+            with shared_table(self.layout.events, self.storage_options).view() as dt:
                 table = read_arrow(dt, EVENTS_SCHEMA, columns=wanted, filter=filter, prune=prune)
             return table.sort_by("seq")
         return read_arrow(self._table(version), EVENTS_SCHEMA, columns=wanted, filter=filter,
