@@ -110,6 +110,12 @@ class LiveFold:
     #: last_seq at the previous refresh, and the ids of the events applied since
     _since: int = -1
     _tail_ids: set[str] = field(default_factory=set)
+    #: objects of the facts applied since the last refresh (``_touched`` holds their subjects)
+    _objects: set[str] = field(default_factory=set)
+    #: (node, leaving?) → relation → {fact id: attrs} of the merged edges of that relation leaving
+    #: (entering) the node: the compose rules' partners, found without scanning every edge of a
+    #: hub such as an employer
+    _partners: dict[tuple[str, bool], dict[str, dict[str, dict]]] = field(default_factory=dict)
 
     # -- construction -------------------------------------------------------------------------
 
@@ -193,6 +199,7 @@ class LiveFold:
         for subject, obj in touched:
             s, o = _node_id(event.tenant, subject), _node_id(event.tenant, obj)
             self._touched.add(s)
+            self._objects.add(o)
             self._new_nodes.update((s, o))
 
     def refresh(self) -> int:
@@ -211,6 +218,7 @@ class LiveFold:
                 if data is not None and "summary" not in data:
                     data["summary"], data["summary_sources"] = {}, []
         self._touched.clear()
+        self._objects.clear()
         self._new_nodes.clear()
         self._tail_ids.clear()
         self._since = self.last_seq
@@ -248,6 +256,7 @@ class LiveFold:
                     del self._by_input[i]
 
     def _full_rollups(self) -> None:
+        self._partners.clear()
         graph = self.graph
         old = [(u, v, k) for u, v, k, d in graph.edges(keys=True, data="derivation") if d != "extracted"]
         graph.remove_edges_from(old)
@@ -264,6 +273,11 @@ class LiveFold:
         were closed by one of the events applied since."""
         succ = self.graph._succ  # networkx's adjacency dicts: the views cost more than the work here
         since, tail_ids = self._since, self._tail_ids
+        partners = self._partners
+        for n in self._touched:  # the ends of every edge the merge added since the last refresh
+            partners.pop((n, True), None)
+        for n in self._objects:
+            partners.pop((n, False), None)
         touched: dict[str, tuple[str, str]] = {}
         own: dict[str, list[dict]] = {}  # every merged out-edge per subject, for its summary
         for s in subjects:
@@ -274,10 +288,31 @@ class LiveFold:
                         mine.append(d)
                         if d["source_seqs"][-1] > since or d["ended_by"] in tail_ids:
                             touched[k] = (s, v)
-        self._refresh_rollups(subjects, touched, _own=own)
+        self._refresh_rollups(subjects, touched, _own=own, _merged_only=True)
+
+    def _partners_of(self, node: str, relation: str, leaving: bool, keep: bool) -> dict[str, dict]:
+        """The merged edges of ``relation`` leaving (or entering) ``node``, by fact id.
+
+        Kept between refreshes: the merge only ever adds edges (and changes attributes in place),
+        and the ends of every added edge are in ``_touched`` and ``_objects`` until the refresh
+        drops their entries;
+        any other change to the merged edges comes with a call of :meth:`_refresh_rollups` from
+        outside, which drops them all and keeps none it finds (``keep``: the caller may not yet be
+        done changing the graph, e.g. an erasure removes nodes afterwards).
+        """
+        mine = self._partners.get((node, leaving))
+        found = None if mine is None else mine.get(relation)
+        if found is None:
+            adjacency = (self.graph._succ if leaving else self.graph._pred)[node]
+            found = {k: d for keydict in adjacency.values() for k, d in keydict.items()
+                     if d["relation"] == relation and d["derivation"] == "extracted"}
+            if keep:
+                self._partners.setdefault((node, leaving), {})[relation] = found
+        return found
 
     def _refresh_rollups(self, subjects: set[str], touched: dict[str, tuple[str, str]],
-                         removed: Iterable[str] = (), *, _own: dict[str, list[dict]] | None = None) -> None:
+                         removed: Iterable[str] = (), *, _own: dict[str, list[dict]] | None = None,
+                         _merged_only: bool = False) -> None:
         """Bring derived edges and summaries up to date after a change to the merged edges.
 
         ``subjects``: entities whose summaries are recomputed (every subject with a new, changed
@@ -286,8 +321,11 @@ class LiveFold:
         graph. Derived edges built from a touched or removed edge are recomputed from the touched
         edges and their compose-rule partners (a removed input leaves none) with
         :func:`~refold.fold.rollups.derive`, the rules' one implementation; ``_derived`` and
-        ``_by_input`` follow. (``_own``: the subjects' merged out-edges, when the caller has them.)
+        ``_by_input`` follow. (``_own``: the subjects' merged out-edges, when the caller has them;
+        ``_merged_only``: the merged edges changed only by :meth:`apply` since the last refresh.)
         """
+        if not _merged_only:  # edges were removed or replaced: no partner list is trusted
+            self._partners.clear()
         graph = self.graph
         succ, pred = graph._succ, graph._pred  # the adjacency dicts (views cost more than the work)
         changed = {fid: succ[u][v][fid] for fid, (u, v) in touched.items()}
@@ -299,15 +337,9 @@ class LiveFold:
             heads = {d["object"] for d in changed.values() if d["relation"] == first}
             tails = {d["subject"] for d in changed.values() if d["relation"] == second}
             for n in heads:
-                for keydict in succ[n].values():
-                    for k, d in keydict.items():
-                        if d["relation"] == second and d["derivation"] == "extracted":
-                            partners[k] = d
+                partners.update(self._partners_of(n, second, True, _merged_only))
             for n in tails:
-                for keydict in pred[n].values():
-                    for k, d in keydict.items():
-                        if d["relation"] == first and d["derivation"] == "extracted":
-                            partners[k] = d
+                partners.update(self._partners_of(n, first, False, _merged_only))
         # compose rules over the changed edges and their partners (a derived edge of two
         # partners alone is unchanged), the other rules over the changed edges alone
         fresh = {d["fact_id"]: d for d in derive(others.rollups, changed.values())} if changed else {}
@@ -371,6 +403,7 @@ class LiveFold:
         relation)) as if it had been merged here. Attribute dicts are copied; roll-ups wait for the
         caller (``_refresh_rollups``)."""
         graph, index, open_ = self.graph, self.builder._edges, self.builder._open
+        self._partners.clear()  # edges added outside apply(): no partner list is complete now
         for n, data in part.nodes(data=True):
             if n not in graph:
                 graph.add_node(n, **data)
