@@ -2,8 +2,9 @@
 
 Every append seals its events here, so plain events are sealed column by column: their fields
 become Arrow arrays once (the arrays the row table is made of), the canonical header of every row
-is assembled from those arrays with Arrow string kernels, and Python only runs the three SHA-256
-per event (content digest, commitment, link) over bytes Arrow prepared. A protector that changes
+is assembled from those arrays with Arrow string kernels, and the three SHA-256 per event
+(content digest, commitment, link) run over the Arrow buffers in one native call per batch
+(storage/_sealhash.c, a loop over OpenSSL; hashlib per value where it was not built). A protector that changes
 stored fields (shred mode encrypts content), and a batch too small to repay the kernel calls, take
 the general path: one ``Event`` per row, sealed with :func:`~refold.fold.chain.seal`. Both give
 the same bytes for the same input (tests compare them on random events, escapes and all).
@@ -25,6 +26,11 @@ import pyarrow.compute as pc
 from refold.fold.chain import DOMAIN, HEADER_FIELDS, canonical_time, seal
 from refold.fold.events import Event, NewEvent
 from .schema import EVENTS_SCHEMA, events_to_table
+
+try:  # built at install from storage/_sealhash.c when a C compiler and OpenSSL headers are there
+    from . import _sealhash
+except ImportError:  # pragma: no cover - exercised by forcing the fallback in tests
+    _sealhash = None
 
 _TYPES = {f.name: f.type for f in EVENTS_SCHEMA}
 #: string columns stored exactly as the NewEvent holds them (all but content are in the header)
@@ -102,26 +108,61 @@ def _seal_plain(fresh: Sequence[NewEvent], *, first_seq: int, prev_link: str,
         values[name] = _json_strings(pc.strftime(cols[name], format="%Y-%m-%dT%H:%M:%S+00:00"))
     header = _header(values)
 
-    # commitment = H(domain ‖ header ‖ H(salt ‖ content)); link = H(prev_link ‖ commitment)
-    sha = hashlib.sha256
-    content_digests = [sha(x).digest() for x in _concat(_fixed(salts, 16, n), cols["content"])]
-    commitments = [sha(x).digest() for x in _concat(DOMAIN, header, _fixed(b"".join(content_digests), 32, n))]
-    prev = bytes.fromhex(prev_link)
-    chain = [prev]
-    for commitment in commitments:  # sequential by design: each link covers the one before
-        prev = sha(prev + commitment).digest()
-        chain.append(prev)
-    links = _hex(b"".join(chain), n + 1)
+    commitments = commit_digests(salts, cols["content"], header)
+    chain = chain_links(bytes.fromhex(prev_link), commitments)
+    links = _hex(chain, n + 1)
 
     cols.update(
         recorded_at=pa.repeat(pa.scalar(recorded_at, _TYPES["recorded_at"]), n),
         table_version=pa.repeat(pa.scalar(table_version, pa.int64()), n),
         salt=_hex(salts, n), cipher=pa.nulls(n, pa.string()), erasure_id=pa.nulls(n, pa.string()),
         key_ids=pa.ListArray.from_arrays(pa.repeat(pa.scalar(0, pa.int32()), n + 1), pa.array([], pa.string())),
-        commitment=_hex(b"".join(commitments), n), prev_link=links.slice(0, n), link=links.slice(1, n),
+        commitment=_hex(commitments, n), prev_link=links.slice(0, n), link=links.slice(1, n),
     )
     table = pa.table([cols[name] for name in EVENTS_SCHEMA.names], schema=EVENTS_SCHEMA)
-    return table, prev.hex()
+    return table, chain[-32:].hex()
+
+
+def commit_digests(salts: bytes, contents: pa.Array, headers: pa.Array) -> bytes:
+    """Per row, H(DOMAIN ‖ header ‖ H(salt ‖ content)): 32 bytes each, one after the other.
+
+    ``salts`` holds 16 bytes per row; ``contents`` and ``headers`` are string or binary arrays
+    without nulls (contents as UTF-8, headers as canonical JSON).
+    """
+    n = len(contents)
+    if _sealhash is not None:
+        content, header = _plain_binary(contents), _plain_binary(headers)
+        return _sealhash.commit(n, salts, *_offsets_and_data(content), content.offset,
+                                *_offsets_and_data(header), header.offset, DOMAIN)
+    sha = hashlib.sha256
+    digests = b"".join(sha(x).digest() for x in _concat(_fixed(salts, 16, n), contents))
+    return b"".join(sha(x).digest() for x in _concat(DOMAIN, headers, _fixed(digests, 32, n)))
+
+
+def chain_links(prev: bytes, commitments: bytes) -> bytes:
+    """``prev``, then each link H(link before ‖ commitment): 32 bytes each (one more than rows)."""
+    if _sealhash is not None:
+        return _sealhash.chain(prev, commitments)
+    sha = hashlib.sha256
+    chain = [prev]
+    for i in range(0, len(commitments), 32):  # sequential by design: each link covers the one before
+        prev = sha(prev + commitments[i:i + 32]).digest()
+        chain.append(prev)
+    return b"".join(chain)
+
+
+def _plain_binary(values: pa.Array) -> pa.Array:
+    """``values`` as a binary array with int32 offsets and no nulls (what the native loop reads)."""
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    if values.null_count:
+        raise ValueError("sealing: a hashed column holds nulls")
+    return values if values.type == pa.binary() else pc.cast(values, pa.binary())
+
+
+def _offsets_and_data(values: pa.Array) -> tuple[pa.Buffer, pa.Buffer | bytes]:
+    _, offsets, data = values.buffers()
+    return offsets, b"" if data is None else data
 
 
 def _user_columns(fresh: Sequence[NewEvent]) -> dict[str, pa.Array]:

@@ -9,15 +9,19 @@ zone. Pure functions; nothing is mocked.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from datetime import datetime, timedelta, timezone
 
+import pyarrow as pa
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from refold.fold.chain import GENESIS, HEADER_FIELDS, reference_header_bytes, seal
+from refold.fold.chain import DOMAIN, GENESIS, HEADER_FIELDS, reference_header_bytes, seal
 from refold.fold.events import Event, Fact, NewEvent
+from refold.storage import sealing
 from refold.storage.schema import EVENTS_SCHEMA, events_to_table, table_to_events
 from refold.storage.sealing import COLUMN_WISE_FROM, _seal_plain, seal_rows
 
@@ -132,3 +136,65 @@ def test_seal_rows_takes_either_path_with_the_same_result():
         assert table.schema == EVENTS_SCHEMA and table.num_rows == n
         expected = _by_seal(new, table, first_seq=0, prev_link=GENESIS, recorded_at=when, version=1)
         assert list(table_to_events(table)) == expected and last == expected[-1].link
+
+
+# -- the native hashing loop (storage/_sealhash.c) ---------------------------------------------------
+
+def test_the_native_hashing_loop_is_built():
+    """The install (setup.py) compiles storage/_sealhash.c where a C compiler and the OpenSSL headers
+    exist, as on every machine this project runs its tests on; without it appends are a few times
+    slower (hashlib per value), so a silent fallback here would hide a broken build."""
+    assert sealing._sealhash is not None, (
+        "refold.storage._sealhash was not built: install a C compiler and OpenSSL headers "
+        "(Debian: gcc libssl-dev) and reinstall with `pip install -e .`")
+
+
+_bytes = st.binary(max_size=300)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(_bytes, _bytes), min_size=0, max_size=40), st.integers(0, 5), st.binary(min_size=32, max_size=32))
+def test_native_hashes_equal_hashlib(rows, cut, prev):
+    """commit_digests and chain_links give hashlib's bytes, sliced arrays (offset > 0) included."""
+    contents = pa.array([b"x"] * cut + [c for c, _ in rows], pa.binary()).slice(cut)
+    headers = pa.array([h for _, h in rows] + [b"y"] * cut, pa.binary())
+    salts = os.urandom(16 * len(rows))
+    sha = hashlib.sha256
+    expected = b"".join(
+        sha(DOMAIN + h + sha(salts[16 * i:16 * i + 16] + c).digest()).digest() for i, (c, h) in enumerate(rows))
+    links, link = [prev], prev
+    for i in range(len(rows)):
+        link = sha(link + expected[32 * i:32 * i + 32]).digest()
+        links.append(link)
+    assert sealing.commit_digests(salts, contents, headers) == expected
+    assert sealing.chain_links(prev, expected) == b"".join(links)
+
+
+def test_the_hashlib_fallback_seals_the_same_bytes(monkeypatch):
+    """Where the native loop was not built, sealing runs hashlib per value: same stored rows."""
+    new = [_plain(i, content=f"c{i} \u2028 é\"") for i in range(40)]
+    kwargs = dict(first_seq=7, prev_link="ab" * 32, recorded_at=datetime(2026, 1, 2, tzinfo=timezone.utc),
+                  table_version=3, salts=os.urandom(16 * len(new)))
+    native, native_head = _seal_plain(new, **kwargs)
+    monkeypatch.setattr(sealing, "_sealhash", None)
+    fallback, fallback_head = _seal_plain(new, **kwargs)
+    assert fallback.equals(native) and fallback_head == native_head
+    assert native_head == native["link"][-1].as_py()
+
+
+def test_the_native_loop_rejects_malformed_buffers():
+    """Offsets that point outside the data, or salts of the wrong length, raise instead of reading
+    out of bounds."""
+    ok = pa.array([b"abc", b"de"], pa.binary())
+    _, offsets, data = ok.buffers()
+    native = sealing._sealhash
+    with pytest.raises(ValueError, match="out of range"):
+        native.commit(2, bytes(32), offsets, data.to_pybytes()[:-1], 0, offsets, data, 0, DOMAIN)
+    with pytest.raises(ValueError, match="too short"):
+        native.commit(3, bytes(48), offsets, data, 0, offsets, data, 0, DOMAIN)
+    with pytest.raises(ValueError, match="salts"):
+        native.commit(2, bytes(31), offsets, data, 0, offsets, data, 0, DOMAIN)
+    with pytest.raises(ValueError, match="32 bytes"):
+        native.chain(bytes(31), bytes(32))
+    with pytest.raises(ValueError, match="nulls"):
+        sealing.commit_digests(bytes(32), pa.array([b"a", None]), ok)
