@@ -281,13 +281,11 @@ class LiveFold:
         touched: dict[str, tuple[str, str]] = {}
         own: dict[str, list[dict]] = {}  # every merged out-edge per subject, for its summary
         for s in subjects:
-            mine = own[s] = []
-            for v, keydict in succ[s].items():
-                for k, d in keydict.items():
-                    if d["derivation"] == "extracted":
-                        mine.append(d)
-                        if d["source_seqs"][-1] > since or d["ended_by"] in tail_ids:
-                            touched[k] = (s, v)
+            mine = own[s] = [d for keydict in succ[s].values() for d in keydict.values()
+                             if d["derivation"] == "extracted"]
+            for d in mine:  # (a merged edge's key is its fact id, and it points at its object)
+                if d["source_seqs"][-1] > since or d["ended_by"] in tail_ids:
+                    touched[d["fact_id"]] = (s, d["object"])
         self._refresh_rollups(subjects, touched, _own=own, _merged_only=True)
 
     def _partners_of(self, node: str, relation: str, leaving: bool, keep: bool) -> dict[str, dict]:

@@ -26,6 +26,7 @@ Rules (documented in the README):
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -33,12 +34,18 @@ from datetime import datetime
 
 import networkx as nx
 
-from .entities import entity_key, node_id
+from .entities import entity_key as _entity_key
+from .entities import node_id as _node_id
 from .events import Event
 from .extract import ExtractedFact, Extraction
 from .spec import FoldSpec
 
 MUTATING_KINDS = frozenset({"retraction"})
+
+# pure functions of a name that a fold asks again and again for the same few names (Unicode
+# normalisation and two regexes each)
+entity_key = functools.lru_cache(maxsize=1 << 16)(_entity_key)
+node_id = functools.lru_cache(maxsize=1 << 16)(_node_id)
 
 
 def fact_id_of(*parts: str) -> str:
@@ -67,6 +74,15 @@ class GraphBuilder:
     #: (subject node, relation) → fact ids of open edges; rebuilt from the graph on load
     _open: dict[tuple[str, str], list[str]] = field(default_factory=dict)
     _edges: dict[str, tuple[str, str]] = field(default_factory=dict)
+    #: relation as stated → (canonical relation, single-valued?) under ``spec``
+    _relations: dict[str, tuple[str, bool]] = field(default_factory=dict)
+
+    def _relation(self, stated: str) -> tuple[str, bool]:
+        known = self._relations.get(stated)
+        if known is None:
+            relation = self.spec.canonical_relation(stated)
+            known = self._relations[stated] = (relation, self.spec.is_single_valued(relation))
+        return known
 
     @classmethod
     def from_graph(cls, spec: FoldSpec, graph: nx.MultiDiGraph, stats: MergeStats) -> "GraphBuilder":
@@ -109,7 +125,7 @@ class GraphBuilder:
         return nid
 
     def _add(self, event: Event, fact: ExtractedFact) -> None:
-        relation = self.spec.canonical_relation(fact.relation)
+        relation, single_valued = self._relation(fact.relation)
         if not entity_key(fact.subject) or not entity_key(fact.object) or not relation:
             self.stats.rejected += 1
             return
@@ -121,7 +137,7 @@ class GraphBuilder:
         for fid in open_ids:
             u, v = self._edges[fid]
             if v == o:  # corroboration of an open edge
-                data = self.graph.edges[u, v, fid]
+                data = self.graph._succ[u][v][fid]
                 if event.event_id not in data["sources"]:
                     data["sources"].append(event.event_id)
                     data["source_seqs"].append(event.seq)
@@ -135,10 +151,10 @@ class GraphBuilder:
         if fid in self._edges:  # the same event stated the same fact twice
             return
         new_open = end is None
-        if self.spec.is_single_valued(relation) and end is None:
+        if single_valued and end is None:
             for old in list(open_ids):
                 u, v = self._edges[old]
-                data = self.graph.edges[u, v, old]
+                data = self.graph._succ[u][v][old]
                 if start < data["valid_from"]:
                     # the new fact describes the past: it ends where the current one begins
                     end = data["valid_from"] if end is None else min(end, data["valid_from"])
@@ -165,12 +181,12 @@ class GraphBuilder:
         fact = event.fact
         assert fact is not None
         s, o = node_id(event.tenant, fact.subject), node_id(event.tenant, fact.object)
-        relation = self.spec.canonical_relation(fact.relation)
+        relation = self._relation(fact.relation)[0]
         when = event.valid_from or event.recorded_at
         for fid in list(self._open.get((s, relation), [])):
             u, v = self._edges[fid]
             if v == o:
-                data = self.graph.edges[u, v, fid]
+                data = self.graph._succ[u][v][fid]
                 data["valid_to"] = when
                 data["ended_by"] = event.event_id
                 self._open[(s, relation)].remove(fid)

@@ -35,13 +35,23 @@ def _overlap(a: dict, b: dict) -> tuple[datetime, datetime | None] | None:
 def _derived(rule: RollupRule, u: str, v: str, inputs: list[dict], start, end) -> dict:
     # (the roll-up path of every fold: one and two inputs are spelled out; a dict display with
     # constant keys, and dict.fromkeys for the order-keeping unions)
-    ids = [d["fact_id"] for d in inputs]
     first = inputs[0]
     if len(inputs) == 1:
+        ids = [first["fact_id"]]
         sources, seqs = list(dict.fromkeys(first["sources"])), list(dict.fromkeys(first["source_seqs"]))
         principals = list(first["source_principals"])
         recorded_seq, recorded_at, confidence = first["recorded_seq"], first["recorded_at"], first["confidence"]
+    elif len(inputs) == 2:  # (list concatenation and two-argument max/min: no generators)
+        second = inputs[1]
+        ids = [first["fact_id"], second["fact_id"]]
+        sources = list(dict.fromkeys(first["sources"] + second["sources"]))
+        seqs = list(dict.fromkeys(first["source_seqs"] + second["source_seqs"]))
+        principals = first["source_principals"] + second["source_principals"]
+        recorded_seq = max(first["recorded_seq"], second["recorded_seq"])
+        recorded_at = max(first["recorded_at"], second["recorded_at"])
+        confidence = min(first["confidence"], second["confidence"])
     else:
+        ids = [d["fact_id"] for d in inputs]
         sources = list(dict.fromkeys(item for d in inputs for item in d["sources"]))
         seqs = list(dict.fromkeys(item for d in inputs for item in d["source_seqs"]))
         principals = [p for d in inputs for p in d["source_principals"]]
