@@ -76,11 +76,26 @@ def write_file(rows: pa.Table, folder: Path, *, options: dict | None = None,
     ``stats_columns`` (the table's ``delta.dataSkippingStatsColumns``) default to the event log's.
     """
     name = f"part-00000-{uuid.uuid4()}-c000.parquet"  # delta-rs's pattern, without one codec in it
+    # encoded in memory, then one write: pyarrow writing to a path resolves a file system and
+    # issues a write per page (~0.5 ms of a 1k-event append here), and O_EXCL makes sure a name
+    # clash can never overwrite another writer's file
+    sink = pa.BufferOutputStream()
+    pq.write_table(rows, sink, **(PARQUET_OPTIONS if options is None else options))
+    data = sink.getvalue()
     path = folder / name
-    pq.write_table(rows, path, **(PARQUET_OPTIONS if options is None else options))
-    stat = os.stat(path)
-    return {"path": name, "partitionValues": {}, "size": stat.st_size,
-            "modificationTime": stat.st_mtime_ns // 1_000_000, "dataChange": True,
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        written = os.write(fd, data)
+        while written < data.size:  # a short write (signals, huge files): write the rest
+            written += os.write(fd, memoryview(data)[written:])
+        mtime_ns = os.fstat(fd).st_mtime_ns
+    except BaseException:
+        os.close(fd)
+        path.unlink(missing_ok=True)  # no commit names it yet: leave no half-written file
+        raise
+    os.close(fd)
+    return {"path": name, "partitionValues": {}, "size": data.size,
+            "modificationTime": mtime_ns // 1_000_000, "dataChange": True,
             "stats": add_stats(rows, stats_columns)}
 
 
