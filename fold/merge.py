@@ -118,7 +118,7 @@ class GraphBuilder:
         if nid not in self.graph:
             self.graph.add_node(nid, tenant=tenant, name=name.strip(), key=entity_key(name), aliases=[])
         else:
-            data = self.graph.nodes[nid]
+            data = self.graph._node[nid]
             surface = name.strip()
             if surface != data["name"] and surface not in data["aliases"]:
                 data["aliases"].append(surface)
