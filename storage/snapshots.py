@@ -39,7 +39,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from refold.fold.errors import StoreError
@@ -78,11 +77,16 @@ def edge_buckets(subjects: pa.ChunkedArray | pa.Array, buckets: int) -> pa.Array
     return pa.array(per_value[encoded.indices.to_numpy(zero_copy_only=False)])
 
 
-def bucket_keys(edges: pa.Table) -> pa.Array:
+def bucket_keys(edges: pa.Table, *, among: pa.Table | None = None) -> pa.Array:
     """The node id that places each edge in a bucket: a merged edge's subject, and for a derived
     edge the subject of its first input. An inverse roll-up's own subject is its input's object;
     keeping it next to its input means that changing one subject's facts rewrites its bucket
-    only (an erasure's patch), not the buckets of everything those facts point at."""
+    only (an erasure's patch), not the buckets of everything those facts point at.
+
+    ``among``: the whole edge table when ``edges`` is a part of it (first inputs are looked up
+    there); an input in neither places the edge by its own subject.
+    """
+    table = edges if among is None else among
     subjects = edges["subject"].combine_chunks()
     inputs = edges["inputs"].combine_chunks()
     offsets = inputs.offsets.to_numpy()
@@ -91,12 +95,16 @@ def bucket_keys(edges: pa.Table) -> pa.Array:
         return subjects
     rows = np.flatnonzero(has)
     first = inputs.values.take(pa.array(offsets[:-1][rows]))
-    where = pc.index_in(first, value_set=edges["fact_id"].combine_chunks())
-    source = np.arange(len(subjects))  # the row whose subject places each row
+    where = pc.index_in(first, value_set=table["fact_id"].combine_chunks())
     found = where.to_numpy(zero_copy_only=False)
     ok = ~np.isnan(found) if found.dtype.kind == "f" else np.ones(len(found), dtype=bool)
-    source[rows[ok]] = found[ok].astype(np.int64)  # an input not in the table: the edge's own subject
-    return subjects.take(pa.array(source))
+    if among is None:  # rows of the same table: a take by row number
+        source = np.arange(len(subjects))  # the row whose subject places each row
+        source[rows[ok]] = found[ok].astype(np.int64)
+        return subjects.take(pa.array(source))
+    keys = np.array(subjects.to_pylist(), dtype=object)  # a part: small
+    keys[rows[ok]] = table["subject"].combine_chunks().take(pa.array(found[ok].astype(np.int64))).to_pylist()
+    return pa.array(keys.tolist(), pa.string())
 
 
 def edge_bucket_count(info: "SnapshotInfo") -> int:
@@ -206,12 +214,15 @@ class SnapshotStore:
         table = pq.read_table(Path(info.path) / "contained.parquet")
         return set(table["event_id"].to_pylist())
 
-    def read_tables(self, info: SnapshotInfo, *, for_decode: bool = False) -> dict[str, pa.Table]:
+    def read_tables(self, info: SnapshotInfo, *, for_decode: bool = False,
+                    contained: bool = True) -> dict[str, pa.Table]:
         """The snapshot's tables by name (nodes, edges, contained), checked against its manifest.
 
-        The edge buckets come back as one table, bucket after bucket. ``for_decode``: repetitive
-        string columns come as Arrow dictionaries (faster to decode;
-        :data:`~refold.fold.snapshot_codec.DICTIONARY_COLUMNS`).
+        The edge buckets come back as one table, bucket after bucket, and ``edge_rows`` as a
+        one-column table of each bucket file's row count (so a row's bucket is known without
+        hashing its key again). ``for_decode``: repetitive string columns come as Arrow
+        dictionaries (faster to decode; :data:`~refold.fold.snapshot_codec.DICTIONARY_COLUMNS`).
+        ``contained=False``: the contained ids are checked but not read (the caller has them).
         """
         folder = Path(info.path)
         try:
@@ -224,14 +235,24 @@ class SnapshotStore:
                                      "digest; delete the folder (refold rebuilds it)")
 
             def read(names: list[str], kind: str) -> pa.Table:
-                # one scan over all of a kind's files (in order): each pq.read_table of a small
-                # bucket file cost ~3 ms of fixed overhead, ten of them 4x the single-file read
-                options = ds.ParquetReadOptions(dictionary_columns=DICTIONARY_COLUMNS.get(kind, ()) if for_decode else ())
-                return ds.dataset([str(folder / f"{name}.parquet") for name in names],
-                                  format=ds.ParquetFileFormat(read_options=options)).to_table()
+                # pq.ParquetFile per file, concatenated (zero-copy): no dataset discovery or
+                # scanner (a dataset scan cost ~3 ms more over two buckets, pq.read_table ~3 ms
+                # of fixed overhead per file)
+                dictionary = DICTIONARY_COLUMNS.get(kind, ()) if for_decode else ()
+                tables = []
+                for name in names:
+                    with pq.ParquetFile(folder / f"{name}.parquet", read_dictionary=dictionary) as fh:
+                        tables.append(fh.read())
+                if kind == "edges":
+                    rows.extend(t.num_rows for t in tables)
+                return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
 
-            return {"nodes": read(["nodes"], "nodes"), "contained": read(["contained"], "contained"),
-                    "edges": read(_edge_files(info), "edges")}
+            rows: list[int] = []
+            out = {"nodes": read(["nodes"], "nodes"), "edges": read(_edge_files(info), "edges")}
+            out["edge_rows"] = pa.table({"rows": pa.array(rows, pa.int64())})
+            if contained:
+                out["contained"] = read(["contained"], "contained")
+            return out
         except (OSError, KeyError, pa.ArrowException) as exc:
             raise StoreError(f"cannot read snapshot {info.path} ({exc}); delete the folder or fold with "
                              "--full") from exc
@@ -261,13 +282,15 @@ class SnapshotStore:
                            sorted(live.contained))
 
     def replace(self, info: SnapshotInfo, *, nodes: pa.Table, edges: pa.Table, contained: list[str],
-                stats, rewrite: set[int] | None = None) -> SnapshotInfo:
+                stats, rewrite: set[int] | None = None, bucket_of: pa.Array | None = None) -> SnapshotInfo:
         """Write a new state for ``info``'s position over it (an erasure's patched snapshot).
 
         ``rewrite``: the edge buckets (of ``info``'s :func:`edge_bucket_count`) whose rows may
         differ; the others are linked from the old folder instead of written again (the same
-        bytes). The new folder is complete before the old one is moved aside; a crash in between
-        leaves a dot-folder that the next purge deletes, and no snapshot at that position.
+        bytes). ``bucket_of``: each edge row's bucket, when the caller knows it (it must equal
+        ``edge_buckets(bucket_keys(edges), buckets)``; computed when None). The new folder is
+        complete before the old one is moved aside; a crash in between leaves a dot-folder that
+        the next purge deletes, and no snapshot at that position.
         """
         if self.root is None:
             raise StoreError("this store keeps no snapshots")
@@ -279,13 +302,15 @@ class SnapshotStore:
             reuse = {b: (Path(info.path) / f"{old_files[b]}.parquet", info.files[old_files[b]])
                      for b in range(buckets) if b not in rewrite}
         written = self._write(info.spec_hash, info.last_seq, info.link, stats, nodes, edges, sorted(contained),
-                              replace=True, buckets=buckets, reuse=reuse)
+                              replace=True, buckets=buckets, reuse=reuse,
+                              which=bucket_of if bucketed else None)
         assert written is not None
         return written
 
     def _write(self, spec_hash: str, last_seq: int, link: str, stats, nodes: pa.Table, edges: pa.Table,
                contained: list[str], *, replace: bool = False, buckets: int | None = None,
-               reuse: dict[int, tuple[Path, str]] | None = None) -> SnapshotInfo | None:
+               reuse: dict[int, tuple[Path, str]] | None = None,
+               which: pa.Array | None = None) -> SnapshotInfo | None:
         assert self.root is not None
         spec_dir = self.root / spec_hash
         final = spec_dir / f"{last_seq:012d}"
@@ -295,7 +320,8 @@ class SnapshotStore:
         try:
             buckets = buckets or bucket_count(edges.num_rows)
             reuse = reuse or {}
-            which = edge_buckets(bucket_keys(edges), buckets)
+            if which is None:
+                which = edge_buckets(bucket_keys(edges), buckets)
             tables = {"nodes": nodes,
                       "contained": pa.table([pa.array(contained, pa.string())], schema=_CONTAINED_SCHEMA)}
             for b in range(buckets):
