@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -68,8 +69,13 @@ def _list_hits(column: pa.ChunkedArray, values: pa.Array) -> pa.Array:
 class _Region:
     """The part of one snapshot's tables that a patch needs, and the splice back."""
 
-    def __init__(self, nodes: pa.Table, edges: pa.Table):
+    def __init__(self, nodes: pa.Table, edges: pa.Table, bucket_rows: list[int] | None = None):
+        """``bucket_rows``: the row count of each edge bucket file, in the order ``edges`` holds
+        them (None: an older snapshot with one edge file)."""
         self.nodes, self.edges = nodes, edges
+        self.bucket = None if bucket_rows is None else np.repeat(np.arange(len(bucket_rows), dtype=np.int32),
+                                                                 bucket_rows)
+        self._in_region: pa.Array | None = None
         self.base = pc.equal(edges["derivation"], "extracted")
         self.edge_ids: set[str] = set()
         self.node_ids: set[str] = set()
@@ -108,30 +114,23 @@ class _Region:
 
     def first_mentions(self, nodes: set[str], erased: set[str]) -> dict[str, tuple[int, str]]:
         """Per node: the earliest surviving (seq, event id) source of its merged edges outside the
-        region (Arrow, one pass for all nodes; the region's own edges the patch reads itself)."""
+        region (the region's own edges the patch reads itself): the sources flattened once, then
+        a masked minimum per node (a handful of nodes; no joins)."""
         rows = self._at(nodes)
         if rows.num_rows == 0:
             return {}
         lists = rows["sources"].combine_chunks()
-        parents = pc.list_parent_indices(lists)
-        flat = pa.table({"row": parents, "event_id": pc.list_flatten(lists),
-                         "seq": pc.list_flatten(rows["source_seqs"].combine_chunks())})
-        flat = flat.filter(pc.invert(pc.is_in(flat["event_id"], value_set=pa.array(sorted(erased), pa.string()))))
-        ends = pa.table({"row": pa.array(range(rows.num_rows), pa.int32()).cast(parents.type),
-                         "subject": rows["subject"], "object": rows["object"]})
+        parents = pc.list_parent_indices(lists).to_numpy()
+        ids = pc.list_flatten(lists)
+        seqs = pc.list_flatten(rows["source_seqs"].combine_chunks()).to_numpy()
+        alive = ~np.asarray(pc.is_in(ids, value_set=pa.array(sorted(erased), pa.string())))
         out: dict[str, tuple[int, str]] = {}
-        for end in ("subject", "object"):
-            at = flat.join(ends.select(["row", end]), "row").rename_columns({end: "node"})
-            at = at.filter(pc.is_in(at["node"], value_set=pa.array(sorted(nodes), pa.string())))
-            best = at.group_by("node").aggregate([("seq", "min")])
-            for node, seq in zip(best["node"].to_pylist(), best["seq_min"].to_pylist()):
-                if node not in out or seq < out[node][0]:
-                    out[node] = (seq, None)
-        firsts = flat.join(ends, "row")
-        for node, (seq, _) in list(out.items()):
-            hit = firsts.filter(pc.and_(pc.equal(firsts["seq"], seq),
-                                        pc.or_(pc.equal(firsts["subject"], node), pc.equal(firsts["object"], node))))
-            out[node] = (seq, hit["event_id"][0].as_py())
+        for node in nodes:
+            at = np.asarray(pc.or_(pc.equal(rows["subject"], node), pc.equal(rows["object"], node)))
+            mask = at[parents] & alive
+            if mask.any():
+                j = int(np.flatnonzero(mask)[np.argmin(seqs[mask])])
+                out[node] = (int(seqs[j]), ids[j].as_py())
         self._firsts = out
         return out
 
@@ -177,12 +176,28 @@ class _Region:
         edges that differ (removed, added, or with another value in any column)."""
         nodes, edges = encode_graph(graph)
         keep_nodes = pc.invert(pc.is_in(self.nodes["id"], value_set=pa.array(sorted(self.node_ids), pa.string())))
-        region = pc.is_in(self.edges["fact_id"], value_set=self._ids())
+        region = self._in_region = pc.is_in(self.edges["fact_id"], value_set=self._ids())
         before = {r["fact_id"]: r for r in self.edges.filter(region).cast(edges.schema).to_pylist()}
         after = {r["fact_id"]: r for r in edges.to_pylist()}
         changed = {f for f in before.keys() | after.keys() if before.get(f) != after.get(f)}
         return (pa.concat_tables([self.nodes.filter(keep_nodes).cast(nodes.schema), nodes]),
                 pa.concat_tables([self.edges.filter(pc.invert(region)).cast(edges.schema), edges]), changed)
+
+    def buckets(self, edges: pa.Table, changed: set[str], count: int) -> tuple[set[int] | None, pa.Array | None]:
+        """After :meth:`splice` gave ``edges``: (the buckets holding a changed edge before or
+        after, each row's bucket). Rows kept from the snapshot stay in the bucket file they came
+        from; only the region's new rows are placed by their keys. (None, None) for an older
+        single-file snapshot: all of it is written again."""
+        if self.bucket is None or self._in_region is None:
+            return None, None
+        kept = self.bucket[~np.asarray(self._in_region)]
+        new = edges.slice(len(kept))  # splice puts the region's rows after the kept ones
+        placed = edge_buckets(bucket_keys(new, among=edges), count).to_numpy(zero_copy_only=False)
+        bucket_of = np.concatenate([kept, placed.astype(np.int32)])
+        ids = pa.array(sorted(changed), pa.string())
+        before = self.bucket[np.asarray(pc.is_in(self.edges["fact_id"], value_set=ids))]
+        after = bucket_of[np.asarray(pc.is_in(edges["fact_id"], value_set=ids))]
+        return {int(b) for b in np.concatenate([before, after])}, pa.array(bucket_of)
 
 
 class SnapshotPatcher:
@@ -209,25 +224,36 @@ class SnapshotPatcher:
         target = self._target(erased)
         if target is None:
             return PurgeResult(STORE, 0, ("no snapshot holds the erased events: nothing to patch",))
-        spec, info = target
-        try:
-            tables = SnapshotStore(self.mem.layout, storage_options=self.mem.storage_options).read_tables(info)
-            with paused_gc():  # many small objects, none cyclic: a full collection would dominate
-                patch = self._patch(spec, info, tables, erased)
-        except (NotDecremental, RefoldError, OSError, pa.ArrowException) as exc:
-            return PurgeResult(STORE, 0, (f"not patched ({exc}); the snapshot purge removes it and the "
-                                          "refold starts from an older snapshot",))
+        spec, info, contained = target
+        # The log's retractions are read on a thread meanwhile: a Delta read spends most of its
+        # time in Rust and Arrow, which release the GIL, while the snapshot region is worked out.
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            retractions = pool.submit(self._retractions, info.last_seq)
+            try:
+                tables = SnapshotStore(self.mem.layout, storage_options=self.mem.storage_options).read_tables(
+                    info, contained=False)
+                with paused_gc():  # many small objects, none cyclic: a full collection would dominate
+                    patch = self._patch(spec, info, tables, erased, contained, retractions)
+            except (NotDecremental, RefoldError, OSError, pa.ArrowException) as exc:
+                return PurgeResult(STORE, 0, (f"not patched ({exc}); the snapshot purge removes it and the "
+                                              "refold starts from an older snapshot",))
         self.last = (patch, time.perf_counter() - started)
         return PurgeResult(STORE, 1, (
             f"{Path(info.path).name}: {patch.events} erased event(s), {patch.keys} key(s) re-merged from "
             f"{patch.survivors} surviving event(s), merged edges {patch.edges_before} -> {patch.edges_after}, "
             f"{patch.nodes_removed} entit(ies) removed, {patch.nodes_renamed} renamed",))
 
+    def _retractions(self, until: int) -> list:
+        """The log's retraction events with seq <= ``until`` (pruned by the kind and seq statistics)."""
+        return list(table_to_events(self.mem.log_store.arrow(
+            filter=pc.field("kind") == "retraction",
+            prune=[{"kind": ("retraction", "retraction"), "seq": (None, until)}])))
+
     # -- steps ------------------------------------------------------------------------------------
 
-    def _target(self, erased: set[str]) -> tuple[FoldSpec, SnapshotInfo] | None:
-        """(spec, snapshot) for the newest snapshot of the current spec if it holds an erased
-        event and can be patched, else None (reads only its contained ids)."""
+    def _target(self, erased: set[str]) -> tuple[FoldSpec, SnapshotInfo, set[str]] | None:
+        """(spec, snapshot, its contained ids) for the newest snapshot of the current spec if it
+        holds an erased event and can be patched, else None (reads only its contained ids)."""
         if self.mem.mode == "shred" or not erased:
             return None
         store = SnapshotStore(self.mem.layout, storage_options=self.mem.storage_options)
@@ -236,17 +262,20 @@ class SnapshotPatcher:
         spec = self.mem.current_spec()
         snaps = store.newest(spec.hash, at_most=1 << 62)
         try:
-            if not snaps or not erased & store.contained_ids(snaps[0]):
+            contained = store.contained_ids(snaps[0]) if snaps else set()
+            if not erased & contained:
                 return None
         except (OSError, pa.ArrowException):
             return None  # unreadable: the snapshot purge deals with it
-        return spec, snaps[0]
+        return spec, snaps[0], contained
 
-    def _patch(self, spec, info: SnapshotInfo, tables: dict[str, pa.Table], erased: set[str]) -> Patch:
+    def _patch(self, spec, info: SnapshotInfo, tables: dict[str, pa.Table], erased: set[str],
+               contained: set[str], retractions: Future) -> Patch:
         mem = self.mem
-        contained = set(tables["contained"]["event_id"].to_pylist())
         held = sorted(erased & contained)
-        region = _Region(tables["nodes"], tables["edges"])
+        bucketed = edge_bucket_count(info) > 1 or "edges" not in info.files  # not the older single file
+        region = _Region(tables["nodes"], tables["edges"],
+                         tables["edge_rows"]["rows"].to_pylist() if bucketed else None)
         hit = region.hits(pa.array(held, pa.string()))
         edges = region.load(hit)
         erased_held = set(held)
@@ -292,9 +321,7 @@ class SnapshotPatcher:
         inputs = Inputs(
             events=lambda ids: {e.event_id: e for e in log.events_by_id(None, sorted(ids))},
             extractions=extractions,
-            retractions=lambda until: table_to_events(log.arrow(
-                filter=pc.field("kind") == "retraction",
-                prune=[{"kind": ("retraction", "retraction"), "seq": (None, until)}])),
+            retractions=lambda until: retractions.result() if until == info.last_seq else self._retractions(until),
             outside_first=region.outside_first,
             outside_all=region.outside_all,
             pull_in=region.pull_in,
@@ -303,13 +330,9 @@ class SnapshotPatcher:
         live.refresh()
         nodes, edges, changed = region.splice(live.graph)
         # only the buckets that held a changed edge before, or hold one now, are written again
-        ids = pa.array(sorted(changed), pa.string())
-        old_keys = bucket_keys(tables["edges"]).filter(pc.is_in(tables["edges"]["fact_id"], value_set=ids))
-        new_keys = bucket_keys(edges).filter(pc.is_in(edges["fact_id"], value_set=ids))
-        rewrite = set(edge_buckets(pa.chunked_array([old_keys, new_keys], pa.string()),
-                                   edge_bucket_count(info)).to_pylist())
+        rewrite, bucket_of = region.buckets(edges, changed, edge_bucket_count(info))
         SnapshotStore(mem.layout, storage_options=mem.storage_options).replace(
             info, nodes=nodes, edges=edges, contained=sorted(live.contained), stats=live.builder.stats,
-            rewrite=rewrite)
+            rewrite=rewrite, bucket_of=bucket_of)
         mem.forget_live()
         return patch
