@@ -8,7 +8,9 @@ snapshots it, then adds 1% new events and folds again:
 * incremental, in-process   the same Memory folds again (its own state is the resume point)
 * incremental, new process  a fresh Memory resumes from the snapshot on disk
 
-and prints the ratios plus the check that extraction calls == new events exactly.
+and prints the ratios plus the check that extraction calls == new events exactly, and where the
+in-process incremental fold spends its time (the fold's own phase clock, plus the extraction
+cache's commit measured around ``ExtractionCache.put``).
 
     python benchmarks/incremental.py [--events 20000] [--new-share 0.01] [--rounds 3] [--quick]
 """
@@ -17,14 +19,59 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import refold  # noqa: E402
+from refold import projection  # noqa: E402
+from refold.storage.cache import ExtractionCache  # noqa: E402
 from snapshot_workload import CountingRules, append_all, events, median, ratio, timed  # noqa: E402
+
+
+class PhaseLog:
+    """Collects each fold's phase timings (``Projection.timings``) and the seconds spent in cache
+    writes, by wrapping ``refold.projection._project`` and ``ExtractionCache.put`` while active."""
+
+    def __init__(self) -> None:
+        self.folds: list[dict[str, float]] = []
+        self._put = 0.0
+
+    def __enter__(self) -> "PhaseLog":
+        self._real = projection._project, ExtractionCache.put
+        real_project, real_put = self._real
+
+        def project(*args, **kwargs):
+            self._put = 0.0
+            done = real_project(*args, **kwargs)
+            self.folds.append({**done.timings, "cache_write": self._put})
+            return done
+
+        def put(cache, *args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return real_put(cache, *args, **kwargs)
+            finally:
+                self._put += time.perf_counter() - start
+
+        projection._project, ExtractionCache.put = project, put
+        return self
+
+    def __exit__(self, *exc) -> None:
+        projection._project, ExtractionCache.put = self._real
+
+    def summary(self) -> str:
+        names = ["resume", "extract", "cache_write", "cache_read", "merge", "rollups"]
+        parts = []
+        for name in names:
+            values = [f.get(name, 0.0) * 1000 for f in self.folds]
+            label = "extract (incl. cache write)" if name == "extract" else name
+            parts.append(f"{label} {statistics.median(values):.1f} [{min(values):.1f}-{max(values):.1f}]")
+        return ", ".join(parts)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,10 +97,12 @@ def main(argv: list[str] | None = None) -> int:
               f"({info.nodes} nodes, {info.edges} facts)")
 
         warm, warm_ok, cold, cold_ok, started = [], True, [], True, []
+        phases = PhaseLog()
         for r in range(rounds):
             append_all(mem, list(events(new, seed=100 + r, people=n // 10, start=n + r * new)))
             ext = CountingRules()
-            t, report = timed(lambda: mem.fold(extractor=ext, snapshot_every=0))
+            with phases:
+                t, report = timed(lambda: mem.fold(extractor=ext, snapshot_every=0))
             warm.append(t)
             warm_ok &= report.extraction_calls == ext.calls == new
         for r in range(rounds):
@@ -82,6 +131,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{from_scratch.extraction_calls} extraction calls")
         print(f"incremental, in-process (median of {rounds}): {w:.3f} s (CPU {w.cpu:.3f} s); rounds "
               + ", ".join(f"{t:.3f}" for t in warm))
+        print(f"  in-process phases, ms median [range]: {phases.summary()}")
         print(f"incremental, new process from a snapshot (median of {rounds}): {c:.3f} s (CPU {c.cpu:.3f} s), "
               f"resumed from seq {started[-1]}; rounds " + ", ".join(f"{t:.3f}" for t in cold))
         print(f"extraction calls == new events exactly: in-process {'yes' if warm_ok else 'NO'}, "
