@@ -6,11 +6,13 @@
  * overhead plus EVP's per-call provider dispatch) were most of the sealing time. The hashing is
  * OpenSSL's (the library hashlib wraps; SHA-NI where the CPU has it), so this file is the loop:
  *
- *   commit(n, salts, content_offsets, content_data, content_start,
- *          header_offsets, header_data, header_start, domain) -> bytes
+ *   commit(n, salts, content_offsets, content_data, content_start, header_parts, domain) -> bytes
  *       32 * n bytes: for row i, H(domain || header_i || H(salt_i || content_i)), where salt_i is
- *       salts[16 i : 16 i + 16] and content_i / header_i are values of Arrow binary (or string)
- *       arrays given as their int32 offsets buffer, data buffer and the array's offset.
+ *       salts[16 i : 16 i + 16], content_i a value of an Arrow binary (or string) array given as
+ *       its int32 offsets buffer, data buffer and the array's offset, and header_i the
+ *       concatenation of header_parts: each either bytes (the same in every row) or an
+ *       (offsets, data, start) tuple of such an array (row i's value). The header is assembled
+ *       here, row by row, instead of by an Arrow join that materializes every row's header.
  *
  *   chain(prev, commitments) -> bytes
  *       32 * (n + 1) bytes: prev, then link_i = H(link_{i-1} || commitment_i) for each 32-byte
@@ -84,45 +86,128 @@ static PyObject *openssl_failed(void) {
     return NULL;
 }
 
+/* One piece of every row's header: the same bytes for each row, or one value of a column. */
+typedef struct {
+    int column;
+    Py_buffer offsets, data; /* a column's buffers; a constant's bytes are in data */
+    Py_ssize_t start;
+} piece;
+
+static void release_pieces(piece *pieces, Py_ssize_t count) {
+    for (Py_ssize_t k = 0; k < count; k++) {
+        if (pieces[k].column)
+            PyBuffer_Release(&pieces[k].offsets);
+        PyBuffer_Release(&pieces[k].data);
+    }
+    PyMem_Free(pieces);
+}
+
+/* Parse the header parts (bytes, or (offsets, data, start) tuples); NULL with an exception set. */
+static piece *parse_pieces(PyObject *parts, Py_ssize_t n, Py_ssize_t *count) {
+    PyObject *seq = PySequence_Fast(parts, "header parts must be a sequence");
+    if (seq == NULL)
+        return NULL;
+    Py_ssize_t m = PySequence_Fast_GET_SIZE(seq);
+    piece *pieces = PyMem_Calloc(m ? m : 1, sizeof(piece));
+    *count = 0;
+    if (pieces == NULL) {
+        Py_DECREF(seq);
+        PyErr_NoMemory();
+        return NULL;
+    }
+    for (Py_ssize_t k = 0; k < m; k++, (*count)++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(seq, k);
+        piece *p = &pieces[k];
+        if (PyTuple_Check(item)) {
+            p->column = 1;
+            if (!PyArg_ParseTuple(item, "y*y*n", &p->offsets, &p->data, &p->start))
+                goto fail;
+            if (check_offsets("header column", &p->offsets, &p->data, p->start, n)) {
+                (*count)++; /* both buffers are held: release them too */
+                goto fail;
+            }
+        } else if (PyObject_GetBuffer(item, &p->data, PyBUF_SIMPLE) < 0) {
+            goto fail;
+        }
+    }
+    Py_DECREF(seq);
+    return pieces;
+fail:
+    Py_DECREF(seq);
+    release_pieces(pieces, *count);
+    return NULL;
+}
+
 static PyObject *commit(PyObject *self, PyObject *args) {
-    Py_ssize_t n, cstart, hstart;
-    Py_buffer salts, coff, cdata, hoff, hdata, domain;
-    if (!PyArg_ParseTuple(args, "ny*y*y*ny*y*ny*", &n, &salts, &coff, &cdata, &cstart, &hoff,
-                          &hdata, &hstart, &domain))
+    Py_ssize_t n, cstart, count = 0;
+    Py_buffer salts, coff, cdata, domain;
+    PyObject *parts;
+    if (!PyArg_ParseTuple(args, "ny*y*y*nOy*", &n, &salts, &coff, &cdata, &cstart, &parts, &domain))
         return NULL;
     PyObject *result = NULL;
     hash_ctx *ctx = NULL;
+    piece *pieces = NULL;
+    char *scratch = NULL;
     if (n < 0 || salts.len != (Py_ssize_t)SALT * n) {
         PyErr_Format(PyExc_ValueError, "salts: expected %zd bytes for %zd rows, got %zd", SALT * n, n, salts.len);
         goto done;
     }
-    if (check_offsets("content", &coff, &cdata, cstart, n) || check_offsets("header", &hoff, &hdata, hstart, n))
+    if (check_offsets("content", &coff, &cdata, cstart, n) || (pieces = parse_pieces(parts, n, &count)) == NULL)
         goto done;
+    /* the longest header, so one scratch buffer holds any row's */
+    Py_ssize_t longest = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_ssize_t len = 0;
+        for (Py_ssize_t k = 0; k < count; k++) {
+            const piece *p = &pieces[k];
+            const int32_t *off = (const int32_t *)p->offsets.buf + p->start;
+            len += p->column ? off[i + 1] - off[i] : p->data.len;
+        }
+        if (len > longest)
+            longest = len;
+    }
     result = PyBytes_FromStringAndSize(NULL, DIGEST * n);
-    if (result == NULL || (ctx = ctx_new()) == NULL)
+    if (result == NULL || (ctx = ctx_new()) == NULL || (scratch = PyMem_RawMalloc(longest + 1)) == NULL)
         goto fail;
     unsigned char *out = (unsigned char *)PyBytes_AS_STRING(result);
-    const int32_t *co = (const int32_t *)coff.buf + cstart, *ho = (const int32_t *)hoff.buf + hstart;
-    const char *cd = cdata.buf, *hd = hdata.buf, *salt = salts.buf;
+    const int32_t *co = (const int32_t *)coff.buf + cstart;
+    const char *cd = cdata.buf, *salt = salts.buf;
     int ok = 1;
     Py_BEGIN_ALLOW_THREADS
     unsigned char inner[DIGEST];
     for (Py_ssize_t i = 0; ok && i < n; i++) {
+        /* the header assembled in place, then hashed in one update: dozens of short updates cost more */
+        char *at = scratch;
+        for (Py_ssize_t k = 0; k < count; k++) {
+            const piece *p = &pieces[k];
+            if (p->column) {
+                const int32_t *off = (const int32_t *)p->offsets.buf + p->start;
+                memcpy(at, (const char *)p->data.buf + off[i], off[i + 1] - off[i]);
+                at += off[i + 1] - off[i];
+            } else {
+                memcpy(at, p->data.buf, p->data.len);
+                at += p->data.len;
+            }
+        }
         ok = digest_parts(ctx, inner, salt + SALT * i, SALT, cd + co[i], co[i + 1] - co[i], NULL, 0)
-            && digest_parts(ctx, out + DIGEST * i, domain.buf, domain.len, hd + ho[i], ho[i + 1] - ho[i],
-                            inner, DIGEST);
+            && digest_parts(ctx, out + DIGEST * i, domain.buf, domain.len, scratch, at - scratch, inner, DIGEST);
     }
     Py_END_ALLOW_THREADS
-    if (ok)
-        goto done;
+    if (!ok) {
+        Py_CLEAR(result);
+        openssl_failed();
+    }
+    goto done;
 fail:
     Py_CLEAR(result);
     if (!PyErr_Occurred())
-        openssl_failed();
+        PyErr_NoMemory();
 done:
     ctx_free(ctx);
-    PyBuffer_Release(&salts); PyBuffer_Release(&coff); PyBuffer_Release(&cdata);
-    PyBuffer_Release(&hoff); PyBuffer_Release(&hdata); PyBuffer_Release(&domain);
+    PyMem_RawFree(scratch);
+    if (pieces != NULL)
+        release_pieces(pieces, count);
+    PyBuffer_Release(&salts); PyBuffer_Release(&coff); PyBuffer_Release(&cdata); PyBuffer_Release(&domain);
     return result;
 }
 
@@ -162,8 +247,8 @@ done:
 
 static PyMethodDef methods[] = {
     {"commit", commit, METH_VARARGS,
-     "commit(n, salts, content_offsets, content_data, content_start, header_offsets, header_data, "
-     "header_start, domain) -> 32*n bytes of commitments"},
+     "commit(n, salts, content_offsets, content_data, content_start, header_parts, domain) "
+     "-> 32*n bytes of commitments"},
     {"chain", chain, METH_VARARGS, "chain(prev, commitments) -> 32*(n+1) bytes: prev, then each link"},
     {NULL, NULL, 0, NULL},
 };

@@ -15,7 +15,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from json.encoder import encode_basestring as _enc  # the C escaper json.dumps uses
 from typing import Any, Union
@@ -123,20 +125,32 @@ def _seal_plain(fresh: Sequence[NewEvent], *, first_seq: int, prev_link: str,
     return table, chain[-32:].hex()
 
 
-def commit_digests(salts: bytes, contents: pa.Array, headers: pa.Array) -> bytes:
+def commit_digests(salts: bytes, contents: pa.Array, header: pa.Array | Sequence[str | bytes | pa.Array]
+                   ) -> bytes:
     """Per row, H(DOMAIN ‖ header ‖ H(salt ‖ content)): 32 bytes each, one after the other.
 
-    ``salts`` holds 16 bytes per row; ``contents`` and ``headers`` are string or binary arrays
-    without nulls (contents as UTF-8, headers as canonical JSON).
+    ``salts`` holds 16 bytes per row; ``contents`` is a string or binary array without nulls.
+    ``header`` is an array of whole headers, or the parts every row's header is made of, in
+    order: text that is the same in every row, or an array with each row's piece (no nulls).
     """
     n = len(contents)
-    if _sealhash is not None:
-        content, header = _plain_binary(contents), _plain_binary(headers)
-        return _sealhash.commit(n, salts, *_offsets_and_data(content), content.offset,
-                                *_offsets_and_data(header), header.offset, DOMAIN)
-    sha = hashlib.sha256
-    digests = b"".join(sha(x).digest() for x in _concat(_fixed(salts, 16, n), contents))
-    return b"".join(sha(x).digest() for x in _concat(DOMAIN, headers, _fixed(digests, 32, n)))
+    parts = [header] if isinstance(header, (pa.Array, pa.ChunkedArray)) else list(header)
+    if _sealhash is None:
+        sha = hashlib.sha256
+        whole = pc.binary_join_element_wise(*parts, "") if len(parts) > 1 else parts[0]
+        digests = b"".join(sha(x).digest() for x in _concat(_fixed(salts, 16, n), contents))
+        return b"".join(sha(x).digest() for x in _concat(DOMAIN, whole, _fixed(digests, 32, n)))
+    content = _plain_binary(contents)
+    parts = [p.encode() if isinstance(p, str) else p if isinstance(p, bytes) else _plain_binary(p)
+             for p in parts]
+    ranges = _parts(n)
+    if len(ranges) == 1:
+        return _native_commit(salts, content, parts, 0, n)
+    # rows are independent (only the chain is sequential): the loop releases the GIL, so the
+    # other cores hash their slices while this thread hashes the first
+    pending = [_pool().submit(_native_commit, salts, content, parts, a, b) for a, b in ranges[1:]]
+    first = _native_commit(salts, content, parts, *ranges[0])
+    return b"".join([first] + [p.result() for p in pending])
 
 
 def chain_links(prev: bytes, commitments: bytes) -> bytes:
@@ -149,6 +163,42 @@ def chain_links(prev: bytes, commitments: bytes) -> bytes:
         prev = sha(prev + commitments[i:i + 32]).digest()
         chain.append(prev)
     return b"".join(chain)
+
+
+#: rows per thread below which handing a slice to another thread costs more than it saves
+PARALLEL_FROM = 512
+_POOL: ThreadPoolExecutor | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def _parts(n: int) -> list[tuple[int, int]]:
+    """``[start, stop)`` row ranges to hash in parallel: one per core, each >= PARALLEL_FROM rows."""
+    k = max(1, min(_cores(), 8, n // PARALLEL_FROM))
+    bounds = [n * i // k for i in range(k + 1)]
+    return list(zip(bounds, bounds[1:]))
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = ThreadPoolExecutor(max_workers=max(1, min(_cores(), 8) - 1),
+                                       thread_name_prefix="refold-seal")
+        return _POOL
+
+
+def _native_commit(salts: bytes, content: pa.Array, parts: list[bytes | pa.Array], a: int, b: int) -> bytes:
+    """The native loop over rows ``[a, b)``: arrays are passed as (offsets, data, first row)."""
+    pieces = [p if isinstance(p, bytes) else (*_offsets_and_data(p), p.offset + a) for p in parts]
+    return _sealhash.commit(b - a, salts[16 * a:16 * b], *_offsets_and_data(content), content.offset + a,
+                            pieces, DOMAIN)
 
 
 def _plain_binary(values: pa.Array) -> pa.Array:
@@ -185,8 +235,9 @@ def _user_columns(fresh: Sequence[NewEvent]) -> dict[str, pa.Array]:
 _Json = Union[str, tuple[str, pa.Array, str]]
 
 
-def _header(values: dict[str, _Json]) -> pa.Array:
-    """``{"cipher":…,…}`` per row from each field's JSON text, in one string kernel."""
+def _header(values: dict[str, _Json]) -> list[str | pa.Array]:
+    """The parts of ``{"cipher":…,…}`` per row, from each field's JSON text: constant text between
+    columns (joined by the native hashing loop, or by one string kernel without it)."""
     pieces: list[pa.Array | str] = []
     text = "{"
     for i, name in enumerate(HEADER_FIELDS):  # sorted keys, compact separators
@@ -198,7 +249,7 @@ def _header(values: dict[str, _Json]) -> pa.Array:
             prefix, column, suffix = value
             pieces += [text + prefix, column]
             text = suffix
-    return pc.binary_join_element_wise(*pieces, text + "}", "")
+    return pieces + [text + "}"]
 
 
 def _json_strings(values: pa.Array) -> _Json:

@@ -183,18 +183,51 @@ def test_the_hashlib_fallback_seals_the_same_bytes(monkeypatch):
 
 
 def test_the_native_loop_rejects_malformed_buffers():
-    """Offsets that point outside the data, or salts of the wrong length, raise instead of reading
-    out of bounds."""
+    """Offsets that point outside the data, salts of the wrong length, or header parts of the
+    wrong kind raise instead of reading out of bounds."""
     ok = pa.array([b"abc", b"de"], pa.binary())
     _, offsets, data = ok.buffers()
     native = sealing._sealhash
-    with pytest.raises(ValueError, match="out of range"):
-        native.commit(2, bytes(32), offsets, data.to_pybytes()[:-1], 0, offsets, data, 0, DOMAIN)
+    short = data.to_pybytes()[:-1]
+    with pytest.raises(ValueError, match="content: offset of row 1 out of range"):
+        native.commit(2, bytes(32), offsets, short, 0, [b"{}"], DOMAIN)
+    with pytest.raises(ValueError, match="header column: offset of row 1 out of range"):
+        native.commit(2, bytes(32), offsets, data, 0, [b"{", (offsets, short, 0)], DOMAIN)
     with pytest.raises(ValueError, match="too short"):
-        native.commit(3, bytes(48), offsets, data, 0, offsets, data, 0, DOMAIN)
+        native.commit(3, bytes(48), offsets, data, 0, [], DOMAIN)
+    with pytest.raises(ValueError, match="too short"):
+        native.commit(2, bytes(32), offsets, data, 1, [], DOMAIN)
     with pytest.raises(ValueError, match="salts"):
-        native.commit(2, bytes(31), offsets, data, 0, offsets, data, 0, DOMAIN)
+        native.commit(2, bytes(31), offsets, data, 0, [], DOMAIN)
+    with pytest.raises(TypeError):
+        native.commit(2, bytes(32), offsets, data, 0, [42], DOMAIN)
     with pytest.raises(ValueError, match="32 bytes"):
         native.chain(bytes(31), bytes(32))
     with pytest.raises(ValueError, match="nulls"):
         sealing.commit_digests(bytes(32), pa.array([b"a", None]), ok)
+
+
+def test_header_parts_hash_like_the_joined_header():
+    """A header given as parts (constant text and per-row columns) hashes as their concatenation."""
+    a = pa.array(["x", "", "é\u2028"], pa.string()).slice(1)
+    b = pa.array([b"1", b"22", b"333"], pa.binary()).slice(1)
+    contents = pa.array(["c1", "c2"])
+    salts = os.urandom(32)
+    joined = pa.array([b'{"a":"' + x.encode() + b'","b":' + y + b"}" for x, y in zip(a.to_pylist(), b.to_pylist())])
+    whole = sealing.commit_digests(salts, contents, joined)
+    assert sealing.commit_digests(salts, contents, ['{"a":"', a, '","b":', b, "}"]) == whole
+    assert sealing._native_commit(salts, contents.cast(pa.binary()), [b'{"a":"', a.cast(pa.binary()), b'","b":', b, b"}"], 0, 2) == whole
+
+
+@pytest.mark.parametrize("cores", [1, 2, 3])
+def test_hashing_in_parallel_slices_gives_the_same_bytes(monkeypatch, cores):
+    """Large batches are hashed in one slice per core; the bytes do not depend on the split."""
+    rows = [(os.urandom(i % 50), os.urandom(100 + i % 7)) for i in range(101)]
+    contents = pa.array([c for c, _ in rows], pa.binary())
+    headers = pa.array([h for _, h in rows], pa.binary())
+    salts = os.urandom(16 * len(rows))
+    serial = sealing._native_commit(salts, contents, [headers], 0, len(rows))
+    monkeypatch.setattr(sealing, "PARALLEL_FROM", 10)
+    monkeypatch.setattr(sealing, "_cores", lambda: cores)
+    assert len(sealing._parts(len(rows))) == cores
+    assert sealing.commit_digests(salts, contents, headers) == serial
