@@ -129,7 +129,8 @@ class ExtractionCache:
         #: (table object, its version, spec hash, ids) a get() found absent: a put() of those keys
         #: at that same version need not look again
         self._absent: tuple[DeltaTable, int, str, frozenset[str]] | None = None
-        self._writable: tuple[DeltaTable, int, bool] | None = None  # (table, version, own commits?)
+        #: (table, version, own commits?, checkpoint interval) as decided at that loaded table
+        self._writable: tuple[DeltaTable, int, bool, int] | None = None
 
     def __getstate__(self) -> dict:  # picklable (Ray): no table object travels
         return {"path": self.path, "storage_options": self.storage_options}
@@ -270,13 +271,17 @@ class ExtractionCache:
         again whenever delta-rs has (re)loaded the table (a protocol change reloads it)."""
         if "://" in self.path or not delta_commit.ENABLED:
             return False
-        with self._handle.view() as view:
+        handle = self._handle
+        with handle.view() as view:
             if view is None:
                 return False
-            known = self._writable
+            known = handle.memo.get("cache_writable")  # (the check reads protocol, metadata, schema)
             if known is None or known[0] is not view.dt or known[1] != view.base:
                 ok = delta_commit.unsupported(view.dt, schema=CACHE_SCHEMA, stats_columns=STATS_COLUMNS) is None
-                known = self._writable = (view.dt, view.base, ok)
+                config = view.dt.metadata().configuration
+                every = int(config.get("delta.checkpointInterval", CHECKPOINT_EVERY))
+                known = handle.memo["cache_writable"] = (view.dt, view.base, ok, every)
+            self._writable = known
             return known[2]
 
     def _fresh(self, dt: DeltaTable | TableView, unique: dict[tuple[str, str], Extraction]) -> list[Extraction]:
@@ -300,9 +305,8 @@ class ExtractionCache:
             (folder / add["path"]).unlink(missing_ok=True)  # nobody can reference it
             raise
         try:
-            with self._handle.view() as view:
-                config = view.dt.metadata().configuration if view is not None else {}
-            if delta_commit.checkpoint_due(version, int(config.get("delta.checkpointInterval", CHECKPOINT_EVERY))):
+            every = self._writable[3] if self._writable is not None else CHECKPOINT_EVERY
+            if delta_commit.checkpoint_due(version, every):
                 with self._handle.fresh() as dt:  # what delta-rs's post-commit hook does
                     if dt is not None:
                         delta_commit.post_commit(dt)

@@ -52,7 +52,7 @@ Bounds = Mapping[str, tuple[Any, Any]]
 
 class TableView:
     """One version of a table: a loaded ``DeltaTable`` at version ``base`` plus the files that
-    the (append-only) commits ``base + 1 … version()`` added, as (path, stats JSON) pairs.
+    the (append-only) commits ``base + 1 … version()`` added, as (path, parsed stats) pairs.
 
     What a reader needs of a table (``version()``, ``file_uris()``, ``table_uri``, the add
     actions' statistics for pruning); :func:`read_arrow` takes it wherever it takes a DeltaTable.
@@ -61,7 +61,7 @@ class TableView:
 
     __slots__ = ("dt", "base", "adds", "_version", "_uris", "_stats")
 
-    def __init__(self, dt: DeltaTable, version: int, adds: tuple[tuple[str, str | None], ...] = ()):
+    def __init__(self, dt: DeltaTable, version: int, adds: tuple[tuple[str, dict], ...] = ()):
         self.dt, self.base, self.adds, self._version = dt, dt.version(), adds, version
         self._uris: list[str] | None = None
         self._stats: _FileStats | None = None
@@ -81,7 +81,7 @@ class TableView:
         return list(self._uris)
 
 
-def _appended(text: bytes) -> list[tuple[str, str | None]] | None:
+def _appended(text: bytes) -> list[tuple[str, dict]] | None:
     """The files a commit file adds, or None when it does anything else (remove files, change
     the metadata or protocol, use deletion vectors or partitions...): then only delta-rs's own
     replay knows the table state."""
@@ -95,7 +95,8 @@ def _appended(text: bytes) -> list[tuple[str, str | None]] | None:
         add = action.get("add")
         if len(action) != 1 or add is None or add.get("deletionVector") or add.get("partitionValues"):
             return None
-        out.append((unquote(add["path"]), add.get("stats")))
+        stats = add.get("stats")
+        out.append((unquote(add["path"]), json.loads(stats) if stats else {}))
     return out
 
 
@@ -166,10 +167,10 @@ class _ViewStats(_FileStats):
     from the add actions' JSON; a timestamp stays a string there, which no bound compares with,
     so it never rules a file out)."""
 
-    def __init__(self, base: _FileStats, adds: tuple[tuple[str, str | None], ...], version: int):
+    def __init__(self, base: _FileStats, adds: tuple[tuple[str, dict], ...], version: int):
         self.version, self._base = version, base
         self.paths = base.paths + [path for path, _ in adds]
-        self._added = [json.loads(stats) if stats else {} for _, stats in adds]
+        self._added = [stats for _, stats in adds]
         self._columns = {}
 
     def column(self, name: str) -> tuple[list, list] | None:
@@ -256,6 +257,9 @@ class TableHandle:
         #: (version, identity of that version's commit file) when last checked
         self._stamp: tuple[int, tuple[int, int, int] | None] | None = None
         self._view: TableView | None = None  # the newest view handed out (its base is _dt)
+        #: what callers worked out from a loaded table, by their own key; each value starts with
+        #: the DeltaTable object and the version it holds for (so a reload invalidates it)
+        self.memo: dict[str, tuple] = {}
 
     @contextlib.contextmanager
     def fresh(self) -> Iterator[DeltaTable | None]:
