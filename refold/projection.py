@@ -107,6 +107,8 @@ class Projection:
 
 def _valid(candidate_seq: int, link: str, contained: Callable[[], set[str]],
            events: list[Event], erased: set[str]) -> bool:
+    """Whether the state at ``candidate_seq`` (``link``) still describes the log: ``events`` start
+    at that seq, ``erased`` are the ids of erased events before it."""
     if not events or events[0].seq != candidate_seq or events[0].link != link:
         return False  # the log no longer has this position (rewritten, truncated, or another log)
     if events[0].content is None or events[0].is_tombstone:
@@ -126,16 +128,26 @@ def resume(spec: FoldSpec, source, *, live: LiveFold | None, store: SnapshotStor
     for seq, _, cand in candidates:
         if seq < 0:
             continue
-        events, erased = source.window(seq)
-        if isinstance(cand, LiveFold):
-            if _valid(seq, cand.link, lambda: cand.contained, events, erased):
-                cand.started_from = seq
-                return cand, events[1:]
-        elif _valid(seq, cand.link, lambda: store.contained_ids(cand), events, erased):
-            try:
-                return store.load(cand, spec), events[1:]
-            except Exception:  # noqa: BLE001 - a damaged snapshot is skipped, never trusted
+        contained = (lambda: cand.contained) if isinstance(cand, LiveFold) else (lambda: store.contained_ids(cand))
+        # the events after the candidate, whose first one names the candidate's link as its
+        # prev_link (the chain, which verify checks): the row at seq itself, and the data file
+        # holding it, need not be read (one file of the previous append, a third of a small fold)
+        tail, erased = source.window(seq + 1)
+        if tail and tail[0].prev_link:
+            if tail[0].seq != seq + 1 or tail[0].prev_link != cand.link or (erased and erased & contained()):
                 continue
+        else:  # nothing after it (or no chain to check): the row at seq itself
+            events, erased = source.window(seq)
+            if not _valid(seq, cand.link, contained, events, erased):
+                continue
+            tail = events[1:]
+        if isinstance(cand, LiveFold):
+            cand.started_from = seq
+            return cand, tail
+        try:
+            return store.load(cand, spec), tail
+        except Exception:  # noqa: BLE001 - a damaged snapshot is skipped, never trusted
+            continue
     events, _ = source.window(0)
     return LiveFold.empty(spec), events
 
