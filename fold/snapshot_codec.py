@@ -103,9 +103,11 @@ def _time_columns(values: tuple) -> tuple[pa.Array, pa.Array]:
     return pa.array(values, TS), pa.array(offsets, pa.int32())
 
 
-def _list_column(values: list, type_: pa.DataType) -> pa.Array:
-    """A list column from Python lists (none None): offsets and the flattened values, which
-    pyarrow converts several times faster than a list of lists."""
+def _list_column(values, type_: pa.DataType) -> pa.Array:
+    """A list column from Python lists: offsets and the flattened values, which pyarrow converts
+    several times faster than a list of lists (a column with a None in it goes the plain way)."""
+    if None in values:
+        return pa.array(values, type_)
     offsets = np.zeros(len(values) + 1, dtype=np.int32)
     np.cumsum(np.fromiter(map(len, values), dtype=np.int32, count=len(values)), out=offsets[1:])
     flat = list(chain.from_iterable(values))
