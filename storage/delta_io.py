@@ -42,6 +42,8 @@ import pyarrow.dataset as ds
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
+from refold.fold.errors import StoreError
+
 __all__ = ["Bounds", "read_arrow", "shared_table", "TableHandle", "TableView"]
 
 
@@ -56,7 +58,8 @@ class TableView:
 
     What a reader needs of a table (``version()``, ``file_uris()``, ``table_uri``, the add
     actions' statistics for pruning); :func:`read_arrow` takes it wherever it takes a DeltaTable.
-    Do not commit through ``dt``: it may be behind ``version()``.
+    Do not commit through ``dt``: it may be behind ``version()``; and use a view only while
+    holding its handle's lock (a commit through the handle's table makes the view unusable).
     """
 
     __slots__ = ("dt", "base", "adds", "_version", "_uris", "_stats")
@@ -73,7 +76,13 @@ class TableView:
     def table_uri(self) -> str:
         return self.dt.table_uri
 
+    def _check(self) -> None:
+        if self.dt.version() != self.base:  # a commit through dt moved it: use a new view
+            raise StoreError(f"a view of {self.dt.table_uri} at version {self._version} was used after its table "
+                             "moved; take a new view (internal error)")
+
     def file_uris(self) -> list[str]:
+        self._check()
         if self._uris is None:
             prefix = self.dt.table_uri.removeprefix("file://")
             prefix = prefix if prefix.endswith("/") else prefix + "/"
@@ -189,6 +198,7 @@ _STATS: dict[int, tuple[weakref.ref, _FileStats]] = {}
 
 def _file_stats(dt: DeltaTable | TableView) -> _FileStats:
     if isinstance(dt, TableView):
+        dt._check()
         if dt._stats is None:
             base = _file_stats(dt.dt)
             dt._stats = _ViewStats(base, dt.adds, dt.version()) if dt.adds else base
