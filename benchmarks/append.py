@@ -370,7 +370,7 @@ def report(results: list[dict]) -> bool:
         total = res["seconds"]["refold"]
         per = 1000 / res["count"]
         print(f"  {res['label']:<12} {total * per:8.2f} ms/batch = seal {seal * per:7.2f}"
-              f" + data file and commit {write * per:7.2f} (commit file alone {commit * per:5.2f})"
+              f" + data file and commit {write * per:7.2f} (commit file, overlapping the data file write, {commit * per:5.2f})"
               f" + other {(total - seal - write) * per:7.2f}")
         if res["floor"]:
             hashing, writing, native = res["floor"]

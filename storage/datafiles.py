@@ -21,7 +21,10 @@ from __future__ import annotations
 
 import json
 import os
+import threading
+import time
 import uuid
+from concurrent.futures import Future, ThreadPoolExecutor
 from collections.abc import Sequence
 from datetime import timezone
 from pathlib import Path
@@ -75,28 +78,60 @@ def write_file(rows: pa.Table, folder: Path, *, options: dict | None = None,
     ``options`` (pyarrow ``write_table`` keywords; default :data:`PARQUET_OPTIONS`) and
     ``stats_columns`` (the table's ``delta.dataSkippingStatsColumns``) default to the event log's.
     """
-    name = f"part-00000-{uuid.uuid4()}-c000.parquet"  # delta-rs's pattern, without one codec in it
+    add, data = encode_file(rows, options=options, stats_columns=stats_columns)
+    store_file(folder, add["path"], data)
+    return add
+
+
+def encode_file(rows: pa.Table, *, options: dict | None = None,
+                stats_columns: Sequence[str] = STATS_COLUMNS) -> tuple[dict, pa.Buffer]:
+    """``rows`` encoded as a Parquet file under a new name, and the ``add`` action naming it.
+
+    Nothing is written: :func:`store_file` puts the bytes in the table folder, which must happen
+    before a commit holding the action lands.
+    """
     # encoded in memory, then one write: pyarrow writing to a path resolves a file system and
-    # issues a write per page (~0.5 ms of a 1k-event append here), and O_EXCL makes sure a name
-    # clash can never overwrite another writer's file
+    # issues a write per page (~0.5 ms of a 1k-event append here)
     sink = pa.BufferOutputStream()
     pq.write_table(rows, sink, **(PARQUET_OPTIONS if options is None else options))
     data = sink.getvalue()
+    name = f"part-00000-{uuid.uuid4()}-c000.parquet"  # delta-rs's pattern, without one codec in it
+    add = {"path": name, "partitionValues": {}, "size": data.size,
+           "modificationTime": time.time_ns() // 1_000_000, "dataChange": True,
+           "stats": add_stats(rows, stats_columns)}
+    return add, data
+
+
+def store_file(folder: Path, name: str, data: pa.Buffer) -> None:
+    """Create ``folder/name`` holding ``data``; on any failure no file is left.
+
+    ``O_EXCL``: a name clash can never overwrite another writer's file.
+    """
     path = folder / name
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
         written = os.write(fd, data)
         while written < data.size:  # a short write (signals, huge files): write the rest
             written += os.write(fd, memoryview(data)[written:])
-        mtime_ns = os.fstat(fd).st_mtime_ns
     except BaseException:
         os.close(fd)
         path.unlink(missing_ok=True)  # no commit names it yet: leave no half-written file
         raise
     os.close(fd)
-    return {"path": name, "partitionValues": {}, "size": data.size,
-            "modificationTime": mtime_ns // 1_000_000, "dataChange": True,
-            "stats": add_stats(rows, stats_columns)}
+
+
+_STORER: ThreadPoolExecutor | None = None
+_STORER_LOCK = threading.Lock()
+
+
+def store_in_background(folder: Path, name: str, data: pa.Buffer) -> Future:
+    """:func:`store_file` on a worker thread (the write releases the GIL): the caller stages its
+    commit file meanwhile, and waits for the returned future before the commit names the file."""
+    global _STORER
+    with _STORER_LOCK:
+        if _STORER is None:
+            _STORER = ThreadPoolExecutor(max_workers=2, thread_name_prefix="refold-store")
+    return _STORER.submit(store_file, folder, name, data)
 
 
 def add_stats(rows: pa.Table, stats_columns: Sequence[str] = STATS_COLUMNS) -> str:

@@ -44,6 +44,7 @@ import os
 import time
 import uuid
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
@@ -96,11 +97,14 @@ def unsupported(dt: DeltaTable, *, schema: pa.Schema = EVENTS_SCHEMA,
     return None
 
 
-def commit_add(folder: Path, version: int, add: dict, metadata: dict[str, str]) -> None:
+def commit_add(folder: Path, version: int, add: dict, metadata: dict[str, str], *,
+               before_link: Callable[[], object] | None = None) -> None:
     """Create commit ``version`` of the table at ``folder`` holding ``add`` and a commitInfo.
 
     Raises ``CommitFailedError`` when that version exists already (another writer got there
-    first); nothing of this call is left in ``_delta_log`` then.
+    first); nothing of this call is left in ``_delta_log`` then, nor when ``before_link`` (called
+    once the commit file is staged, right before it is published: e.g. waiting for the data file
+    to be written) raises.
     """
     millis = int(time.time() * 1000)
     info = {"timestamp": millis, "operation": "WRITE",
@@ -118,6 +122,8 @@ def commit_add(folder: Path, version: int, add: dict, metadata: dict[str, str]) 
     finally:
         os.close(fd)
     try:
+        if before_link is not None:
+            before_link()
         os.link(tmp, log_dir / log_name(version))
     except FileExistsError:
         raise CommitFailedError(f"version {version} of {folder} exists: another writer committed first") from None
