@@ -356,13 +356,11 @@ class LiveFold:
         for fid, d in fresh.items():
             u, v = d["subject"], d["object"]  # ends of merged edges: both are nodes already
             keydict = succ[u].get(v)
-            data = None if keydict is None else keydict.get(fid)
-            if data is not None:
-                data.clear()
-                data.update(d)
-                continue
             if keydict is None:  # as add_edge does, without copying the fresh dict
                 keydict = succ[u][v] = pred[v][u] = {}
+            elif fid in keydict:  # recomputed: the fresh dict takes its place (same key position;
+                keydict[fid] = d  # nothing but the graph holds a derived edge's dict)
+                continue
             keydict[fid] = d
             self._remember(fid, (u, v), d["inputs"])
         nodes = graph._node
