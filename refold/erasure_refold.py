@@ -244,10 +244,20 @@ class SnapshotPatcher:
             f"{patch.nodes_removed} entit(ies) removed, {patch.nodes_renamed} renamed",))
 
     def _retractions(self, until: int) -> list:
-        """The log's retraction events with seq <= ``until`` (pruned by the kind and seq statistics)."""
-        return list(table_to_events(self.mem.log_store.arrow(
-            filter=pc.field("kind") == "retraction",
-            prune=[{"kind": ("retraction", "retraction"), "seq": (None, until)}])))
+        """The log's retraction events with seq <= ``until``: their seqs from the kind and seq
+        columns alone, then only those rows. (Tombstones widen the files' kind statistics, so
+        after an erasure spread over the log nearly every file may hold a retraction: reading
+        whole rows of all of them cost ~40-70 ms at 20k events, the two columns ~3-5 ms.)"""
+        log = self.mem.log_store
+        where = pc.field("kind") == "retraction"
+        seqs = log.arrow(columns=["seq", "kind"], filter=where,
+                         prune=[{"kind": ("retraction", "retraction"), "seq": (None, until)}])["seq"]
+        if len(seqs) == 0:
+            return []
+        found = sorted(seqs.to_pylist())
+        return list(table_to_events(log.arrow(
+            filter=where & pc.field("seq").isin(found),
+            prune=[{"kind": ("retraction", "retraction"), "seq": (found[0], found[-1])}])))
 
     # -- steps ------------------------------------------------------------------------------------
 

@@ -36,7 +36,9 @@ def test_erasure_refold_benchmark_quick():
     assert out.count("extraction calls 0 everywhere: yes; patched state == full rebuild: yes") == 2
     assert re.search(rf"ratio full rebuild / erasure refold \(near the end\): {RATIO} \(target >= 20x\)", out)
     assert re.search(rf"ratio full rebuild / erasure refold \(spread over the log\): {RATIO}", out)
-    near = re.search(r"subject s-x .* first at seq (\d+).*\n.*\n.*resumes from seq (-?\d+)", out)
+    assert re.search(rf"ratio full rebuild \+ digest / patch \+ refold step \(near the end\): {RATIO}", out)
+    assert re.search(r"whole erasure end to end: \d+\.\d+ s \(previous path: \d+\.\d+ s\)", out)
+    near = re.search(r"subject s-x .* first at seq (\d+)(?:.*\n)*?.*resumes from seq (-?\d+)", out)
     assert near and int(near.group(2)) > int(near.group(1))  # resumed from the patched snapshot, after X
 
 

@@ -64,3 +64,28 @@ def test_the_receipt_digest_is_columnar_and_old_json_digests_still_verify(tmp_pa
     wrong = dataclasses.replace(receipt, state_digest=erasing.DIGEST_SCHEME + "0" * 64)
     checks = {c.name: c for c in erasing.verify_receipt(refold.Memory(mem.root), wrong).checks}
     assert not checks["state digest"].ok
+
+
+def test_a_retraction_that_matched_nothing_before_ends_the_fact_once_the_erased_one_is_gone(tmp_path):
+    """The patch reads the log's retractions (two-phase: seqs from the kind column, then those
+    rows): here one that found nothing open because an erased event had superseded its fact."""
+    from tests.fold_helpers import fact_event
+    from tests.test_erasure_patch import _others
+
+    mem = refold.init(tmp_path / "store")
+    mem.append(_others(20))
+    mem.append([fact_event("Person9", "lives_in", "Place1", day=30, event_id="a")])
+    mem.append([fact_event("Person9", "lives_in", "Place2", day=31, event_id="x-move", subjects=[X])])
+    mem.append([fact_event("Person9", "lives_in", "Place1", day=32, event_id="r", kind="retraction")])
+    mem.append(_others(9, start=20))
+    mem.fold(snapshot_every=10)
+    receipt = erasing.erase(mem, X)
+    assert _patched(receipt)["rows"] == 1
+    fresh, ext = refold.Memory(mem.root), CountingRules()
+    fresh.fold(extractor=ext)
+    assert ext.calls == 0
+    graph = fresh.state().graph
+    assert canonical_graph(graph) == _full(fresh)
+    ended = [d["ended_by"] for *_, d in graph.edges(data=True)
+             if d["derivation"] == "extracted" and d["subject"].endswith("person9") and d["relation"] == "lives_in"]
+    assert ended == ["r"]
