@@ -101,13 +101,17 @@ def state_digest(graph) -> str:
     order). ~0.1 s for 20k facts where the JSON digest took ~1 s. A graph the codec cannot encode
     (not a folded state) gets the JSON digest."""
     from refold.fold.errors import StoreError
+    from refold.fold.incremental import paused_gc
     from refold.fold.snapshot_codec import encode_graph, table_digest
 
-    try:
-        nodes, edges = encode_graph(graph)
-    except StoreError:
-        return json_state_digest(graph)
-    return DIGEST_SCHEME + table_digest(nodes, edges)
+    # no collector passes while encoding: they would walk the whole folded graph (measured
+    # ~0.35 s of encoding a 20k-event state in a process holding it, ~0.1 s without)
+    with paused_gc():
+        try:
+            nodes, edges = encode_graph(graph)
+        except StoreError:
+            return json_state_digest(graph)
+        return DIGEST_SCHEME + table_digest(nodes, edges)
 
 
 def json_state_digest(graph) -> str:

@@ -277,7 +277,8 @@ class SnapshotStore:
         if (self.root / live.spec.hash / f"{live.last_seq:012d}" / MANIFEST).exists():
             return None
         live.refresh()  # roll-ups are stored too: bring them up to date with the merged edges
-        nodes, edges = encode_graph(live.graph)
+        with paused_gc():  # a tuple per edge: collector passes would walk the whole folded graph
+            nodes, edges = encode_graph(live.graph)
         return self._write(live.spec.hash, live.last_seq, live.link, live.builder.stats, nodes, edges,
                            sorted(live.contained))
 
