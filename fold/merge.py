@@ -115,10 +115,10 @@ class GraphBuilder:
 
     def _node(self, tenant: str, name: str) -> str:
         nid = node_id(tenant, name)
-        if nid not in self.graph:
+        data = self.graph._node.get(nid)
+        if data is None:
             self.graph.add_node(nid, tenant=tenant, name=name.strip(), key=entity_key(name), aliases=[])
         else:
-            data = self.graph._node[nid]
             surface = name.strip()
             if surface != data["name"] and surface not in data["aliases"]:
                 data["aliases"].append(surface)

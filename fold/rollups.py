@@ -14,6 +14,7 @@ Roll-ups read only extracted edges, so derived facts never feed other rules (no 
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Container, Iterable, Sequence
 from datetime import datetime
 
@@ -100,20 +101,22 @@ def derive(rules: Sequence[RollupRule], base: Iterable[dict], *,
     return new_edges
 
 
+_RECORD_ORDER = operator.itemgetter("recorded_seq", "fact_id")
+
+
 def summarize(edges: Iterable[dict], name: Callable[[str], str]) -> tuple[dict[str, list[str]], list[str]]:
     """One entity's ``summary`` and ``summary_sources`` from its extracted out-edges.
 
     Current facts (open valid time) in record order, per relation the objects' names (``name``
     maps a node id to it), and the events behind them, each once.
     """
+    current = [d for d in edges if d["valid_to"] is None]
+    current.sort(key=_RECORD_ORDER)
     summary: dict[str, list[str]] = {}
-    sources: list[str] = []
-    for d in sorted((d for d in edges if d["valid_to"] is None), key=lambda d: (d["recorded_seq"], d["fact_id"])):
+    for d in current:
         summary.setdefault(d["relation"], []).append(name(d["object"]))
-        for s in d["sources"]:
-            if s not in sources:
-                sources.append(s)
-    return summary, sources
+    # each source once, in first-seen order
+    return summary, list(dict.fromkeys([s for d in current for s in d["sources"]]))
 
 
 def apply_rollups(graph: nx.MultiDiGraph, spec: FoldSpec) -> int:
