@@ -161,14 +161,11 @@ def _live_digest(mem: "Memory", spec) -> str:
     :meth:`Memory.state` does (resume from its live fold or the newest valid snapshot, then the
     log's tail) but digested in place."""
     from refold.fold.extractors import get_extractor
-    from refold.projection import DeltaSource, project
+    from refold.projection import DeltaSource
 
     extractor = get_extractor("rules") if spec.extractor == "rules" else None
-    with mem._fold_lock:
-        head = mem.head()
-        done = project(mem, spec, extractor=extractor, source=DeltaSource(mem.log_store),
-                       live=mem._live.get(spec.hash), at_most=head.seq)
-        mem._keep_live(done.live)
+    with mem.advanced_fold(spec, extractor=extractor, source=DeltaSource(mem.log_store),
+                           at_most=mem.head().seq) as done:
         done.live.refresh()
         return state_digest(done.live.graph)
 

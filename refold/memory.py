@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -24,6 +25,7 @@ from refold.storage.verify import VerifyReport, verify
 
 if TYPE_CHECKING:
     from refold.folding import FoldReport, FoldState
+    from refold.projection import Projection
 
 
 class Memory:
@@ -169,7 +171,6 @@ class Memory:
         """
         from refold.fold.extractors import get_extractor
         from refold.folding import FoldReport, record_spec
-        from refold.projection import project
 
         ext = get_extractor(extractor, **options) if isinstance(extractor, str) else extractor
         if spec is None:
@@ -178,10 +179,8 @@ class Memory:
             record_spec(self, spec)
             self._recorded_specs.add(spec.hash)
         every = self.snapshot_every if snapshot_every is None else snapshot_every
-        with self._fold_lock:
-            done = project(self, spec, extractor=ext, full=full, live=self._live.get(spec.hash),
-                           progress=progress, runner=runner, snapshot_every=every, keep=self.snapshot_keep)
-            self._keep_live(done.live)
+        with self.advanced_fold(spec, extractor=ext, full=full, progress=progress, runner=runner,
+                                snapshot_every=every, keep=self.snapshot_keep) as done:
             live = done.live
             if index:
                 self.index(embedder=None if index is True else index)
@@ -201,15 +200,12 @@ class Memory:
         store that keeps no snapshots).
         """
         from refold.fold.extractors import get_extractor
-        from refold.projection import project
         from refold.storage.snapshots import SnapshotStore
 
         spec = spec or self.current_spec()
         store = SnapshotStore(self.layout, storage_options=self.storage_options)
-        with self._fold_lock:
-            done = project(self, spec, extractor=get_extractor("rules") if spec.extractor == "rules" else None,
-                           live=self._live.get(spec.hash))
-            self._keep_live(done.live)
+        with self.advanced_fold(spec, extractor=get_extractor("rules") if spec.extractor == "rules" else None
+                                ) as done:
             info = store.write(done.live)
             if info is not None:
                 store.prune(spec.hash, keep=max(self.snapshot_keep, 1))
@@ -221,6 +217,23 @@ class Memory:
         from refold.storage.snapshots import SnapshotStore
 
         return [SnapshotStore(self.layout, storage_options=self.storage_options)]
+
+    @contextlib.contextmanager
+    def advanced_fold(self, spec: FoldSpec, *, extractor: Extractor | None = None, **options: Any
+                      ) -> Iterator["Projection"]:
+        """This process's live fold of ``spec`` brought up to date, used under the fold lock.
+
+        Projects from the live fold (or the newest valid snapshot; ``options`` go to
+        :func:`refold.projection.project`: ``full``, ``source``, ``at_most``, ``progress``,
+        ``runner``, ``snapshot_every``, ``keep``), keeps the result as the live fold, and holds
+        the lock for the ``with`` block, in which ``done.live`` may be read but not kept.
+        """
+        from refold.projection import project
+
+        with self._fold_lock:
+            done = project(self, spec, extractor=extractor, live=self._live.get(spec.hash), **options)
+            self._keep_live(done.live)
+            yield done
 
     def forget_live(self) -> None:
         """Drop this process's folded state (an erasure patched the snapshot it came from)."""
@@ -247,7 +260,7 @@ class Memory:
         from refold.fold.incremental import paused_gc
         from refold.fold.snapshot_codec import stats_to_json
         from refold.folding import FoldState
-        from refold.projection import DeltaSource, ListSource, project
+        from refold.projection import DeltaSource, ListSource
 
         if events is None:
             head = self.head()
@@ -258,10 +271,7 @@ class Memory:
         cached = self._states.get(key)
         if cached is not None:
             return cached
-        with self._fold_lock:
-            done = project(self, spec, extractor=extractor, full=full, source=source,
-                           live=self._live.get(spec.hash), at_most=key[1])
-            self._keep_live(done.live)
+        with self.advanced_fold(spec, extractor=extractor, full=full, source=source, at_most=key[1]) as done:
             live = done.live
             stats = stats_to_json(live.builder.stats)
             stats.update(derived=live.derived_count, resumed_from=done.resumed_from)
