@@ -25,7 +25,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import networkx as nx  # noqa: E402
-import pyarrow.parquet as pq  # noqa: E402
 from networkx.readwrite import json_graph  # noqa: E402
 
 from refold.fold.incremental import LiveFold, paused_gc  # noqa: E402

@@ -13,7 +13,7 @@ import refold
 from refold.fold.errors import ConflictError
 from refold.fold.events import Fact, NewEvent
 
-from tests.log_helpers import _actions, _bad, _event, _file_of, _flip, _rewrite, _row, _store, mem  # noqa: F401
+from tests.log_helpers import _bad, _event, _file_of, _rewrite, _row, _store, mem  # noqa: F401 (mem: fixture)
 
 
 # -- idempotency ----------------------------------------------------------------------------------
