@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 from .entities import entity_key, node_id
 from .errors import RefoldError
@@ -37,6 +38,16 @@ from .extract import ExtractedFact, Extraction
 from .incremental import LiveFold
 from .merge import GraphBuilder
 from .spec import FoldSpec
+
+
+class CachedExtraction(Protocol):
+    """What the patch reads of a cached extraction: an :class:`~refold.fold.extract.Extraction`,
+    or the lighter record the cache reads for merges (``refold.storage.cache.CachedFacts``)."""
+
+    event_id: str
+    spec_hash: str
+    facts: tuple[ExtractedFact, ...]
+    rejected: tuple
 
 
 class NotDecremental(RefoldError):
@@ -50,7 +61,7 @@ class Inputs:
     #: surviving events by id (a subset of the ids asked for is fine only for ids not in the log)
     events: Callable[[set[str]], Mapping[str, Event]]
     #: cached extractions by event id
-    extractions: Callable[[set[str]], Mapping[str, Extraction]]
+    extractions: Callable[[set[str]], Mapping[str, CachedExtraction]]
     #: surviving retraction events with seq <= the given seq
     retractions: Callable[[int], Iterable[Event]]
     #: the earliest (seq, event id) source of the merged edges at a node that lie outside the
@@ -99,7 +110,7 @@ def hit_edges(live: LiveFold, erased: set[str]) -> dict[str, tuple[str, str]]:
     return out
 
 
-def remove_events(live: LiveFold, erased_ids: Iterable[str], erased_extractions: Mapping[str, Extraction],
+def remove_events(live: LiveFold, erased_ids: Iterable[str], erased_extractions: Mapping[str, CachedExtraction],
                   inputs: Inputs) -> Patch:
     """Remove ``erased_ids`` from ``live`` in place (see the module docstring); return what changed.
 
@@ -192,7 +203,7 @@ def _remerge(spec: FoldSpec, keys: set[tuple[str, str]], old: Iterable[dict], er
     return scratch, len(events)
 
 
-def _recount(stats, fresh, old: Iterable[dict], erased: set[str], erased_extractions: Mapping[str, Extraction],
+def _recount(stats, fresh, old: Iterable[dict], erased: set[str], erased_extractions: Mapping[str, CachedExtraction],
              spec: FoldSpec, tenant_of: Mapping[str, str]) -> None:
     old = list(old)
     stats.edges += fresh.edges - len(old)

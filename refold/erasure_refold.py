@@ -38,7 +38,6 @@ import pyarrow.compute as pc
 from refold.fold.decremental import Inputs, NotDecremental, Patch, remove_events
 from refold.fold.errors import RefoldError
 from refold.fold.incremental import LiveFold, paused_gc
-from refold.fold.spec import FoldSpec
 from refold.fold.snapshot_codec import decode_graph, encode_graph, stats_from_json
 from refold.storage.cache import PurgeResult
 from refold.storage.schema import table_to_events
@@ -200,6 +199,10 @@ class _Region:
         return {int(b) for b in np.concatenate([before, after])}, pa.array(bucket_of)
 
 
+class _NotCurrent(Exception):
+    """The snapshot taken is not of the current spec (another spec was recorded since)."""
+
+
 class SnapshotPatcher:
     """A derived store for the erasure procedure: ``purge(event_ids)`` patches the newest snapshot.
 
@@ -212,28 +215,39 @@ class SnapshotPatcher:
         self.last: tuple[Patch, float] | None = None
 
     def preview(self, event_ids: Iterable[str]) -> PurgeResult:
-        target = self._target(set(event_ids))
+        spec: Future = Future()
+        spec.set_result(self.mem.current_spec())
+        target = self._target(set(event_ids), spec)
         if target is None:
             return PurgeResult(STORE, 0, ("no snapshot holds the erased events: nothing to patch",))
-        return PurgeResult(STORE, 1, (f"patched in place: {Path(target[1].path).name} (the refold resumes "
+        return PurgeResult(STORE, 1, (f"patched in place: {Path(target[0].path).name} (the refold resumes "
                                       "from it)",))
 
     def purge(self, event_ids: Iterable[str]) -> PurgeResult:
         started = time.perf_counter()
         erased = set(event_ids)
-        target = self._target(erased)
-        if target is None:
+        if self.mem.mode == "shred" or not erased:
             return PurgeResult(STORE, 0, ("no snapshot holds the erased events: nothing to patch",))
-        spec, info, contained = target
-        # The log's retractions are read on a thread meanwhile: a Delta read spends most of its
-        # time in Rust and Arrow, which release the GIL, while the snapshot region is worked out.
-        with ThreadPoolExecutor(max_workers=1) as pool:
+        # Reads that do not depend on the snapshot run on threads meanwhile (a Delta read spends
+        # most of its time in Rust and Arrow, which release the GIL): the current spec (a log
+        # read; the snapshot is chosen by its folder and checked against it before anything is
+        # written), the extraction cache's table and statistics, then the log's retractions.
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            spec_future = pool.submit(self.mem.current_spec)
+            pool.submit(self.mem.cache.warm)
+            target = self._target(erased, spec_future)
+            if target is None:
+                return PurgeResult(STORE, 0, ("no snapshot holds the erased events: nothing to patch",))
+            info, contained = target
             retractions = pool.submit(self._retractions, info.last_seq)
             try:
                 tables = SnapshotStore(self.mem.layout, storage_options=self.mem.storage_options).read_tables(
                     info, contained=False)
                 with paused_gc():  # many small objects, none cyclic: a full collection would dominate
-                    patch = self._patch(spec, info, tables, erased, contained, retractions)
+                    patch = self._patch(spec_future, info, tables, erased, contained, retractions)
+            except _NotCurrent:
+                return PurgeResult(STORE, 0, ("no snapshot of the current spec holds the erased events: "
+                                              "nothing to patch",))
             except (NotDecremental, RefoldError, OSError, pa.ArrowException) as exc:
                 return PurgeResult(STORE, 0, (f"not patched ({exc}); the snapshot purge removes it and the "
                                               "refold starts from an older snapshot",))
@@ -261,27 +275,30 @@ class SnapshotPatcher:
 
     # -- steps ------------------------------------------------------------------------------------
 
-    def _target(self, erased: set[str]) -> tuple[FoldSpec, SnapshotInfo, set[str]] | None:
-        """(spec, snapshot, its contained ids) for the newest snapshot of the current spec if it
-        holds an erased event and can be patched, else None (reads only its contained ids)."""
+    def _target(self, erased: set[str], spec: Future) -> tuple[SnapshotInfo, set[str]] | None:
+        """(snapshot, its contained ids) for the newest snapshot of the current spec (``spec``'s
+        result) if it holds an erased event and can be patched, else None (reads only its
+        contained ids). With snapshots of one spec only, that spec's newest is taken without
+        waiting for ``spec``: :meth:`_patch` refuses it (:class:`_NotCurrent`) if it is not current."""
         if self.mem.mode == "shred" or not erased:
             return None
         store = SnapshotStore(self.mem.layout, storage_options=self.mem.storage_options)
         if not store.enabled:
             return None
-        spec = self.mem.current_spec()
-        snaps = store.newest(spec.hash, at_most=1 << 62)
+        specs = store.spec_hashes()
+        snaps = store.newest(specs[0] if len(specs) == 1 else spec.result().hash, at_most=1 << 62)
         try:
             contained = store.contained_ids(snaps[0]) if snaps else set()
             if not erased & contained:
                 return None
         except (OSError, pa.ArrowException):
             return None  # unreadable: the snapshot purge deals with it
-        return spec, snaps[0], contained
+        return snaps[0], contained
 
-    def _patch(self, spec, info: SnapshotInfo, tables: dict[str, pa.Table], erased: set[str],
+    def _patch(self, spec_future: Future, info: SnapshotInfo, tables: dict[str, pa.Table], erased: set[str],
                contained: set[str], retractions: Future) -> Patch:
         mem = self.mem
+        spec_hash = info.spec_hash
         held = sorted(erased & contained)
         bucketed = edge_bucket_count(info) > 1 or "edges" not in info.files  # not the older single file
         region = _Region(tables["nodes"], tables["edges"],
@@ -310,21 +327,25 @@ class SnapshotPatcher:
         seq_of.update((eid, seq) for seq, eid in firsts.values())
         # reads pruned by seq (the cache keeps each row's seq, with statistics): the erased
         # events' rows, the re-merged keys' sources, each mentioned entity's first surviving mention
-        memo = mem.cache.get(spec.hash, sorted(seq_of), seqs=seq_of.values()) if seq_of else {}
+        # (only the columns a merge reads: facts, rejections, the request's event ids)
+        memo = mem.cache.facts(spec_hash, sorted(seq_of), seqs=seq_of.values()) if seq_of else {}
         rest = erased_held - memo.keys()  # erased events with no edge (rejections only, retractions)
         if rest:
-            memo.update(mem.cache.get(spec.hash, sorted(rest)))
+            memo.update(mem.cache.facts(spec_hash, sorted(rest)))
         cached = {i: memo[i] for i in held if i in memo}
         for x in cached.values():
-            if x.request is not None and not set(x.request.event_ids) <= erased:
+            if x.request_event_ids is not None and not set(x.request_event_ids) <= erased:
                 raise NotDecremental("a model request of an erased event also held surviving events")
 
         def extractions(ids: set[str]):
             missing = sorted(ids - memo.keys())
             if missing:
-                memo.update(mem.cache.get(spec.hash, missing))
+                memo.update(mem.cache.facts(spec_hash, missing))
             return {i: memo[i] for i in ids if i in memo}
 
+        spec = spec_future.result()
+        if spec.hash != spec_hash:
+            raise _NotCurrent(spec_hash)
         live = LiveFold.resume(spec, region.graph(edges, mentioned), stats_from_json(info.stats),
                                contained=contained, link=info.link, started_from=info.last_seq)
         log = mem.log_store

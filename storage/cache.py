@@ -10,14 +10,12 @@ purges rows whose event, or whose request's events, were erased.
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import time
 import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 
 import pyarrow as pa
@@ -26,33 +24,14 @@ from deltalake import CommitProperties, DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError
 
 from refold.fold.errors import StoreError
-from refold.fold.extract import ExtractedFact, Extraction, ModelRequest, Rejection
+from refold.fold.extract import Extraction
 from . import delta_commit
+from .cache_rows import (CACHE_SCHEMA, FACT_COLUMNS, CachedFacts, _row_to_extraction,  # noqa: F401 - re-exported
+                         _to_table, facts_by_id)
 from .datafiles import write_file
 from .delta_io import Bounds, TableHandle, TableView, read_arrow, shared_table
 from .layout import Layout
 
-CACHE_SCHEMA = pa.schema(
-    [
-        ("event_id", pa.string()),
-        ("spec_hash", pa.string()),
-        ("seq", pa.int64()),
-        ("facts", pa.string()),
-        ("request_id", pa.string()),
-        ("request_event_ids", pa.list_(pa.string())),
-        ("request", pa.string()),
-        ("raw_output", pa.string()),
-        ("rejected", pa.string()),
-        ("tokens_in", pa.int64()),
-        ("tokens_out", pa.int64()),
-        ("latency_ms", pa.float64()),
-        ("model_id", pa.string()),
-        ("engine", pa.string()),
-        ("host", pa.string()),
-        ("meta", pa.string()),
-        ("created_at", pa.timestamp("us", tz="UTC")),
-    ]
-)
 #: A checkpoint of the cache table every this many commits (see _CONFIG).
 CHECKPOINT_EVERY = 10
 #: columns with statistics in the Delta log: only keys (facts, requests and outputs quote personal data)
@@ -77,36 +56,6 @@ class PurgeResult:
     store: str
     rows: int
     detail: tuple[str, ...] = ()
-
-
-def _iso(value: datetime | None) -> str | None:
-    return None if value is None else value.isoformat()
-
-
-# json.dumps with any option builds a new encoder per call; a cache write encodes 2-3 values per
-# row, so the encoders are built once (same output as json.dumps with these options)
-_TEXT_JSON = json.JSONEncoder(ensure_ascii=False).encode
-_META_JSON = json.JSONEncoder(sort_keys=True, default=str).encode
-
-
-def _facts_json(facts: Iterable[ExtractedFact]) -> str:
-    return _TEXT_JSON([
-        {"subject": f.subject, "relation": f.relation, "object": f.object,
-         "valid_from": _iso(f.valid_from), "valid_to": _iso(f.valid_to), "confidence": f.confidence}
-        for f in facts
-    ])
-
-
-def _facts_from_json(text: str) -> tuple[ExtractedFact, ...]:
-    out = []
-    for f in json.loads(text or "[]"):
-        out.append(ExtractedFact(
-            subject=f["subject"], relation=f["relation"], object=f["object"],
-            valid_from=datetime.fromisoformat(f["valid_from"]) if f.get("valid_from") else None,
-            valid_to=datetime.fromisoformat(f["valid_to"]) if f.get("valid_to") else None,
-            confidence=f.get("confidence", 1.0),
-        ))
-    return tuple(out)
 
 
 class ExtractionCache:
@@ -205,6 +154,27 @@ class ExtractionCache:
             if seqs is None:  # (a seq-pruned read does not see rows cached without a seq)
                 self._absent = (view.dt, view.version(), spec_hash, frozenset(ids).difference(found))
         return found
+
+    def warm(self) -> None:
+        """Load the table and its files' statistics now (a caller about to read it can do this on
+        a worker thread meanwhile: loading replays the commit log, ~5-10 ms)."""
+        # bounds no file's statistics allow (a file rules out on either column): none is read
+        self._read(columns=["event_id"], prune=[{"seq": (-1, -1), "spec_hash": ("", "")}])
+
+    def facts(self, spec_hash: str, event_ids: Iterable[str], *,
+              seqs: Iterable[int] | None = None) -> dict[str, CachedFacts]:
+        """What a fold's merge needs of the cached extractions of ``event_ids`` (their facts,
+        rejections and which events their model request quoted), by event id: only those columns
+        are read — a model request's prompt and raw output, the bulk of an LLM's rows, are not.
+        ``seqs`` prunes files as in :meth:`get` (rows cached without a seq are then not found).
+        """
+        ids = list(event_ids)
+        if not ids:
+            return {}
+        flt = (pc.field("spec_hash") == spec_hash) & _ids_filter(ids)
+        prune = ([{"seq": span, "spec_hash": (spec_hash, spec_hash)} for span in _spans(seqs)]
+                 if seqs is not None else _ids_range(ids, spec_hash))
+        return facts_by_id(self._read(columns=list(FACT_COLUMNS), filter=flt, prune=prune))
 
     def frame(self):
         """The whole cache as a polars DataFrame (for audits and notebooks)."""
@@ -385,43 +355,3 @@ def _present(dt: DeltaTable | TableView, unique: dict[tuple[str, str], Extractio
     rows = read_arrow(dt, CACHE_SCHEMA, columns=["event_id", "spec_hash"], filter=_ids_filter(ids),
                       prune=_ids_range(ids))
     return set(zip(rows["event_id"].to_pylist(), rows["spec_hash"].to_pylist()))
-
-
-def _to_table(extractions: Sequence[Extraction], seqs: dict[str, int]) -> pa.Table:
-    """Cache rows for ``extractions``, built column by column (a dict per row cost more)."""
-    requests = [x.request for x in extractions]
-    columns = {
-        "event_id": [x.event_id for x in extractions],
-        "spec_hash": [x.spec_hash for x in extractions],
-        "seq": [seqs.get(x.event_id) for x in extractions],
-        "facts": [_facts_json(x.facts) for x in extractions],
-        "request_id": [r.request_id if r else None for r in requests],
-        "request_event_ids": [list(r.event_ids) if r else [] for r in requests],
-        "request": [r.payload if r else None for r in requests],
-        "raw_output": [x.raw_output for x in extractions],
-        "rejected": [_TEXT_JSON([{"reason": r.reason, "detail": r.detail} for r in x.rejected])
-                     if x.rejected else "[]" for x in extractions],
-        "tokens_in": [x.tokens_in for x in extractions],
-        "tokens_out": [x.tokens_out for x in extractions],
-        "latency_ms": [x.latency_ms for x in extractions],
-        "model_id": [x.model_id for x in extractions],
-        "engine": [x.engine for x in extractions],
-        "host": [x.host for x in extractions],
-        "meta": [_META_JSON(dict(x.meta)) if x.meta else "{}" for x in extractions],
-        "created_at": [datetime.now(timezone.utc)] * len(extractions),
-    }
-    return pa.table([pa.array(columns[f.name], f.type) for f in CACHE_SCHEMA], schema=CACHE_SCHEMA)
-
-
-def _row_to_extraction(r: dict) -> Extraction:
-    request = None
-    if r["request"] is not None:
-        request = ModelRequest(event_ids=tuple(r["request_event_ids"] or ()), payload=r["request"])
-    return Extraction(
-        event_id=r["event_id"], spec_hash=r["spec_hash"], facts=_facts_from_json(r["facts"]),
-        request=request, raw_output=r["raw_output"],
-        rejected=tuple(Rejection(**d) for d in json.loads(r["rejected"] or "[]")),
-        tokens_in=r["tokens_in"] or 0, tokens_out=r["tokens_out"] or 0,
-        latency_ms=r["latency_ms"] or 0.0, model_id=r["model_id"], engine=r["engine"] or "rules",
-        host=r["host"], meta=tuple(sorted(json.loads(r["meta"] or "{}").items())),
-    )

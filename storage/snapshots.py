@@ -205,6 +205,12 @@ class SnapshotStore:
         except (OSError, ValueError, KeyError, StoreError):
             return None  # incomplete, foreign or damaged: never used
 
+    def spec_hashes(self) -> list[str]:
+        """The spec hashes with a snapshot folder (sorted; a folder may hold no complete snapshot)."""
+        if self.root is None or not self.root.exists():
+            return []
+        return sorted(p.name for p in self.root.iterdir() if p.is_dir() and not p.name.startswith("."))
+
     def newest(self, spec_hash: str, *, at_most: int) -> list[SnapshotInfo]:
         """Snapshots of ``spec_hash`` with ``last_seq <= at_most``, newest first."""
         return sorted((s for s in self.list(spec_hash) if s.last_seq <= at_most),
