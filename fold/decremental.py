@@ -132,12 +132,15 @@ def remove_events(live: LiveFold, erased_ids: Iterable[str], erased_extractions:
            if _is_base(d) and (u, d["relation"]) in keys}
     old_data = {fid: graph.edges[u, v, fid] for fid, (u, v) in old.items()}
     tenant_of: dict[str, str] = {}
-    mentioned: set[str] = set()
+    erased_at: dict[str, int] = {}  # mentioned node -> seq of its earliest erased mention
     for fid, (u, v) in hit.items():
         d = graph.edges[u, v, fid]
-        for eid in erased.intersection(d["sources"]):
-            tenant_of[eid] = d["tenant"]
-            mentioned.update((u, v))
+        for eid, seq in zip(d["sources"], d["source_seqs"]):
+            if eid in erased:
+                tenant_of[eid] = d["tenant"]
+                for n in (u, v):
+                    erased_at[n] = min(seq, erased_at.get(n, seq))
+    mentioned = set(erased_at)
 
     scratch, survivors = _remerge(spec, keys, old_data.values(), erased, inputs, live.last_seq)
 
@@ -155,7 +158,7 @@ def remove_events(live: LiveFold, erased_ids: Iterable[str], erased_extractions:
             builder._open[key] = list(fids)
 
     _recount(builder.stats, scratch.stats, old_data.values(), erased, erased_extractions, spec, tenant_of)
-    drop, renamed = _entities(live, mentioned, erased, erased_extractions, tenant_of, inputs)
+    drop, renamed = _entities(live, erased_at, erased, erased_extractions, tenant_of, inputs)
     summary_subjects = set(subjects)
     if renamed:
         inputs.pull_in(live, renamed)
@@ -229,12 +232,13 @@ def _surfaces(spec: FoldSpec, tenant: str, facts: Iterable[ExtractedFact], node:
             yield f.object.strip()
 
 
-def _entities(live: LiveFold, mentioned: set[str], erased: set[str], erased_extractions, tenant_of,
+def _entities(live: LiveFold, erased_at: Mapping[str, int], erased: set[str], erased_extractions, tenant_of,
               inputs: Inputs) -> tuple[list[str], set[str]]:
-    """(nodes to drop, renamed nodes); names and aliases are fixed in place."""
+    """(nodes to drop, renamed nodes); names and aliases are fixed in place. ``erased_at``: each
+    mentioned node's earliest erased mention (seq)."""
     graph, spec = live.graph, live.spec
     drop, renamed, check = [], set(), {}
-    for n in mentioned:
+    for n, erased_first in erased_at.items():
         if n not in graph:
             continue
         inside = _mentions(graph, n)
@@ -249,7 +253,12 @@ def _entities(live: LiveFold, mentioned: set[str], erased: set[str], erased_extr
             continue
         # erased mentions with the name only: unchanged if the first surviving mention says it too
         first = min([*([min(inside)] if inside else []), *([outside] if outside else [])])
-        check[n] = (first[1], not gone.isdisjoint(data["aliases"]), inside)
+        full = not gone.isdisjoint(data["aliases"])
+        if not full and first[0] < erased_first:
+            # ... which it does when it came before every erased mention: the name is the first
+            # surface in log order, so it was that mention's (no cache read needed to know)
+            continue
+        check[n] = (first[1], full, inside)
     if not check:
         return drop, renamed
     found = dict(inputs.extractions({first for first, full, _ in check.values() if not full}))

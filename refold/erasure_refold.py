@@ -213,8 +213,18 @@ class SnapshotPatcher:
     def __init__(self, mem: "Memory"):
         self.mem = mem
         self.last: tuple[Patch, float] | None = None
+        self._seqs: dict[str, int] = {}  # erased event id -> seq, from the plan (see preview)
 
-    def preview(self, event_ids: Iterable[str]) -> PurgeResult:
+    #: the erasure plan passes the erased events' seqs to :meth:`preview`
+    preview_takes_seqs = True
+
+    def preview(self, event_ids: Iterable[str], *, seqs: Iterable[int] | None = None) -> PurgeResult:
+        """What :meth:`purge` would do. ``seqs``: the log positions of ``event_ids`` (the plan's),
+        kept for the purge that follows: its cache read of the erased events' rows then starts at
+        once, on a thread, pruned by seq."""
+        event_ids = list(event_ids)
+        if seqs is not None:
+            self._seqs = dict(zip(event_ids, seqs))
         spec: Future = Future()
         spec.set_result(self.mem.current_spec())
         target = self._target(set(event_ids), spec)
@@ -239,12 +249,15 @@ class SnapshotPatcher:
             if target is None:
                 return PurgeResult(STORE, 0, ("no snapshot holds the erased events: nothing to patch",))
             info, contained = target
+            held = sorted(erased & contained)
+            erased_rows = (pool.submit(self.mem.cache.facts, info.spec_hash, held, seqs=[self._seqs[i] for i in held])
+                           if all(i in self._seqs for i in held) else None)
             retractions = pool.submit(self._retractions, info.last_seq)
             try:
                 tables = SnapshotStore(self.mem.layout, storage_options=self.mem.storage_options).read_tables(
                     info, contained=False)
                 with paused_gc():  # many small objects, none cyclic: a full collection would dominate
-                    patch = self._patch(spec_future, info, tables, erased, contained, retractions)
+                    patch = self._patch(spec_future, info, tables, erased, contained, retractions, erased_rows)
             except _NotCurrent:
                 return PurgeResult(STORE, 0, ("no snapshot of the current spec holds the erased events: "
                                               "nothing to patch",))
@@ -295,8 +308,18 @@ class SnapshotPatcher:
             return None  # unreadable: the snapshot purge deals with it
         return snaps[0], contained
 
+    def _facts(self, spec_hash: str, ids: list[str], seq_of: dict[str, int]):
+        """Cached facts of ``ids``: pruned by seq where it is known, then by id for the rest (and
+        for rows cached without a seq, which a seq-pruned read does not see)."""
+        known = [i for i in ids if i in seq_of]
+        out = self.mem.cache.facts(spec_hash, known, seqs=[seq_of[i] for i in known]) if known else {}
+        rest = [i for i in ids if i not in out]
+        if rest:
+            out.update(self.mem.cache.facts(spec_hash, rest))
+        return out
+
     def _patch(self, spec_future: Future, info: SnapshotInfo, tables: dict[str, pa.Table], erased: set[str],
-               contained: set[str], retractions: Future) -> Patch:
+               contained: set[str], retractions: Future, erased_rows: Future | None) -> Patch:
         mem = self.mem
         spec_hash = info.spec_hash
         held = sorted(erased & contained)
@@ -311,7 +334,7 @@ class SnapshotPatcher:
                      if not erased_held.isdisjoint(sources) for n in (u, v)}
         keys = set(zip(hit["subject"].to_pylist(), hit["relation"].to_pylist()))
         firsts = dict(region.first_mentions(mentioned, erased_held))
-        seq_of = {}  # log positions of the events named below, from the edges' source lists
+        seq_of = dict(self._seqs)  # log positions of the events named below, from the edges' source lists
         for u, v, r, sources, seqs, kind in zip(
                 edges["subject"].to_pylist(), edges["object"].to_pylist(), edges["relation"].to_pylist(),
                 edges["sources"].to_pylist(), edges["source_seqs"].to_pylist(), edges["derivation"].to_pylist()):
@@ -325,13 +348,14 @@ class SnapshotPatcher:
                     if alive and (n not in firsts or min(alive) < firsts[n]):
                         firsts[n] = min(alive)
         seq_of.update((eid, seq) for seq, eid in firsts.values())
-        # reads pruned by seq (the cache keeps each row's seq, with statistics): the erased
-        # events' rows, the re-merged keys' sources, each mentioned entity's first surviving mention
-        # (only the columns a merge reads: facts, rejections, the request's event ids)
-        memo = mem.cache.facts(spec_hash, sorted(seq_of), seqs=seq_of.values()) if seq_of else {}
-        rest = erased_held - memo.keys()  # erased events with no edge (rejections only, retractions)
+        # the erased events' rows (read on a thread since the start when the plan gave their seqs),
+        # then, as the patch asks, the re-merged keys' sources and the first surviving mentions it
+        # must look at: reads pruned by seq (the cache keeps each row's seq, with statistics) of
+        # only the columns a merge reads (facts, rejections, the request's event ids)
+        memo = dict(erased_rows.result()) if erased_rows is not None else {}
+        rest = [i for i in held if i not in memo]
         if rest:
-            memo.update(mem.cache.facts(spec_hash, sorted(rest)))
+            memo.update(self._facts(spec_hash, rest, seq_of))
         cached = {i: memo[i] for i in held if i in memo}
         for x in cached.values():
             if x.request_event_ids is not None and not set(x.request_event_ids) <= erased:
@@ -340,7 +364,7 @@ class SnapshotPatcher:
         def extractions(ids: set[str]):
             missing = sorted(ids - memo.keys())
             if missing:
-                memo.update(mem.cache.facts(spec_hash, missing))
+                memo.update(self._facts(spec_hash, missing, seq_of))
             return {i: memo[i] for i in ids if i in memo}
 
         spec = spec_future.result()

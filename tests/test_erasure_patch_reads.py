@@ -79,3 +79,30 @@ def test_with_snapshots_of_two_specs_the_current_one_is_patched(tmp_path):
     assert not any(store.contained_ids(s) & x_ids for s in store.list(old[0]))  # the old spec's: purged
     fresh = refold.Memory(mem.root)
     assert canonical_graph(fresh.state().graph) == _full(fresh)
+
+
+def test_the_patch_reads_only_the_erased_rows_and_the_re_merged_sources(tmp_path, monkeypatch):
+    """An entity the subject mentioned after someone else did keeps its name: the patch does not
+    read that earlier mention's extraction to know it; the erased rows come pruned by the plan's seqs."""
+    mem = _store(tmp_path, _x())
+    events = mem.events()
+    x_ids = {f"x-{i}" for i in range(4)} | {"x-move", "x-says"}
+    place1 = next(e.event_id for e in events if e.fact and e.fact.object == "Place1")  # Person1 lives_in
+    org2 = next(e.event_id for e in events if e.fact and e.fact.object == "Org2")  # Person2 works_at
+    k_sources = {e.event_id for e in events if e.fact and (e.fact.subject, e.fact.relation) == ("Person1", "works_at")}
+    asked: list[tuple[frozenset, bool]] = []
+    real = ExtractionCache.facts
+
+    def facts(self, spec_hash, event_ids, *, seqs=None):
+        event_ids = list(event_ids)
+        asked.append((frozenset(event_ids), seqs is not None))
+        return real(self, spec_hash, event_ids, seqs=seqs)
+
+    monkeypatch.setattr(ExtractionCache, "facts", facts)
+    receipt = erasing.erase(mem, X)
+    assert _patched(receipt)["rows"] == 1
+    read = set().union(*(ids for ids, _ in asked))
+    assert x_ids <= read and read <= x_ids | k_sources and not {place1, org2} & read
+    assert all(pruned for ids, pruned in asked if ids <= x_ids)  # by seq, from the plan
+    fresh = refold.Memory(mem.root)
+    assert canonical_graph(fresh.state().graph) == _full(fresh)
