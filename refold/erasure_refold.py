@@ -74,7 +74,6 @@ class _Region:
         self.nodes, self.edges = nodes, edges
         self.bucket = None if bucket_rows is None else np.repeat(np.arange(len(bucket_rows), dtype=np.int32),
                                                                  bucket_rows)
-        self._in_region: pa.Array | None = None
         self.base = pc.equal(edges["derivation"], "extracted")
         self.edge_ids: set[str] = set()
         self.node_ids: set[str] = set()
@@ -170,33 +169,42 @@ class _Region:
         self.node_ids.update(mentioned)
         return self._decode(edges)
 
-    def splice(self, graph: nx.MultiDiGraph) -> tuple[pa.Table, pa.Table, set[str]]:
-        """The snapshot's tables with the region replaced by ``graph``, and the fact ids of the
-        edges that differ (removed, added, or with another value in any column)."""
+    def splice(self, graph: nx.MultiDiGraph, count: int) -> tuple[pa.Table, dict[int, pa.Table] | pa.Table, int]:
+        """(nodes, edges, edge count) of the snapshot with the region replaced by ``graph``.
+
+        Edges of a bucketed snapshot: only the buckets holding a changed edge (removed, added, or
+        with another value in any column) before or after, by number — rows kept from the
+        snapshot stay in the bucket file they came from, the region's rows are placed by their
+        keys, and the other buckets' rows are not copied at all. An older single-file snapshot:
+        the whole edge table."""
         nodes, edges = encode_graph(graph)
         keep_nodes = pc.invert(pc.is_in(self.nodes["id"], value_set=pa.array(sorted(self.node_ids), pa.string())))
-        region = self._in_region = pc.is_in(self.edges["fact_id"], value_set=self._ids())
+        nodes = pa.concat_tables([self.nodes.filter(keep_nodes).cast(nodes.schema), nodes])
+        region = pc.is_in(self.edges["fact_id"], value_set=self._ids())
         before = {r["fact_id"]: r for r in self.edges.filter(region).cast(edges.schema).to_pylist()}
         after = {r["fact_id"]: r for r in edges.to_pylist()}
-        changed = {f for f in before.keys() | after.keys() if before.get(f) != after.get(f)}
-        return (pa.concat_tables([self.nodes.filter(keep_nodes).cast(nodes.schema), nodes]),
-                pa.concat_tables([self.edges.filter(pc.invert(region)).cast(edges.schema), edges]), changed)
-
-    def buckets(self, edges: pa.Table, changed: set[str], count: int) -> tuple[set[int] | None, pa.Array | None]:
-        """After :meth:`splice` gave ``edges``: (the buckets holding a changed edge before or
-        after, each row's bucket). Rows kept from the snapshot stay in the bucket file they came
-        from; only the region's new rows are placed by their keys. (None, None) for an older
-        single-file snapshot: all of it is written again."""
-        if self.bucket is None or self._in_region is None:
-            return None, None
-        kept = self.bucket[~np.asarray(self._in_region)]
-        new = edges.slice(len(kept))  # splice puts the region's rows after the kept ones
-        placed = edge_buckets(bucket_keys(new, among=edges), count).to_numpy(zero_copy_only=False)
-        bucket_of = np.concatenate([kept, placed.astype(np.int32)])
-        ids = pa.array(sorted(changed), pa.string())
-        before = self.bucket[np.asarray(pc.is_in(self.edges["fact_id"], value_set=ids))]
-        after = bucket_of[np.asarray(pc.is_in(edges["fact_id"], value_set=ids))]
-        return {int(b) for b in np.concatenate([before, after])}, pa.array(bucket_of)
+        changed = pa.array(sorted(f for f in before.keys() | after.keys() if before.get(f) != after.get(f)),
+                           pa.string())
+        keep = pc.invert(region)
+        if self.bucket is None:
+            whole = pa.concat_tables([self.edges.filter(keep).cast(edges.schema), edges])
+            return nodes, whole, whole.num_rows
+        kept = np.asarray(keep)
+        # a derived edge goes where its first input's subject goes: look inputs up among the kept
+        # rows, then the region's (the order of the spliced table, which bucket_keys expects)
+        keys = pa.table({"fact_id": edges["fact_id"], "subject": edges["subject"]})
+        among = pa.concat_tables([self.edges.select(["fact_id", "subject"]).filter(keep).cast(keys.schema), keys])
+        placed = edge_buckets(bucket_keys(edges, among=among), count).to_numpy(zero_copy_only=False)
+        rewrite = {int(b) for b in np.concatenate([
+            self.bucket[np.asarray(pc.is_in(self.edges["fact_id"], value_set=changed))],
+            placed[np.asarray(pc.is_in(edges["fact_id"], value_set=changed))]])}
+        starts = np.concatenate([[0], np.cumsum(np.bincount(self.bucket, minlength=count))])
+        out = {}
+        for b in sorted(rewrite):
+            lo, hi = int(starts[b]), int(starts[b + 1])
+            old = self.edges.slice(lo, hi - lo).filter(pa.array(kept[lo:hi])).cast(edges.schema)
+            out[b] = pa.concat_tables([old, edges.filter(pa.array(placed == b))])
+        return nodes, out, int(kept.sum()) + edges.num_rows
 
 
 class _NotCurrent(Exception):
@@ -383,11 +391,13 @@ class SnapshotPatcher:
         )
         patch = remove_events(live, held, cached, inputs)
         live.refresh()
-        nodes, edges, changed = region.splice(live.graph)
         # only the buckets that held a changed edge before, or hold one now, are written again
-        rewrite, bucket_of = region.buckets(edges, changed, edge_bucket_count(info))
-        SnapshotStore(mem.layout, storage_options=mem.storage_options).replace(
-            info, nodes=nodes, edges=edges, contained=sorted(live.contained), stats=live.builder.stats,
-            rewrite=rewrite, bucket_of=bucket_of)
+        nodes, edges, count = region.splice(live.graph, edge_bucket_count(info))
+        store = SnapshotStore(mem.layout, storage_options=mem.storage_options)
+        if isinstance(edges, dict):
+            store.replace(info, nodes=nodes, buckets=edges, edge_count=count, contained=sorted(live.contained),
+                          stats=live.builder.stats)
+        else:
+            store.replace(info, nodes=nodes, edges=edges, contained=sorted(live.contained), stats=live.builder.stats)
         mem.forget_live()
         return patch

@@ -31,6 +31,7 @@ import shutil
 import uuid
 import zlib
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -285,17 +286,23 @@ class SnapshotStore:
         live.refresh()  # roll-ups are stored too: bring them up to date with the merged edges
         with paused_gc():  # a tuple per edge: collector passes would walk the whole folded graph
             nodes, edges = encode_graph(live.graph)
-        return self._write(live.spec.hash, live.last_seq, live.link, live.builder.stats, nodes, edges,
-                           sorted(live.contained))
+        count = bucket_count(edges.num_rows)
+        which = edge_buckets(bucket_keys(edges), count)
+        buckets = {b: edges.filter(pc.equal(which, b)) for b in range(count)}
+        return self._write(live.spec.hash, live.last_seq, live.link, live.builder.stats, nodes, buckets,
+                           edges.num_rows, sorted(live.contained))
 
-    def replace(self, info: SnapshotInfo, *, nodes: pa.Table, edges: pa.Table, contained: list[str],
-                stats, rewrite: set[int] | None = None, bucket_of: pa.Array | None = None) -> SnapshotInfo:
+    def replace(self, info: SnapshotInfo, *, nodes: pa.Table, contained: list[str], stats,
+                edges: pa.Table | None = None, rewrite: set[int] | None = None, bucket_of: pa.Array | None = None,
+                buckets: dict[int, pa.Table] | None = None, edge_count: int | None = None) -> SnapshotInfo:
         """Write a new state for ``info``'s position over it (an erasure's patched snapshot).
 
-        ``rewrite``: the edge buckets (of ``info``'s :func:`edge_bucket_count`) whose rows may
-        differ; the others are linked from the old folder instead of written again (the same
-        bytes). ``bucket_of``: each edge row's bucket, when the caller knows it (it must equal
-        ``edge_buckets(bucket_keys(edges), buckets)``; computed when None). The new folder is
+        Either ``edges``, the whole edge table: ``rewrite`` names the edge buckets (of ``info``'s
+        :func:`edge_bucket_count`) whose rows may differ, the others are linked from the old folder
+        instead of written again (the same bytes); ``bucket_of``: each row's bucket when the
+        caller knows it (it must equal ``edge_buckets(bucket_keys(edges), buckets)``; computed
+        when None). Or, for a bucketed ``info``, ``buckets``: the new rows of just the buckets
+        that changed, by number, with ``edge_count`` the rows of all of them. The new folder is
         complete before the old one is moved aside; a crash in between leaves a dot-folder that
         the next purge deletes, and no snapshot at that position.
         """
@@ -304,20 +311,31 @@ class SnapshotStore:
         reuse: dict[int, tuple[Path, str]] = {}
         old_files = _edge_files(info)
         bucketed = bool(old_files) and old_files[0] != "edges"
-        buckets = len(old_files) if bucketed else bucket_count(edges.num_rows)
+        if buckets is not None:
+            if not bucketed or edge_count is None:
+                raise StoreError(f"snapshot {info.path}: changed buckets need a bucketed snapshot and an edge count")
+            rewrite = set(buckets)
+        else:
+            assert edges is not None
+            edge_count = edges.num_rows
+        count = len(old_files) if bucketed else bucket_count(edge_count)
         if rewrite is not None and bucketed:
             reuse = {b: (Path(info.path) / f"{old_files[b]}.parquet", info.files[old_files[b]])
-                     for b in range(buckets) if b not in rewrite}
-        written = self._write(info.spec_hash, info.last_seq, info.link, stats, nodes, edges, sorted(contained),
-                              replace=True, buckets=buckets, reuse=reuse,
-                              which=bucket_of if bucketed else None)
+                     for b in range(count) if b not in rewrite}
+        if buckets is None:
+            assert edges is not None
+            which = bucket_of if bucketed and bucket_of is not None else edge_buckets(bucket_keys(edges), count)
+            buckets = {b: edges.filter(pc.equal(which, b)) for b in range(count) if b not in reuse}
+        written = self._write(info.spec_hash, info.last_seq, info.link, stats, nodes, buckets, edge_count,
+                              sorted(contained), replace=True, reuse=reuse)
         assert written is not None
         return written
 
-    def _write(self, spec_hash: str, last_seq: int, link: str, stats, nodes: pa.Table, edges: pa.Table,
-               contained: list[str], *, replace: bool = False, buckets: int | None = None,
-               reuse: dict[int, tuple[Path, str]] | None = None,
-               which: pa.Array | None = None) -> SnapshotInfo | None:
+    def _write(self, spec_hash: str, last_seq: int, link: str, stats, nodes: pa.Table,
+               buckets: dict[int, pa.Table], edge_count: int, contained: list[str], *, replace: bool = False,
+               reuse: dict[int, tuple[Path, str]] | None = None) -> SnapshotInfo | None:
+        """Write a snapshot folder: ``buckets`` (bucket number -> rows) and the ``reuse``d
+        buckets' files (linked) make up its edges."""
         assert self.root is not None
         spec_dir = self.root / spec_hash
         final = spec_dir / f"{last_seq:012d}"
@@ -325,26 +343,25 @@ class SnapshotStore:
         tmp = spec_dir / f".tmp-{uuid.uuid4().hex}"
         tmp.mkdir()
         try:
-            buckets = buckets or bucket_count(edges.num_rows)
             reuse = reuse or {}
-            if which is None:
-                which = edge_buckets(bucket_keys(edges), buckets)
             tables = {"nodes": nodes,
                       "contained": pa.table([pa.array(contained, pa.string())], schema=_CONTAINED_SCHEMA)}
-            for b in range(buckets):
-                if b not in reuse:
-                    tables[f"edges-{b:03d}"] = edges.filter(pc.equal(which, b))
-            files = {}
-            for name, table in tables.items():
+            tables.update((f"edges-{b:03d}", table) for b, table in sorted(buckets.items()))
+
+            def put(name: str) -> tuple[str, str]:
                 path = tmp / f"{name}.parquet"
-                pq.write_table(table, path, compression="zstd")
-                files[name] = _sha256(path)
+                pq.write_table(tables[name], path, compression="zstd")
+                return name, _sha256(path)
+
+            # files written two at a time: encoding and compressing release the GIL
+            with ThreadPoolExecutor(max_workers=2) as pool:
+                files = dict(pool.map(put, sorted(tables, key=lambda n: -tables[n].nbytes)))
             for b, (source, digest) in reuse.items():
                 os.link(source, tmp / f"edges-{b:03d}.parquet")  # same bytes: no copy, no rehash
                 files[f"edges-{b:03d}"] = digest
             info = SnapshotInfo(
                 spec_hash=spec_hash, last_seq=last_seq, link=link, path=str(final),
-                stats=stats_to_json(stats), nodes=nodes.num_rows, edges=edges.num_rows,
+                stats=stats_to_json(stats), nodes=nodes.num_rows, edges=edge_count,
                 contained=len(contained), contained_sha256=contained_digest(contained),
                 created_at=datetime.now(timezone.utc).isoformat(), files=files,
             )

@@ -35,6 +35,7 @@ def test_patched_rows_lie_in_their_buckets_and_untouched_buckets_are_linked(tmp_
     assert after.last_seq == before.last_seq and snapshots.edge_bucket_count(after) == count
     tables = [pq.read_table(Path(after.path) / f"edges-{b:03d}.parquet") for b in range(count)]
     whole = pa.concat_tables(tables)
+    assert after.edges == whole.num_rows  # the manifest counts the linked buckets' rows too
     where = edge_buckets(bucket_keys(whole), count).to_pylist()
     start = 0
     for b, table in enumerate(tables):
