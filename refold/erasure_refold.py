@@ -256,8 +256,7 @@ class SnapshotPatcher:
             target = self._target(erased, spec_future)
             if target is None:
                 return PurgeResult(STORE, 0, ("no snapshot holds the erased events: nothing to patch",))
-            info, contained = target
-            held = sorted(erased & contained)
+            info, contained, held = target
             erased_rows = (pool.submit(self.mem.cache.facts, info.spec_hash, held, seqs=[self._seqs[i] for i in held])
                            if all(i in self._seqs for i in held) else None)
             retractions = pool.submit(self._retractions, info.last_seq)
@@ -265,7 +264,8 @@ class SnapshotPatcher:
                 tables = SnapshotStore(self.mem.layout, storage_options=self.mem.storage_options).read_tables(
                     info, contained=False)
                 with paused_gc():  # many small objects, none cyclic: a full collection would dominate
-                    patch = self._patch(spec_future, info, tables, erased, contained, retractions, erased_rows)
+                    patch = self._patch(spec_future, info, tables, erased, contained, held, retractions,
+                                        erased_rows)
             except _NotCurrent:
                 return PurgeResult(STORE, 0, ("no snapshot of the current spec holds the erased events: "
                                               "nothing to patch",))
@@ -296,8 +296,8 @@ class SnapshotPatcher:
 
     # -- steps ------------------------------------------------------------------------------------
 
-    def _target(self, erased: set[str], spec: Future) -> tuple[SnapshotInfo, set[str]] | None:
-        """(snapshot, its contained ids) for the newest snapshot of the current spec (``spec``'s
+    def _target(self, erased: set[str], spec: Future) -> tuple[SnapshotInfo, pa.Array, list[str]] | None:
+        """(snapshot, its contained ids, the erased ones among them, sorted) for the newest snapshot of the current spec (``spec``'s
         result) if it holds an erased event and can be patched, else None (reads only its
         contained ids). With snapshots of one spec only, that spec's newest is taken without
         waiting for ``spec``: :meth:`_patch` refuses it (:class:`_NotCurrent`) if it is not current."""
@@ -309,12 +309,15 @@ class SnapshotPatcher:
         specs = store.spec_hashes()
         snaps = store.newest(specs[0] if len(specs) == 1 else spec.result().hash, at_most=1 << 62)
         try:
-            contained = store.contained_ids(snaps[0]) if snaps else set()
-            if not erased & contained:
+            if not snaps:
+                return None
+            contained = store.contained_array(snaps[0])  # (Arrow: 15k ids at 20k events, no Python set)
+            held = contained.filter(pc.is_in(contained, value_set=pa.array(sorted(erased), pa.string())))
+            if len(held) == 0:
                 return None
         except (OSError, pa.ArrowException):
             return None  # unreadable: the snapshot purge deals with it
-        return snaps[0], contained
+        return snaps[0], contained, held.to_pylist()
 
     def _facts(self, spec_hash: str, ids: list[str], seq_of: dict[str, int]):
         """Cached facts of ``ids``: pruned by seq where it is known, then by id for the rest (and
@@ -327,10 +330,9 @@ class SnapshotPatcher:
         return out
 
     def _patch(self, spec_future: Future, info: SnapshotInfo, tables: dict[str, pa.Table], erased: set[str],
-               contained: set[str], retractions: Future, erased_rows: Future | None) -> Patch:
+               contained: pa.Array, held: list[str], retractions: Future, erased_rows: Future | None) -> Patch:
         mem = self.mem
         spec_hash = info.spec_hash
-        held = sorted(erased & contained)
         bucketed = edge_bucket_count(info) > 1 or "edges" not in info.files  # not the older single file
         region = _Region(tables["nodes"], tables["edges"],
                          tables["edge_rows"]["rows"].to_pylist() if bucketed else None)
@@ -379,7 +381,7 @@ class SnapshotPatcher:
         if spec.hash != spec_hash:
             raise _NotCurrent(spec_hash)
         live = LiveFold.resume(spec, region.graph(edges, mentioned), stats_from_json(info.stats),
-                               contained=contained, link=info.link, started_from=info.last_seq)
+                               contained=held, link=info.link, started_from=info.last_seq)
         log = mem.log_store
         inputs = Inputs(
             events=lambda ids: {e.event_id: e for e in log.events_by_id(None, sorted(ids))},
@@ -391,13 +393,18 @@ class SnapshotPatcher:
         )
         patch = remove_events(live, held, cached, inputs)
         live.refresh()
+        # the region's state held only the erased ids of the contained set (all remove_events
+        # looks at): the others stay as the snapshot listed them
+        if live.contained:
+            raise NotDecremental("the patch left an erased event in the state")
+        remaining = contained.filter(pc.invert(pc.is_in(contained, value_set=pa.array(held, pa.string()))))
         # only the buckets that held a changed edge before, or hold one now, are written again
         nodes, edges, count = region.splice(live.graph, edge_bucket_count(info))
         store = SnapshotStore(mem.layout, storage_options=mem.storage_options)
         if isinstance(edges, dict):
-            store.replace(info, nodes=nodes, buckets=edges, edge_count=count, contained=sorted(live.contained),
+            store.replace(info, nodes=nodes, buckets=edges, edge_count=count, contained=remaining,
                           stats=live.builder.stats)
         else:
-            store.replace(info, nodes=nodes, edges=edges, contained=sorted(live.contained), stats=live.builder.stats)
+            store.replace(info, nodes=nodes, edges=edges, contained=remaining, stats=live.builder.stats)
         mem.forget_live()
         return patch

@@ -218,8 +218,12 @@ class SnapshotStore:
                       key=lambda s: s.last_seq, reverse=True)
 
     def contained_ids(self, info: SnapshotInfo) -> set[str]:
-        table = pq.read_table(Path(info.path) / "contained.parquet")
-        return set(table["event_id"].to_pylist())
+        return set(self.contained_array(info).to_pylist())
+
+    def contained_array(self, info: SnapshotInfo) -> pa.Array:
+        """The contained event ids as an Arrow string array (sorted, as written)."""
+        with pq.ParquetFile(Path(info.path) / "contained.parquet") as fh:
+            return fh.read(columns=["event_id"])["event_id"].combine_chunks()
 
     def read_tables(self, info: SnapshotInfo, *, for_decode: bool = False,
                     contained: bool = True) -> dict[str, pa.Table]:
@@ -292,7 +296,7 @@ class SnapshotStore:
         return self._write(live.spec.hash, live.last_seq, live.link, live.builder.stats, nodes, buckets,
                            edges.num_rows, sorted(live.contained))
 
-    def replace(self, info: SnapshotInfo, *, nodes: pa.Table, contained: list[str], stats,
+    def replace(self, info: SnapshotInfo, *, nodes: pa.Table, contained: list[str] | pa.Array, stats,
                 edges: pa.Table | None = None, rewrite: set[int] | None = None, bucket_of: pa.Array | None = None,
                 buckets: dict[int, pa.Table] | None = None, edge_count: int | None = None) -> SnapshotInfo:
         """Write a new state for ``info``'s position over it (an erasure's patched snapshot).
@@ -326,8 +330,10 @@ class SnapshotStore:
             assert edges is not None
             which = bucket_of if bucketed and bucket_of is not None else edge_buckets(bucket_keys(edges), count)
             buckets = {b: edges.filter(pc.equal(which, b)) for b in range(count) if b not in reuse}
+        ids = contained.to_pylist() if isinstance(contained, (pa.Array, pa.ChunkedArray)) else list(contained)
+        ids.sort()  # (linear when sorted already, as a snapshot's contained ids are)
         written = self._write(info.spec_hash, info.last_seq, info.link, stats, nodes, buckets, edge_count,
-                              sorted(contained), replace=True, reuse=reuse)
+                              ids, replace=True, reuse=reuse)
         assert written is not None
         return written
 
