@@ -250,7 +250,7 @@ class SnapshotPatcher:
         # most of its time in Rust and Arrow, which release the GIL): the current spec (a log
         # read; the snapshot is chosen by its folder and checked against it before anything is
         # written), the extraction cache's table and statistics, then the log's retractions.
-        with ThreadPoolExecutor(max_workers=2) as pool:
+        with ThreadPoolExecutor(max_workers=3) as pool:
             spec_future = pool.submit(self.mem.current_spec)
             pool.submit(self.mem.cache.warm)
             target = self._target(erased, spec_future)
