@@ -39,6 +39,7 @@ from refold.fold.decremental import Inputs, NotDecremental, Patch, remove_events
 from refold.fold.errors import RefoldError
 from refold.fold.incremental import LiveFold, paused_gc
 from refold.fold.snapshot_codec import decode_graph, encode_graph, stats_from_json
+from refold.fold.spec import FoldSpec
 from refold.storage.cache import PurgeResult
 from refold.storage.schema import table_to_events
 from refold.storage.snapshots import (SnapshotInfo, SnapshotStore, bucket_keys, edge_bucket_count,
@@ -207,6 +208,17 @@ class _Region:
         return nodes, out, int(kept.sum()) + edges.num_rows
 
 
+def _current_spec(mem: "Memory") -> FoldSpec:
+    """What :meth:`Memory.current_spec` returns (the newest spec recorded in the log, or the
+    default), read through the log's shared reader only: ``current_spec`` first brings the log
+    object's own table up to date (a reload after the erasure cleaned up the log, ~6 ms) for
+    its cache key, which the patch does not need."""
+    from refold.folding import recorded_specs
+
+    specs = recorded_specs(mem)
+    return list(specs.values())[-1] if specs else FoldSpec()
+
+
 class _NotCurrent(Exception):
     """The snapshot taken is not of the current spec (another spec was recorded since)."""
 
@@ -234,7 +246,7 @@ class SnapshotPatcher:
         if seqs is not None:
             self._seqs = dict(zip(event_ids, seqs))
         spec: Future = Future()
-        spec.set_result(self.mem.current_spec())
+        spec.set_result(_current_spec(self.mem))
         target = self._target(set(event_ids), spec)
         if target is None:
             return PurgeResult(STORE, 0, ("no snapshot holds the erased events: nothing to patch",))
@@ -251,7 +263,7 @@ class SnapshotPatcher:
         # read; the snapshot is chosen by its folder and checked against it before anything is
         # written), the extraction cache's table and statistics, then the log's retractions.
         with ThreadPoolExecutor(max_workers=3) as pool:
-            spec_future = pool.submit(self.mem.current_spec)
+            spec_future = pool.submit(_current_spec, self.mem)
             pool.submit(self.mem.cache.warm)
             target = self._target(erased, spec_future)
             if target is None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import refold
 from refold import erasing
+from refold.erasure_refold import _current_spec
 from refold.fold.extract import ExtractedFact, Extraction, ModelRequest, Rejection
 from refold.fold.spec import FoldSpec
 from refold.folding import record_spec
@@ -106,3 +107,13 @@ def test_the_patch_reads_only_the_erased_rows_and_the_re_merged_sources(tmp_path
     assert all(pruned for ids, pruned in asked if ids <= x_ids)  # by seq, from the plan
     fresh = refold.Memory(mem.root)
     assert canonical_graph(fresh.state().graph) == _full(fresh)
+
+
+def test_the_patch_reads_the_same_current_spec_as_the_memory(tmp_path):
+    mem = refold.init(tmp_path / "store")
+    assert _current_spec(mem) == mem.current_spec() == FoldSpec()  # none recorded: the default
+    a, b = FoldSpec(extractor_version="2"), FoldSpec(extractor_version="3")
+    for spec, current in ((a, a), (b, b), (a, b)):  # recording a known spec again changes nothing
+        record_spec(mem, spec)
+        fresh = refold.Memory(mem.root)
+        assert _current_spec(fresh) == fresh.current_spec() == current
