@@ -122,27 +122,36 @@ def seq_predicate(seqs: Iterable[int]) -> str:
 
 
 def _cache_impact(layout: Layout, ids: set[str]) -> tuple[int, tuple[dict, ...]]:
-    """Cache rows built from ``ids`` and the (engine, model, host) that made them."""
-    from deltalake import DeltaTable
-    from deltalake.exceptions import TableNotFoundError
+    """Cache rows built from ``ids`` and the (engine, model, host) that made them.
+
+    Read through the process's shared handle of the cache table (the erasure's purges use it
+    next, so it is loaded once), and matched with Arrow kernels: only the rows that hit become
+    Python values (a dict per row of the whole cache cost ~20-30 ms at 20k events)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
 
     from .cache import CACHE_SCHEMA
+    from .delta_io import shared_table
 
     if not ids:
         return 0, ()
-    try:
-        dt = DeltaTable(layout.extractions)
-    except TableNotFoundError:
-        return 0, ()
-    data = read_arrow(dt, CACHE_SCHEMA, columns=["event_id", "request_event_ids", "model_id", "engine", "host"])
-    rows, engines = 0, {}
-    for row in data.to_pylist():
-        if row["event_id"] in ids or ids.intersection(row["request_event_ids"] or ()):
-            rows += 1
-            key = (row["engine"] or "", row["model_id"] or "", row["host"] or "")
-            engines[key] = engines.get(key, 0) + 1
-    return rows, tuple({"engine": e, "model_id": m or None, "host": h or None, "events": n}
-                       for (e, m, h), n in sorted(engines.items()))
+    with shared_table(layout.extractions).view() as view:
+        if view is None:
+            return 0, ()
+        data = read_arrow(view, CACHE_SCHEMA, columns=["event_id", "request_event_ids", "model_id", "engine", "host"])
+    wanted = pa.array(sorted(ids), pa.string())
+    hit = np.asarray(pc.fill_null(pc.is_in(data["event_id"], value_set=wanted), False))
+    requests = data["request_event_ids"].combine_chunks()
+    quoted = pc.list_parent_indices(requests).filter(pc.is_in(pc.list_flatten(requests), value_set=wanted))
+    hit[quoted.to_numpy()] = True
+    engines: dict[tuple[str, str, str], int] = {}
+    rows = data.filter(pa.array(hit)).select(["engine", "model_id", "host"])
+    for e, m, h in zip(*(rows[c].to_pylist() for c in ("engine", "model_id", "host"))):
+        key = (e or "", m or "", h or "")
+        engines[key] = engines.get(key, 0) + 1
+    return rows.num_rows, tuple({"engine": e, "model_id": m or None, "host": h or None, "events": n}
+                                for (e, m, h), n in sorted(engines.items()))
 
 
 def _engine_note(engines: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:

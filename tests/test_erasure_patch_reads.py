@@ -117,3 +117,16 @@ def test_the_patch_reads_the_same_current_spec_as_the_memory(tmp_path):
         record_spec(mem, spec)
         fresh = refold.Memory(mem.root)
         assert _current_spec(fresh) == fresh.current_spec() == current
+
+
+def test_the_plan_counts_cache_rows_by_key_or_by_request(tmp_path):
+    from refold.storage.erasure_plan import _cache_impact
+
+    layout = Layout(str(tmp_path))
+    assert _cache_impact(layout, {"ev-001"}) == (0, ())  # no cache table yet
+    cache = ExtractionCache(layout)
+    cache.put([_extraction(i) for i in range(10)])
+    # the rows of ev-001 and ev-004, and of ev-000 and ev-003 whose requests quoted them
+    rows, engines = _cache_impact(layout, {"ev-001", "ev-004", "ev-999"})
+    assert rows == 4 and engines == ({"engine": "rules", "model_id": None, "host": None, "events": 4},)
+    assert _cache_impact(layout, {"ev-002"})[0] == 1
