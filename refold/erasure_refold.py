@@ -72,9 +72,7 @@ class _Region:
     def __init__(self, nodes: pa.Table, edges: pa.Table, bucket_rows: list[int] | None = None):
         """``bucket_rows``: the row count of each edge bucket file, in the order ``edges`` holds
         them (None: an older snapshot with one edge file)."""
-        # one chunk per column (the bucket files read as chunks): every filter below scans whole
-        # columns, and list columns were combined again at each scan
-        self.nodes, self.edges = nodes, edges.combine_chunks()
+        self.nodes, self.edges = nodes, edges
         self.bucket = None if bucket_rows is None else np.repeat(np.arange(len(bucket_rows), dtype=np.int32),
                                                                  bucket_rows)
         self.base = pc.equal(edges["derivation"], "extracted")
