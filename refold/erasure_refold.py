@@ -24,6 +24,7 @@ and the refold resumes from an older snapshot or the start, as before.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -219,6 +220,40 @@ def _current_spec(mem: "Memory") -> FoldSpec:
     return list(specs.values())[-1] if specs else FoldSpec()
 
 
+def _from_log(mem: "Memory") -> tuple[FoldSpec, list]:
+    """(the current spec, every retraction event) in one two-phase read of the log: the seqs of
+    both kinds from the seq and kind columns, then only those rows. (Tombstones widen the log
+    files' kind statistics, so after an erasure spread over the log nearly every file may hold
+    either kind: whole rows of all of them cost ~40-70 ms at 20k events.) The spec is what
+    :func:`_current_spec` returns: the newest spec recorded, or the default."""
+    log = mem.log_store
+    kinds = ["retraction", "spec_changed"]
+    where = pc.field("kind").isin(kinds)
+    seqs = log.arrow(columns=["seq", "kind"], filter=where, prune=[{"kind": (k, k)} for k in kinds])["seq"]
+    if len(seqs) == 0:
+        return FoldSpec(), []
+    found = sorted(seqs.to_pylist())
+    rows = log.arrow(filter=where & pc.field("seq").isin(found),
+                     prune=[{"kind": (k, k), "seq": (found[0], found[-1])} for k in kinds])
+    specs: dict[str, FoldSpec] = {}  # by hash, in the order first recorded (as recorded_specs)
+    for content in rows.filter(pc.field("kind") == "spec_changed")["content"].to_pylist():
+        if content:
+            spec = FoldSpec.from_json(json.loads(content))
+            specs[spec.hash] = spec
+    retractions = list(table_to_events(rows.filter(pc.field("kind") == "retraction")))
+    return (list(specs.values())[-1] if specs else FoldSpec()), retractions
+
+
+class _Part:
+    """One item of a future's tuple result, read like a future."""
+
+    def __init__(self, future: Future, index: int):
+        self.future, self.index = future, index
+
+    def result(self):
+        return self.future.result()[self.index]
+
+
 class _NotCurrent(Exception):
     """The snapshot taken is not of the current spec (another spec was recorded since)."""
 
@@ -259,11 +294,12 @@ class SnapshotPatcher:
         if self.mem.mode == "shred" or not erased:
             return PurgeResult(STORE, 0, ("no snapshot holds the erased events: nothing to patch",))
         # Reads that do not depend on the snapshot run on threads meanwhile (a Delta read spends
-        # most of its time in Rust and Arrow, which release the GIL): the current spec (a log
-        # read; the snapshot is chosen by its folder and checked against it before anything is
-        # written), the extraction cache's table and statistics, then the log's retractions.
+        # most of its time in Rust and Arrow, which release the GIL): the current spec and the
+        # log's retractions (one read; the snapshot is chosen by its folder and checked against
+        # the spec before anything is written), the extraction cache's table and statistics.
         with ThreadPoolExecutor(max_workers=3) as pool:
-            spec_future = pool.submit(_current_spec, self.mem)
+            logged = pool.submit(_from_log, self.mem)
+            spec_future, every_retraction = _Part(logged, 0), _Part(logged, 1)
             pool.submit(self.mem.cache.warm)
             target = self._target(erased, spec_future)
             if target is None:
@@ -271,7 +307,7 @@ class SnapshotPatcher:
             info, contained, held = target
             erased_rows = (pool.submit(self.mem.cache.facts, info.spec_hash, held, seqs=[self._seqs[i] for i in held])
                            if all(i in self._seqs for i in held) else None)
-            retractions = pool.submit(self._retractions, info.last_seq)
+            retractions = every_retraction
             try:
                 tables = SnapshotStore(self.mem.layout, storage_options=self.mem.storage_options).read_tables(
                     info, contained=False)
@@ -290,25 +326,9 @@ class SnapshotPatcher:
             f"{patch.survivors} surviving event(s), merged edges {patch.edges_before} -> {patch.edges_after}, "
             f"{patch.nodes_removed} entit(ies) removed, {patch.nodes_renamed} renamed",))
 
-    def _retractions(self, until: int) -> list:
-        """The log's retraction events with seq <= ``until``: their seqs from the kind and seq
-        columns alone, then only those rows. (Tombstones widen the files' kind statistics, so
-        after an erasure spread over the log nearly every file may hold a retraction: reading
-        whole rows of all of them cost ~40-70 ms at 20k events, the two columns ~3-5 ms.)"""
-        log = self.mem.log_store
-        where = pc.field("kind") == "retraction"
-        seqs = log.arrow(columns=["seq", "kind"], filter=where,
-                         prune=[{"kind": ("retraction", "retraction"), "seq": (None, until)}])["seq"]
-        if len(seqs) == 0:
-            return []
-        found = sorted(seqs.to_pylist())
-        return list(table_to_events(log.arrow(
-            filter=where & pc.field("seq").isin(found),
-            prune=[{"kind": ("retraction", "retraction"), "seq": (found[0], found[-1])}])))
-
     # -- steps ------------------------------------------------------------------------------------
 
-    def _target(self, erased: set[str], spec: Future) -> tuple[SnapshotInfo, pa.Array, list[str]] | None:
+    def _target(self, erased: set[str], spec: "Future | _Part") -> tuple[SnapshotInfo, pa.Array, list[str]] | None:
         """(snapshot, its contained ids, the erased ones among them, sorted) for the newest snapshot of the current spec (``spec``'s
         result) if it holds an erased event and can be patched, else None (reads only its
         contained ids). With snapshots of one spec only, that spec's newest is taken without
@@ -341,8 +361,8 @@ class SnapshotPatcher:
             out.update(self.mem.cache.facts(spec_hash, rest))
         return out
 
-    def _patch(self, spec_future: Future, info: SnapshotInfo, tables: dict[str, pa.Table], erased: set[str],
-               contained: pa.Array, held: list[str], retractions: Future, erased_rows: Future | None) -> Patch:
+    def _patch(self, spec_future: "_Part", info: SnapshotInfo, tables: dict[str, pa.Table], erased: set[str],
+               contained: pa.Array, held: list[str], retractions: "_Part", erased_rows: Future | None) -> Patch:
         mem = self.mem
         spec_hash = info.spec_hash
         bucketed = edge_bucket_count(info) > 1 or "edges" not in info.files  # not the older single file
@@ -398,7 +418,7 @@ class SnapshotPatcher:
         inputs = Inputs(
             events=lambda ids: {e.event_id: e for e in log.events_by_id(None, sorted(ids))},
             extractions=extractions,
-            retractions=lambda until: retractions.result() if until == info.last_seq else self._retractions(until),
+            retractions=lambda until: [r for r in retractions.result() if r.seq <= until],
             outside_first=region.outside_first,
             outside_all=region.outside_all,
             pull_in=region.pull_in,
