@@ -140,7 +140,6 @@ def remove_events(live: LiveFold, erased_ids: Iterable[str], erased_extractions:
                 tenant_of[eid] = d["tenant"]
                 for n in (u, v):
                     erased_at[n] = min(seq, erased_at.get(n, seq))
-    mentioned = set(erased_at)
 
     scratch, survivors = _remerge(spec, keys, old_data.values(), erased, inputs, live.last_seq)
 
