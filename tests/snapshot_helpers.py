@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta, timezone
 
+import networkx as nx
+
 from refold.fold.events import Event, Fact
-from refold.fold.incremental import LiveFold
 from refold.fold.extractors.rules import RulesExtractor
+from refold.fold.incremental import LiveFold
+from refold.fold.rollups import apply_rollups
 from refold.fold.spec import FoldSpec
 
 T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
@@ -55,13 +58,36 @@ def memory_log(steps: Sequence[tuple], *, tenant: str = "t") -> list[Event]:
     return events
 
 
-def folded(steps: Sequence[tuple]) -> LiveFold:
-    """A refreshed LiveFold of :func:`memory_log` ``steps`` with the counting rules' spec."""
+def memory_steps(retract_one_in: int = 8):
+    """Hypothesis strategy for one :func:`memory_log` step (a retraction one time in ``retract_one_in``)."""
+    from hypothesis import strategies as st
+
+    return st.tuples(st.sampled_from(SUBJECTS), st.sampled_from(RELATIONS), st.sampled_from(OBJECTS),
+                     st.one_of(st.none(), st.integers(min_value=0, max_value=60)),
+                     st.sampled_from([False] * (retract_one_in - 1) + [True]), st.booleans())
+
+
+def recomputed(live: LiveFold) -> nx.MultiDiGraph:
+    """The merged edges of ``live`` rolled up from scratch (``apply_rollups``): what any
+    incremental roll-up refresh must equal."""
+    graph = live.graph.copy()
+    graph.remove_edges_from([(u, v, k) for u, v, k, d in graph.edges(keys=True, data="derivation")
+                             if d != "extracted"])
+    apply_rollups(graph, live.spec)
+    return graph
+
+
+def folded(steps: Sequence[tuple], *, check_each: Callable[[LiveFold], None] | None = None) -> LiveFold:
+    """A refreshed LiveFold of :func:`memory_log` ``steps`` with the counting rules' spec;
+    ``check_each`` (given) is called after a refresh following every event."""
     spec = CountingRules().default_spec()
     events = memory_log(steps)
     extractions = {x.event_id: x for x in CountingRules().extract(events, spec)}
     live = LiveFold.empty(spec)
     for e in events:
         live.apply(e, extractions.get(e.event_id))
+        if check_each is not None:  # a refresh after every event, each checked
+            live.refresh()
+            check_each(live)
     live.refresh()
     return live

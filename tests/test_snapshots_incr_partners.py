@@ -5,26 +5,14 @@ still equal roll-ups recomputed from scratch, attribute for attribute (pure core
 
 from __future__ import annotations
 
-import networkx as nx
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from refold.fold.incremental import LiveFold
-from refold.fold.rollups import apply_rollups
 from tests.fold_helpers import canonical_graph
-from tests.snapshot_helpers import OBJECTS, RELATIONS, SUBJECTS, CountingRules, memory_log
+from tests.snapshot_helpers import CountingRules, folded, memory_log, memory_steps, recomputed
 
-step = st.tuples(st.sampled_from(SUBJECTS), st.sampled_from(RELATIONS), st.sampled_from(OBJECTS),
-                 st.one_of(st.none(), st.integers(min_value=0, max_value=60)),
-                 st.sampled_from([False] * 7 + [True]), st.booleans())
-
-
-def _recomputed(live: LiveFold) -> nx.MultiDiGraph:
-    graph = live.graph.copy()
-    graph.remove_edges_from([(u, v, k) for u, v, k, d in graph.edges(keys=True, data="derivation")
-                             if d != "extracted"])
-    apply_rollups(graph, live.spec)
-    return graph
+step = memory_steps()
 
 
 def _remove_merged(live: LiveFold, fid: str) -> None:
@@ -54,22 +42,17 @@ def test_partial_refreshes_in_a_row_equal_a_full_recompute(steps, data):
             live.apply(e, extractions.get(e.event_id))
         done = cut
         live.refresh()  # the first is a full roll-up; the others partial (few subjects here)
-        assert canonical_graph(live.graph) == canonical_graph(_recomputed(live))
+        assert canonical_graph(live.graph) == canonical_graph(recomputed(live))
         if cut == erase_at and live.builder._edges:
             _remove_merged(live, data.draw(st.sampled_from(sorted(live.builder._edges)), label="erased"))
-            assert canonical_graph(live.graph) == canonical_graph(_recomputed(live))
+            assert canonical_graph(live.graph) == canonical_graph(recomputed(live))
 
 
 def _refreshed_after_each(steps) -> LiveFold:
-    spec = CountingRules().default_spec()
-    events = memory_log(steps)
-    extractions = {x.event_id: x for x in CountingRules().extract(events, spec)}
-    live = LiveFold.empty(spec)
-    for e in events:
-        live.apply(e, extractions.get(e.event_id))
-        live.refresh()
-        assert canonical_graph(live.graph) == canonical_graph(_recomputed(live))
-    return live
+    def same_as_recomputed(live: LiveFold) -> None:
+        assert canonical_graph(live.graph) == canonical_graph(recomputed(live))
+
+    return folded(steps, check_each=same_as_recomputed)
 
 
 def test_a_hub_gains_an_edge_between_two_uses_of_its_partner_list():
@@ -117,5 +100,5 @@ def test_a_partner_list_does_not_outlive_an_erasure_of_its_edges():
     _remove_merged(live, located)  # as an erasure patch: Acme is nowhere any more
     live.apply(events[3], extractions.get(events[3].event_id))
     live.refresh()
-    assert canonical_graph(live.graph) == canonical_graph(_recomputed(live))
+    assert canonical_graph(live.graph) == canonical_graph(recomputed(live))
     assert not any(r == "works_in" for _, _, r in live.graph.edges(data="relation"))

@@ -7,31 +7,14 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-import networkx as nx
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from refold.fold.incremental import LiveFold
-from refold.fold.rollups import apply_rollups
 from tests.fold_helpers import canonical_graph
-from tests.snapshot_helpers import OBJECTS, RELATIONS, SUBJECTS, CountingRules, folded, memory_log
+from tests.snapshot_helpers import CountingRules, folded, memory_log, memory_steps, recomputed
 
-step = st.tuples(st.sampled_from(SUBJECTS), st.sampled_from(RELATIONS), st.sampled_from(OBJECTS),
-                 st.one_of(st.none(), st.integers(min_value=0, max_value=60)),
-                 st.sampled_from([False] * 7 + [True]), st.booleans())
-
-
-def _folded(steps) -> LiveFold:
-    return folded(steps)
-
-
-def _recomputed(live: LiveFold) -> nx.MultiDiGraph:
-    """The merged edges of ``live`` rolled up from scratch."""
-    graph = live.graph.copy()
-    graph.remove_edges_from([(u, v, k) for u, v, k, d in graph.edges(keys=True, data="derivation")
-                             if d != "extracted"])
-    apply_rollups(graph, live.spec)
-    return graph
+step = memory_steps()
 
 
 def _check_indexes(live: LiveFold) -> None:
@@ -48,7 +31,7 @@ def _check_indexes(live: LiveFold) -> None:
 @settings(max_examples=150, deadline=None)
 @given(steps=st.lists(step, min_size=1, max_size=40), data=st.data())
 def test_refresh_after_removing_and_changing_merged_edges_equals_a_full_recompute(steps, data):
-    live = _folded(steps)
+    live = folded(steps)
     graph, builder = live.graph, live.builder
     merged = sorted(builder._edges)
     removed = data.draw(st.lists(st.sampled_from(merged), unique=True), label="removed") if merged else []
@@ -70,7 +53,7 @@ def test_refresh_after_removing_and_changing_merged_edges_equals_a_full_recomput
         touched[fid] = (u, v)
         subjects.add(u)
     live._refresh_rollups(subjects, touched, removed=removed)
-    assert canonical_graph(live.graph) == canonical_graph(_recomputed(live))
+    assert canonical_graph(live.graph) == canonical_graph(recomputed(live))
     _check_indexes(live)
 
 
@@ -88,5 +71,5 @@ def test_partial_refresh_after_more_events_equals_a_full_recompute(steps, cut):
     for e in events[n:]:
         live.apply(e, extractions.get(e.event_id))
     live.refresh()  # partial unless more than half of the entities were touched
-    assert canonical_graph(live.graph) == canonical_graph(_recomputed(live))
+    assert canonical_graph(live.graph) == canonical_graph(recomputed(live))
     _check_indexes(live)
