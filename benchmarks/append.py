@@ -93,6 +93,18 @@ def _fact(e: NewEvent):
 # -- backends ------------------------------------------------------------------------------------
 
 
+def timed(fn, add):
+    """``fn`` wrapped so that each call's seconds go to ``add(seconds)``."""
+    def wrapper(*args, **kwargs):
+        t = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            add(time.perf_counter() - t)
+
+    return wrapper
+
+
 class CommitClock:
     """Seconds spent in refold's own commit-file writes (storage/delta_commit.py), all runs."""
 
@@ -101,19 +113,13 @@ class CommitClock:
 
     @classmethod
     def install(cls) -> None:
-        if cls.installed:
-            return
-        real = delta_commit.commit_add
+        if not cls.installed:
+            delta_commit.commit_add = timed(delta_commit.commit_add, cls._add)
+            cls.installed = True
 
-        def timed(*args, **kwargs):
-            t = time.perf_counter()
-            try:
-                return real(*args, **kwargs)
-            finally:
-                cls.seconds += time.perf_counter() - t
-
-        delta_commit.commit_add = timed
-        cls.installed = True
+    @classmethod
+    def _add(cls, seconds: float) -> None:
+        cls.seconds += seconds
 
 
 class Refold:
@@ -124,23 +130,14 @@ class Refold:
         self.seal_s = self.write_s = 0.0
         CommitClock.install()
         self._commit_start = CommitClock.seconds
-        seal, write = self.log._seal_table, self.log._write
+        self.log._seal_table = timed(self.log._seal_table, self._add_seal)
+        self.log._write = timed(self.log._write, self._add_write)
 
-        def timed_seal(*args, **kwargs):
-            t = time.perf_counter()
-            try:
-                return seal(*args, **kwargs)
-            finally:
-                self.seal_s += time.perf_counter() - t
+    def _add_seal(self, seconds: float) -> None:
+        self.seal_s += seconds
 
-        def timed_write(*args, **kwargs):
-            t = time.perf_counter()
-            try:
-                return write(*args, **kwargs)
-            finally:
-                self.write_s += time.perf_counter() - t
-
-        self.log._seal_table, self.log._write = timed_seal, timed_write
+    def _add_write(self, seconds: float) -> None:
+        self.write_s += seconds
 
     def append(self, batch: list[NewEvent]) -> None:
         self.log.append(batch)
