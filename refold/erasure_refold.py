@@ -270,9 +270,6 @@ class SnapshotPatcher:
         self.last: tuple[Patch, float] | None = None
         self._seqs: dict[str, int] = {}  # erased event id -> seq, from the plan (see preview)
 
-    #: the erasure plan passes the erased events' seqs to :meth:`preview`
-    preview_takes_seqs = True
-
     def preview(self, event_ids: Iterable[str], *, seqs: Iterable[int] | None = None) -> PurgeResult:
         """What :meth:`purge` would do. ``seqs``: the log positions of ``event_ids`` (the plan's),
         kept for the purge that follows: its cache read of the erased events' rows then starts at

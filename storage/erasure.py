@@ -12,7 +12,8 @@ destroy_keys       shred mode: destroy the subject's keys (every event needing o
 tombstones         replace each erased event's row by a tombstone in ONE Delta commit
                    (delete mode; in shred mode only for extra, untagged events)
 scrub_log          vacuum, orphan removal, checkpoint + log cleanup of the event table
-purge              ``purge(event_ids)`` on every derived store (cache, snapshots, index …)
+purge              ``purge(event_ids)`` on every derived store (cache, snapshots, index …; the
+                   plan first calls ``preview(event_ids, seqs=...)`` on each, seqs = log positions)
 scrub_derived      the same scrub for every other Delta table under the store
 refold             rebuild derived state; the receipt keeps its spec hash and state digest
 registry           remove the subject from ``subjects.json``

@@ -209,11 +209,10 @@ def make_plan(log, subject_id: str, *, mode: str, keystore=None, registry=None,
     for store in derived:
         preview = getattr(store, "preview", None)
         if preview is not None and ids:
-            if getattr(store, "preview_takes_seqs", False):  # (it may keep them for its purge)
-                seq_of = {e["event_id"]: e["seq"] for e in events}
-                r = preview(sorted(ids), seqs=[seq_of[i] for i in sorted(ids)])
-            else:
-                r = preview(sorted(ids))
+            # every derived store's preview takes the ids and their log positions (a store may
+            # keep them for the purge that follows: the snapshot patcher starts its reads with them)
+            seq_of = {e["event_id"]: e["seq"] for e in events}
+            r = preview(sorted(ids), seqs=[seq_of[i] for i in sorted(ids)])
             previews.append({"store": r.store, "rows": r.rows, "detail": list(r.detail)})
     registered = registry is not None and subject_id in registry
     previous = [r for r in list_receipts(log.layout) if r.subject_id == subject_id and r.status == "erased"]

@@ -387,8 +387,10 @@ class IndexStore:
             return []
         return sorted(p for spec in self.root.iterdir() if spec.is_dir() for p in spec.iterdir() if p.is_dir())
 
-    def preview(self, event_ids: Sequence[str] | Iterable[str]) -> PurgeResult:
-        """What :meth:`purge` would remove (reads metadata only, writes nothing)."""
+    def preview(self, event_ids: Sequence[str] | Iterable[str], *, seqs: Iterable[int] | None = None
+                ) -> PurgeResult:
+        """What :meth:`purge` would remove (reads metadata only, writes nothing; ``seqs``, the
+        ids' log positions that the erasure plan passes every derived store, are not needed here)."""
         ids = sorted(set(event_ids))
         removed, detail = 0, []
         for folder in self.folders() if ids else []:

@@ -383,8 +383,9 @@ class SnapshotStore:
                     hits.append(info)  # unreadable list: cannot prove it is clean
         return hits, partial
 
-    def preview(self, event_ids: Iterable[str]) -> PurgeResult:
-        """What :meth:`purge` would remove (nothing is removed)."""
+    def preview(self, event_ids: Iterable[str], *, seqs: Iterable[int] | None = None) -> PurgeResult:
+        """What :meth:`purge` would remove (nothing is removed; ``seqs``, the ids' log positions
+        that the erasure plan passes every derived store, are not needed here)."""
         hits, partial = self._hits(event_ids)
         return PurgeResult("snapshots", len(hits) + len(partial), self._detail(hits, partial))
 
