@@ -28,7 +28,6 @@ from refold.fold.extract import Extraction
 from . import delta_commit
 from .cache_rows import (CACHE_SCHEMA, FACT_COLUMNS, CachedFacts, _row_to_extraction,  # noqa: F401 - re-exported
                          _to_table, facts_by_id)
-from .datafiles import write_file
 from .delta_io import Bounds, TableHandle, TableView, read_arrow, shared_table
 from .layout import Layout
 
@@ -267,13 +266,8 @@ class ExtractionCache:
     def _commit(self, version: int, rows: pa.Table) -> None:
         """Create commit ``version`` adding ``rows`` (refold's own commit; CommitFailedError when
         another writer took that version, and then its data file is removed at once)."""
-        folder = Path(os.path.abspath(self.path))
-        add = write_file(rows, folder, options=PARQUET_OPTIONS, stats_columns=STATS_COLUMNS)
-        try:
-            delta_commit.commit_add(folder, version, add, {})
-        except CommitFailedError:
-            (folder / add["path"]).unlink(missing_ok=True)  # nobody can reference it
-            raise
+        delta_commit.commit_rows(Path(os.path.abspath(self.path)), version, rows, {},
+                                 options=PARQUET_OPTIONS, stats_columns=STATS_COLUMNS)
         try:
             every = self._writable[3] if self._writable is not None else CHECKPOINT_EVERY
             if delta_commit.checkpoint_due(version, every):

@@ -52,6 +52,7 @@ from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError
 from deltalake.schema import Schema as DeltaSchema
 
+from .datafiles import encode_file, store_in_background
 from .schema import EVENTS_SCHEMA, STATS_COLUMNS
 
 #: refold commits local appends itself (False: every commit through delta-rs; tests flip it)
@@ -129,6 +130,29 @@ def commit_add(folder: Path, version: int, add: dict, metadata: dict[str, str], 
         raise CommitFailedError(f"version {version} of {folder} exists: another writer committed first") from None
     finally:
         os.unlink(tmp)
+
+
+def commit_rows(folder: Path, version: int, rows: pa.Table, metadata: dict[str, str], *,
+                options: dict | None = None, stats_columns: tuple[str, ...] = STATS_COLUMNS) -> dict:
+    """Append ``rows`` to the table at ``folder`` as one new data file in commit ``version``;
+    return the commit's ``add`` action.
+
+    The file is written on a worker while the commit file is staged (two file creations at once,
+    each 0.2-1 ms on this machine's ext4), and the commit is linked after both. Raises
+    ``CommitFailedError`` when another writer took ``version``; its data file is removed then
+    (nobody can reference it). ``options``/``stats_columns``: as :func:`~.datafiles.encode_file`.
+    """
+    add, data = encode_file(rows, options=options, stats_columns=stats_columns)
+    stored = store_in_background(folder, add["path"], data)
+    try:
+        commit_add(folder, version, add, metadata, before_link=stored.result)
+    except CommitFailedError:  # raised by the link, after the data file was written
+        (folder / add["path"]).unlink(missing_ok=True)
+        raise
+    except BaseException:
+        stored.exception()  # never leave the write running behind an ambiguous error
+        raise
+    return add
 
 
 def checkpoint_due(version: int, interval: int) -> bool:

@@ -59,7 +59,7 @@ from .log_reader import HEAD_KEY, LogReader
 from .heads import Head, publish_head
 from .hostlock import host_turn
 from . import delta_commit
-from .datafiles import WRITER_PROPERTIES, encode_file, store_in_background, write_rows
+from .datafiles import WRITER_PROPERTIES, write_rows
 from .schema import EVENTS_SCHEMA, TABLE_CONFIGURATION
 from .sealing import seal_rows
 
@@ -364,19 +364,7 @@ class EventLog(LogReader):
         if self._fast:
             if not table.schema.equals(EVENTS_SCHEMA):  # what the table's schema was checked against
                 raise StoreError("internal error: sealed rows do not have the log's schema")
-            add, data = encode_file(table)
-            # the data file is written on a worker while this thread stages the commit file: two
-            # file creations at once (each 0.2-1 ms on this ext4), the commit linked after both
-            stored = store_in_background(self._folder, add["path"], data)
-            try:
-                delta_commit.commit_add(self._folder, version + 1, add, metadata, before_link=stored.result)
-            except CommitFailedError:  # raised by the link, after the data file was written
-                (self._folder / add["path"]).unlink(missing_ok=True)  # nobody can reference it
-                raise
-            except BaseException:
-                stored.exception()  # never leave the write running behind an ambiguous error
-                raise
-            self._added = add["path"]
+            self._added = delta_commit.commit_rows(self._folder, version + 1, table, metadata)["path"]
             return
         dt = self._dt
         if dt is None or dt.version() != version:  # moved since _sync: compute again

@@ -56,7 +56,7 @@ def test_a_commit_that_loses_the_race_rechecks_the_keys(tmp_path, monkeypatch, w
     layout = Layout(str(tmp_path))
     cache = ExtractionCache(layout)
     cache.put([_x(0)])
-    real_write, real_file = cache_module.write_deltalake, cache_module.write_file
+    real_write, real_encode = cache_module.write_deltalake, delta_commit.encode_file
     raced = []
 
     def other_writer():
@@ -68,12 +68,12 @@ def test_a_commit_that_loses_the_race_rechecks_the_keys(tmp_path, monkeypatch, w
         other_writer()
         return real_write(dt, table, **kwargs)
 
-    def racing_file(rows, folder, **kwargs):
+    def racing_encode(rows, **kwargs):
         other_writer()
-        return real_file(rows, folder, **kwargs)
+        return real_encode(rows, **kwargs)
 
     monkeypatch.setattr(cache_module, "write_deltalake", racing_write)
-    monkeypatch.setattr(cache_module, "write_file", racing_file)
+    monkeypatch.setattr(delta_commit, "encode_file", racing_encode)
     assert cache.put([_x(1), _x(2), _x(3)]) == 1
     assert raced and _rows(cache) == [(f"ev-{i:05d}", "s1") for i in range(4)]
     from deltalake import DeltaTable
