@@ -3,8 +3,8 @@
 Two ways, one result (the same rows, stats on the same columns, the same compare-and-append):
 
 - local tables (:mod:`refold.storage.delta_commit` allows it for every table refold creates):
-  pyarrow writes the Parquet file into the table folder with :data:`PARQUET_OPTIONS`
-  (:func:`write_file`), and refold writes the commit file with its add action itself, whose
+  pyarrow encodes the Parquet file with :data:`PARQUET_OPTIONS` (:func:`encode_file`,
+  :func:`store_file`; :func:`refold.storage.delta_commit.commit_rows` does both), and refold writes the commit file with its add action itself, whose
   statistics (:func:`add_stats`) cover only the table's stats columns. delta-rs compresses every
   column with one codec, so it spends ~5 ms of a 10k-event write snappy-compressing the four hex
   columns (salt, commitment, links: random, incompressible); pyarrow can leave just those
@@ -69,18 +69,6 @@ def write_rows(dt: DeltaTable, rows: pa.Table, props: CommitProperties, *,
     """
     write_deltalake(dt, rows, mode="append", commit_properties=props,
                     writer_properties=WRITER_PROPERTIES, storage_options=storage_options)
-
-
-def write_file(rows: pa.Table, folder: Path, *, options: dict | None = None,
-               stats_columns: Sequence[str] = STATS_COLUMNS) -> dict:
-    """Write ``rows`` as a new Parquet file in the table folder; return its ``add`` action (JSON).
-
-    ``options`` (pyarrow ``write_table`` keywords; default :data:`PARQUET_OPTIONS`) and
-    ``stats_columns`` (the table's ``delta.dataSkippingStatsColumns``) default to the event log's.
-    """
-    add, data = encode_file(rows, options=options, stats_columns=stats_columns)
-    store_file(folder, add["path"], data)
-    return add
 
 
 def encode_file(rows: pa.Table, *, options: dict | None = None,

@@ -27,7 +27,7 @@ from polars.testing import assert_frame_equal
 import refold
 from refold.fold.chain import GENESIS
 from refold.fold.events import NewEvent
-from refold.storage import datafiles, delta_commit
+from refold.storage import delta_commit
 from refold.storage.log import EventLog
 from refold.storage.schema import EVENTS_SCHEMA, STATS_COLUMNS, TABLE_CONFIGURATION
 from refold.storage.sealing import seal_rows
@@ -59,7 +59,7 @@ def test_refold_add_stats_are_delta_rs_stats_with_exact_times(tmp_path):
         assert delta_commit.unsupported(dt) is None  # refold may commit the tables it creates
         if way == "refold":
             folder = Path(paths[way])
-            delta_commit.commit_add(folder, 1, datafiles.write_file(rows, folder), {"k": "v"})
+            delta_commit.commit_rows(folder, 1, rows, {"k": "v"})
         else:
             write_deltalake(dt, rows, mode="append", commit_properties=props)
         assert DeltaTable(paths[way]).version() == 1
@@ -135,12 +135,7 @@ def test_refold_and_delta_rs_commits_exclude_each_other(tmp_path, first):
     props = CommitProperties(max_commit_retries=0)
 
     def refold_commit():
-        add = datafiles.write_file(rows, path)
-        try:
-            delta_commit.commit_add(path, 1, add, {})
-        except CommitFailedError:
-            (path / add["path"]).unlink()
-            raise
+        delta_commit.commit_rows(path, 1, rows, {})  # (a lost race removes its data file)
 
     def delta_rs_commit():
         write_deltalake(stale, rows, mode="append", commit_properties=props)
