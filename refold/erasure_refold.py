@@ -24,7 +24,6 @@ and the refold resumes from an older snapshot or the start, as before.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -214,34 +213,23 @@ def _current_spec(mem: "Memory") -> FoldSpec:
     default), read through the log's shared reader only: ``current_spec`` first brings the log
     object's own table up to date (a reload after the erasure cleaned up the log, ~6 ms) for
     its cache key, which the patch does not need."""
-    from refold.folding import recorded_specs
+    from refold.folding import newest_spec, recorded_specs
 
-    specs = recorded_specs(mem)
-    return list(specs.values())[-1] if specs else FoldSpec()
+    return newest_spec(recorded_specs(mem))
 
 
 def _from_log(mem: "Memory") -> tuple[FoldSpec, list]:
-    """(the current spec, every retraction event) in one two-phase read of the log: the seqs of
-    both kinds from the seq and kind columns, then only those rows. (Tombstones widen the log
-    files' kind statistics, so after an erasure spread over the log nearly every file may hold
-    either kind: whole rows of all of them cost ~40-70 ms at 20k events.) The spec is what
+    """(the current spec, every retraction event) in one read of the log's rows of both kinds
+    (:meth:`~refold.storage.log_reader.LogReader.rows_of_kinds`). The spec is what
     :func:`_current_spec` returns: the newest spec recorded, or the default."""
-    log = mem.log_store
-    kinds = ["retraction", "spec_changed"]
-    where = pc.field("kind").isin(kinds)
-    seqs = log.arrow(columns=["seq", "kind"], filter=where, prune=[{"kind": (k, k)} for k in kinds])["seq"]
-    if len(seqs) == 0:
+    from refold.folding import newest_spec, specs_from
+
+    rows = mem.log_store.rows_of_kinds(["retraction", "spec_changed"])
+    if rows is None:
         return FoldSpec(), []
-    found = sorted(seqs.to_pylist())
-    rows = log.arrow(filter=where & pc.field("seq").isin(found),
-                     prune=[{"kind": (k, k), "seq": (found[0], found[-1])} for k in kinds])
-    specs: dict[str, FoldSpec] = {}  # by hash, in the order first recorded (as recorded_specs)
-    for content in rows.filter(pc.field("kind") == "spec_changed")["content"].to_pylist():
-        if content:
-            spec = FoldSpec.from_json(json.loads(content))
-            specs[spec.hash] = spec
+    specs = specs_from(rows.filter(pc.field("kind") == "spec_changed")["content"].to_pylist())
     retractions = list(table_to_events(rows.filter(pc.field("kind") == "retraction")))
-    return (list(specs.values())[-1] if specs else FoldSpec()), retractions
+    return newest_spec(specs), retractions
 
 
 class _Part:

@@ -18,7 +18,6 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import networkx as nx
-import pyarrow.compute as pc
 
 from refold.fold.events import Event, NewEvent
 from refold.fold.extract import Extraction, Extractor
@@ -75,22 +74,23 @@ def needs_extraction(event: Event) -> bool:
 
 def recorded_specs(mem: "Memory") -> dict[str, FoldSpec]:
     """Specs recorded in the log, by hash, in log order."""
-    # their seqs from the seq and kind columns first, then only those rows' content: tombstones
-    # widen the log files' kind statistics, so after an erasure the content of nearly every file
-    # was read (~15 ms at 20k events; ~5 this way)
-    where = pc.field("kind") == "spec_changed"
-    seqs = mem.log_store.arrow(columns=["seq", "kind"], filter=where,
-                               prune=[{"kind": ("spec_changed", "spec_changed")}])["seq"].to_pylist()
-    if not seqs:
-        return {}
-    rows = mem.log_store.arrow(columns=["content"], filter=where & pc.field("seq").isin(seqs),
-                               prune=[{"kind": ("spec_changed", "spec_changed"), "seq": (min(seqs), max(seqs))}])
+    rows = mem.log_store.rows_of_kinds(["spec_changed"], columns=["content"])
+    return {} if rows is None else specs_from(rows["content"].to_pylist())
+
+
+def specs_from(contents: Sequence[str | None]) -> dict[str, FoldSpec]:
+    """The specs ``spec_changed`` events' contents hold (in order; None: an erased one), by hash."""
     specs: dict[str, FoldSpec] = {}
-    for content in rows["content"].to_pylist():
+    for content in contents:
         if content:
             spec = FoldSpec.from_json(json.loads(content))
             specs[spec.hash] = spec
     return specs
+
+
+def newest_spec(specs: dict[str, FoldSpec]) -> FoldSpec:
+    """The current spec: the newest recorded, or the default (rules) spec when none is."""
+    return list(specs.values())[-1] if specs else FoldSpec()
 
 
 def record_spec(mem: "Memory", spec: FoldSpec) -> bool:

@@ -125,12 +125,11 @@ class Memory:
 
     def current_spec(self) -> FoldSpec:
         """The newest spec recorded in the log, or the default (rules) spec when none is."""
-        from refold.folding import recorded_specs
+        from refold.folding import newest_spec, recorded_specs
 
         version = self.log_store.version()
         if self._spec_at is None or self._spec_at[0] != version:
-            specs = recorded_specs(self)
-            self._spec_at = (version, list(specs.values())[-1] if specs else FoldSpec())
+            self._spec_at = (version, newest_spec(recorded_specs(self)))
         return self._spec_at[1]
 
     def events(self, *, as_of: int | str | datetime | None = None, until: int | None = None) -> list[Event]:

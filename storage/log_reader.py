@@ -76,6 +76,20 @@ class LogReader:
         return read_arrow(self._table(version), EVENTS_SCHEMA, columns=wanted, filter=filter,
                           prune=prune).sort_by("seq")
 
+    def rows_of_kinds(self, kinds: Sequence[str], *, columns: Sequence[str] | None = None) -> pa.Table | None:
+        """The rows of ``kinds`` sorted by seq (None when there are none), read in two phases:
+        their seqs from the seq and kind columns, then only those rows. Tombstones widen the data
+        files' kind statistics, so after an erasure spread over the log nearly every file may hold
+        any kind: whole rows of all of them cost ~40-70 ms at 20k events, the two phases ~5."""
+        where = pc.field("kind").isin(list(kinds))
+        prune = [{"kind": (k, k)} for k in kinds]
+        seqs = self.arrow(columns=["seq", "kind"], filter=where, prune=prune)["seq"]
+        if len(seqs) == 0:
+            return None
+        found = sorted(seqs.to_pylist())
+        return self.arrow(columns=columns, filter=where & pc.field("seq").isin(found),
+                          prune=[{**p, "seq": (found[0], found[-1])} for p in prune])
+
     def read(self, *, since: int | None = None, until: int | None = None,
              as_of: int | str | datetime | None = None) -> pl.DataFrame:
         """Events as a polars DataFrame ordered by seq.
