@@ -18,7 +18,12 @@
  *       32 * (n + 1) bytes: prev, then link_i = H(link_{i-1} || commitment_i) for each 32-byte
  *       commitment (link_{-1} = prev).
  *
- * Both release the GIL while hashing, and check every offset against the buffers they were
+ *   hexlify(data) -> bytes
+ *       data as lowercase hex (what bytes.hex() writes, as ASCII bytes): the salt, commitment
+ *       and link columns are stored as hex, and a table lookup is ~5x faster than bytes.hex()
+ *       plus the copy into an Arrow buffer (~0.15 ms of a 1k-event append).
+ *
+ * commit and chain release the GIL while hashing, and check every offset against the buffers they were
  * given, so a malformed array raises ValueError instead of reading out of bounds.
  *
  * OpenSSL 3 deprecates SHA256_Init/Update/Final for EVP, but EVP's dispatch costs ~150 ns per
@@ -245,7 +250,42 @@ done:
     return result;
 }
 
+/* two ASCII hex digits per byte value, filled at import */
+static uint16_t hex_pairs[256];
+
+static void fill_hex_pairs(void) {
+    static const char digits[] = "0123456789abcdef";
+    for (int b = 0; b < 256; b++) {
+        unsigned char pair[2] = {(unsigned char)digits[b >> 4], (unsigned char)digits[b & 15]};
+        memcpy(&hex_pairs[b], pair, 2);  /* byte order of the pair as it lies in memory */
+    }
+}
+
+static PyObject *hexlify(PyObject *self, PyObject *arg) {
+    Py_buffer data;
+    if (PyObject_GetBuffer(arg, &data, PyBUF_SIMPLE) < 0)
+        return NULL;
+    PyObject *result = NULL;
+    if (data.len > PY_SSIZE_T_MAX / 2) {
+        PyErr_SetString(PyExc_OverflowError, "hexlify: input too large");
+        goto done;
+    }
+    result = PyBytes_FromStringAndSize(NULL, 2 * data.len);
+    if (result == NULL)
+        goto done;
+    const unsigned char *in = data.buf;
+    unsigned char *out = (unsigned char *)PyBytes_AS_STRING(result);
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < data.len; i++)
+        memcpy(out + 2 * i, &hex_pairs[in[i]], 2);
+    Py_END_ALLOW_THREADS
+done:
+    PyBuffer_Release(&data);
+    return result;
+}
+
 static PyMethodDef methods[] = {
+    {"hexlify", hexlify, METH_O, "hexlify(data) -> lowercase hex of data, as bytes"},
     {"commit", commit, METH_VARARGS,
      "commit(n, salts, content_offsets, content_data, content_start, header_parts, domain) "
      "-> 32*n bytes of commitments"},
@@ -263,5 +303,6 @@ PyMODINIT_FUNC PyInit__sealhash(void) {
         PyErr_SetString(PyExc_ImportError, "OpenSSL has no SHA256 digest");
         return NULL;
     }
+    fill_hex_pairs();
     return PyModule_Create(&module);
 }

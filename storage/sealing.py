@@ -12,6 +12,7 @@ the same bytes for the same input (tests compare them on random events, escapes 
 
 from __future__ import annotations
 
+import binascii
 import hashlib
 import json
 import os
@@ -22,6 +23,7 @@ from datetime import datetime
 from json.encoder import encode_basestring as _enc  # the C escaper json.dumps uses
 from typing import Any, Union
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -83,7 +85,7 @@ def _seal_plain(fresh: Sequence[NewEvent], *, first_seq: int, prev_link: str,
     """Column-wise :func:`seal_rows` for events stored as they are (no cipher, key ids, erasure id)."""
     n = len(fresh)
     cols = _user_columns(fresh)
-    cols["seq"] = pc.cumulative_sum(pa.repeat(pa.scalar(1, pa.int64()), n), start=first_seq - 1)
+    cols["seq"] = pa.array(np.arange(first_seq, first_seq + n, dtype=np.int64))
     facts = [e.fact for e in fresh]
     fact_header: _Json = "null"
     cols["fact"] = pa.nulls(n, pa.string())
@@ -107,7 +109,9 @@ def _seal_plain(fresh: Sequence[NewEvent], *, first_seq: int, prev_link: str,
     for name in _LISTS:
         values[name] = _json_string_lists(cols[name])
     for name in _TIMES:  # canonical_time: UTC, ISO-8601, microseconds (Arrow holds them in UTC)
-        values[name] = _json_strings(pc.strftime(cols[name], format="%Y-%m-%dT%H:%M:%S+00:00"))
+        times = cols[name]
+        values[name] = "null" if times.null_count == n else _json_strings(
+            pc.strftime(times, format="%Y-%m-%dT%H:%M:%S+00:00"))
     header = _header(values)
 
     commitments = commit_digests(salts, cols["content"], header)
@@ -301,6 +305,13 @@ def _concat(*parts: pa.Array | bytes) -> list[bytes]:
 
 
 def _hex(data: bytes, n: int) -> pa.Array:
-    """``data`` cut into ``n`` equal parts, each as lowercase hex (a string column)."""
-    text = data.hex().encode("ascii")
-    return pc.cast(_fixed(text, len(text) // n, n), pa.string())
+    """``data`` cut into ``n`` equal parts, each as lowercase hex (a string column).
+
+    The hex text becomes the array's data buffer as it is, with offsets every ``width`` bytes.
+    """
+    text = _sealhash.hexlify(data) if _sealhash is not None else binascii.hexlify(data)
+    width = len(text) // n
+    if len(text) >= 2**31:  # past int32 offsets: let Arrow say so
+        return pc.cast(_fixed(text, width, n), pa.string())
+    offsets = np.arange(0, width * (n + 1), width, dtype=np.int32)
+    return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(text)])

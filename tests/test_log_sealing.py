@@ -170,6 +170,27 @@ def test_native_hashes_equal_hashlib(rows, cut, prev):
     assert sealing.chain_links(prev, expected) == b"".join(links)
 
 
+@settings(max_examples=100, deadline=None)
+@given(st.binary(max_size=700))
+def test_native_hexlify_writes_what_bytes_hex_writes(data):
+    """The hex columns' text: lowercase, two digits per byte, from bytes or any buffer."""
+    native = sealing._sealhash
+    assert native.hexlify(data) == data.hex().encode()
+    assert native.hexlify(memoryview(data)) == data.hex().encode()
+    assert native.hexlify(bytearray(data)) == data.hex().encode()
+
+
+def test_hex_columns_cut_the_text_into_equal_values(monkeypatch):
+    """_hex gives one string per part (Arrow offsets every 2*width bytes), natively or not."""
+    data = os.urandom(32 * 5)
+    expected = pa.array([data[32 * i:32 * i + 32].hex() for i in range(5)], pa.string())
+    native = sealing._hex(data, 5)
+    native.validate(full=True)
+    assert native.equals(expected)
+    monkeypatch.setattr(sealing, "_sealhash", None)
+    assert sealing._hex(data, 5).equals(expected)
+
+
 def test_the_hashlib_fallback_seals_the_same_bytes(monkeypatch):
     """Where the native loop was not built, sealing runs hashlib per value: same stored rows."""
     new = [_plain(i, content=f"c{i} \u2028 é\"") for i in range(40)]
