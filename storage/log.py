@@ -52,6 +52,7 @@ import pyarrow.dataset as ds
 from deltalake import CommitProperties, DeltaTable
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
+from refold.fold.chain import GENESIS
 from refold.fold.errors import ConflictError, StoreError
 from refold.fold.events import Event, NewEvent
 from .layout import Layout
@@ -91,6 +92,10 @@ Protector = Callable[[NewEvent], dict[str, Any]]
 
 def _plain(_: NewEvent) -> dict[str, Any]:
     return {}
+
+
+#: the head of a log without events, at the table's first version (what its rows would give)
+_EMPTY_HEAD = Head(-1, GENESIS, datetime(1970, 1, 1, tzinfo=timezone.utc), 0)
 
 
 class EventLog(LogReader):
@@ -143,6 +148,9 @@ class EventLog(LogReader):
                 layout.events, EVENTS_SCHEMA, configuration=TABLE_CONFIGURATION,
                 storage_options=storage_options, name="refold_events",
                 description="refold event log: the only source of truth; append through refold only",
+                # the empty log's head, as every append's commit carries its own: the first
+                # append finds it in the history instead of scanning the (empty) table
+                commit_properties=CommitProperties(custom_metadata={HEAD_KEY: json.dumps(_EMPTY_HEAD.as_json())}),
             )
             return
         raise StoreError(f"{layout.events} already holds an event log")
