@@ -180,6 +180,16 @@ def test_native_hexlify_writes_what_bytes_hex_writes(data):
     assert native.hexlify(bytearray(data)) == data.hex().encode()
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=40))
+def test_native_escape_scan_agrees_with_json(text):
+    """needs_escaping is True exactly when json.dumps would escape a byte of ``text``."""
+    data = text.encode()
+    escaped = json.dumps(text, ensure_ascii=False)[1:-1] != text
+    assert sealing._sealhash.needs_escaping(data) is escaped
+    assert sealing._sealhash.needs_escaping(memoryview(data)) is escaped
+
+
 def test_hex_columns_cut_the_text_into_equal_values(monkeypatch):
     """_hex gives one string per part (Arrow offsets every 2*width bytes), natively or not."""
     data = os.urandom(32 * 5)
