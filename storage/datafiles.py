@@ -36,9 +36,9 @@ from deltalake import ColumnProperties, CommitProperties, DeltaTable, WriterProp
 
 from .schema import EVENTS_SCHEMA, STATS_COLUMNS
 
-#: columns whose every value differs (ids, text, random salt, hashes): a dictionary page for them
-#: is work the encoder throws away
-_UNIQUE_COLUMNS = ("event_id", "content", "salt", "commitment", "prev_link", "link")
+#: columns whose every value differs (seq, ids, text, random salt, hashes): a dictionary page for
+#: them is work the encoder throws away
+_UNIQUE_COLUMNS = ("seq", "event_id", "content", "salt", "commitment", "prev_link", "link")
 #: random bytes as hex: snappy finds nothing to compress in them
 _HEX_COLUMNS = ("salt", "commitment", "prev_link", "link")
 
@@ -52,10 +52,17 @@ WRITER_PROPERTIES = WriterProperties(compression="SNAPPY", column_properties={
     for name in EVENTS_SCHEMA.names
 })
 
-#: pyarrow's writer for local files: the same, but the hex columns uncompressed
+#: pyarrow's writer for local files (one file per append; compaction rewrites them through
+#: delta-rs with :data:`WRITER_PROPERTIES`): the hex columns uncompressed; no dictionary pages at
+#: all (within one append the repetitive columns, kind, tenant, record time, are near-constant
+#: and snappy shrinks their plain pages as well, so a dictionary only costs encoding time: 1k
+#: events 0.88 -> 0.77 ms, 300.7 -> 297.3 KB); seq delta-encoded (consecutive numbers: a few
+#: bytes a page) and so not compressed.
 PARQUET_OPTIONS = {
-    "compression": {name: "none" if name in _HEX_COLUMNS else "snappy" for name in EVENTS_SCHEMA.names},
-    "use_dictionary": [name for name in EVENTS_SCHEMA.names if name not in _UNIQUE_COLUMNS],
+    "compression": {name: "none" if name in _HEX_COLUMNS or name == "seq" else "snappy"
+                    for name in EVENTS_SCHEMA.names},
+    "use_dictionary": False,
+    "column_encoding": {"seq": "DELTA_BINARY_PACKED"},
     "write_statistics": list(STATS_COLUMNS),
 }
 
