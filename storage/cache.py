@@ -28,7 +28,7 @@ from refold.fold.extract import Extraction
 from . import delta_commit
 from .cache_rows import (CACHE_SCHEMA, FACT_COLUMNS, CachedFacts, _row_to_extraction,  # noqa: F401 - re-exported
                          _to_table, facts_by_id)
-from .delta_io import Bounds, TableHandle, TableView, read_arrow, shared_table
+from .delta_io import Bounds, TableHandle, TableView, read_arrow, read_files, shared_table
 from .layout import Layout
 
 #: A checkpoint of the cache table every this many commits (see _CONFIG).
@@ -170,10 +170,14 @@ class ExtractionCache:
         ids = list(event_ids)
         if not ids:
             return {}
-        flt = (pc.field("spec_hash") == spec_hash) & _ids_filter(ids)
         prune = ([{"seq": span, "spec_hash": (spec_hash, spec_hash)} for span in _spans(seqs)]
                  if seqs is not None else _ids_range(ids, spec_hash))
-        return facts_by_id(self._read(columns=list(FACT_COLUMNS), filter=flt, prune=prune))
+        with self._handle.view() as view:  # (file by file: a few rows of a few files, see read_files)
+            if view is None:
+                return {}
+            rows = read_files(view, CACHE_SCHEMA, columns=list(FACT_COLUMNS),
+                              where={"spec_hash": [spec_hash], "event_id": ids}, prune=prune)
+        return facts_by_id(rows)
 
     def frame(self):
         """The whole cache as a polars DataFrame (for audits and notebooks)."""

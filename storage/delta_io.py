@@ -36,15 +36,17 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
 from refold.fold.errors import StoreError
 
-__all__ = ["Bounds", "read_arrow", "shared_table", "TableHandle", "TableView"]
+__all__ = ["Bounds", "read_arrow", "read_files", "shared_table", "TableHandle", "TableView"]
 
 
 #: One pruning alternative: column → (low, high), inclusive; None leaves that end open (a null
@@ -137,6 +139,74 @@ def read_arrow(dt: DeltaTable | TableView, schema: pa.Schema, *, columns: Sequen
         if filter is not None:
             table = table.filter(filter)
         return table.select(wanted) if wanted else table
+
+
+def read_files(dt: DeltaTable | TableView, schema: pa.Schema, *, columns: Sequence[str] | None = None,
+               where: Mapping[str, Sequence[Any]] | None = None, prune: Sequence[Bounds] | None = None) -> pa.Table:
+    """The rows of ``dt`` whose column values are among ``where``'s (column -> allowed values)
+    and that lie within ``prune``, read file by file on the calling thread.
+
+    For reads that pick a few rows out of a few files (``prune`` leaves the few): each file is
+    opened with ``pq.ParquetFile`` and decoded without Arrow's thread pool, and the rows are
+    picked with compute kernels. A dataset scan (:func:`read_arrow`) costs ~1 ms per file of
+    scanner set-up and runs on the pool, where it competes with the caller's other threads, and
+    an expression filter costs a query plan (~5 ms for 32 ranges). Same rows as
+    ``read_arrow(dt, schema, filter=<where as is_in terms>, prune=prune)``. A file whose columns
+    do not match ``schema`` (written by another engine, or before a schema change) sends the
+    whole read there.
+    """
+    uris = dt.file_uris()
+    wanted = list(columns) if columns else list(schema.names)
+    where = dict(where or {})
+    if any("://" in uri and not uri.startswith("file://") for uri in uris):  # an object store
+        return read_arrow(dt, schema, columns=columns, filter=_where_filter(where), prune=prune)
+    needed = list(dict.fromkeys([*wanted, *where, *(name for p in (prune or ()) for name in p)]))
+    target = pa.schema([schema.field(name) for name in needed])
+    if prune is not None and uris:
+        uris = _pruned(dt, uris, prune)
+    try:
+        parts = []
+        for uri in uris:
+            with pq.ParquetFile(uri.removeprefix("file://")) as fh:
+                parts.append(fh.read(columns=needed, use_threads=False).cast(target))
+    except (KeyError, ValueError, pa.ArrowException):
+        return read_arrow(dt, schema, columns=columns, filter=_where_filter(where), prune=prune)
+    table = pa.concat_tables(parts) if parts else target.empty_table()
+    if table.num_rows and (where or prune is not None):
+        mask = None
+        for name, values in where.items():
+            term = pc.is_in(table[name], value_set=pa.array(list(values), schema.field(name).type))
+            mask = term if mask is None else pc.and_kleene(mask, term)
+        if prune is not None:
+            term = _bounds_mask(table, prune)
+            mask = term if mask is None else pc.and_kleene(mask, term)
+        table = table.filter(pc.fill_null(mask, False))
+    return table.select(wanted)
+
+
+def _where_filter(where: Mapping[str, Sequence[Any]]) -> pc.Expression | None:
+    out = None
+    for name, values in where.items():
+        term = pc.field(name).isin(list(values))
+        out = term if out is None else out & term
+    return out
+
+
+def _bounds_mask(table: pa.Table, prune: Sequence[Bounds]):
+    """Per row of ``table``: does it lie within an alternative of ``prune`` (see
+    :func:`_bounds_filter`, the same test as an expression)?"""
+    out = None
+    for alternative in prune:
+        term = None
+        for name, (low, high) in alternative.items():
+            parts = ([] if low is None else [pc.greater_equal(table[name], low)]) + \
+                    ([] if high is None else [pc.less_equal(table[name], high)])
+            for part in parts or [pc.is_valid(table[name])]:
+                term = part if term is None else pc.and_kleene(term, part)
+        if term is None:  # no bounds: every row
+            return pa.array(np.ones(table.num_rows, dtype=bool))
+        out = term if out is None else pc.or_kleene(out, term)
+    return pa.array(np.zeros(table.num_rows, dtype=bool)) if out is None else out
 
 
 def _bounds_filter(prune: Sequence[Bounds]) -> pc.Expression:
