@@ -182,8 +182,8 @@ class SnapshotStore:
         with pq.ParquetFile(Path(info.path) / "contained.parquet") as fh:
             return fh.read(columns=["event_id"])["event_id"].combine_chunks()
 
-    def read_tables(self, info: SnapshotInfo, *, for_decode: bool = False,
-                    contained: bool = True) -> dict[str, pa.Table]:
+    def read_tables(self, info: SnapshotInfo, *, for_decode: bool = False, contained: bool = True,
+                    use_threads: bool = True) -> dict[str, pa.Table]:
         """The snapshot's tables by name (nodes, edges, contained), checked against its manifest.
 
         The edge buckets come back as one table, bucket after bucket, and ``edge_rows`` as a
@@ -191,35 +191,42 @@ class SnapshotStore:
         hashing its key again). ``for_decode``: repetitive string columns come as Arrow
         dictionaries (faster to decode; :data:`~refold.fold.snapshot_codec.DICTIONARY_COLUMNS`).
         ``contained=False``: the contained ids are checked but not read (the caller has them).
+        ``use_threads=False``: each file is decoded on the calling thread (less CPU in all; for a
+        caller whose other threads keep the cores busy).
         """
         folder = Path(info.path)
         try:
             names = ["nodes", *_edge_files(info), "contained"]
             if len(names) < 3:
                 raise KeyError("edges")
-            for name in names:
-                if _sha256(folder / f"{name}.parquet") != info.files[name]:
-                    raise StoreError(f"snapshot {info.path}: {name}.parquet does not match its manifest "
-                                     "digest; delete the folder (refold rebuilds it)")
+            rows: list[int] = []
 
-            def read(names: list[str], kind: str) -> pa.Table:
-                # pq.ParquetFile per file, concatenated (zero-copy): no dataset discovery or
-                # scanner (a dataset scan cost ~3 ms more over two buckets, pq.read_table ~3 ms
-                # of fixed overhead per file)
-                dictionary = DICTIONARY_COLUMNS.get(kind, ()) if for_decode else ()
+            def read(names: list[str], kind: str | None) -> pa.Table | None:
+                # each file read into memory once, hashed and parsed from there; pq.ParquetFile
+                # per file, concatenated (zero-copy): no dataset discovery or scanner (a dataset
+                # scan cost ~3 ms more over two buckets, pq.read_table ~3 ms of fixed overhead per
+                # file)
+                dictionary = DICTIONARY_COLUMNS.get(kind or "", ()) if for_decode else ()
                 tables = []
                 for name in names:
-                    with pq.ParquetFile(folder / f"{name}.parquet", read_dictionary=dictionary) as fh:
-                        tables.append(fh.read())
+                    data = (folder / f"{name}.parquet").read_bytes()
+                    if hashlib.sha256(data).hexdigest() != info.files[name]:
+                        raise StoreError(f"snapshot {info.path}: {name}.parquet does not match its manifest "
+                                         "digest; delete the folder (refold rebuilds it)")
+                    if kind is not None:
+                        with pq.ParquetFile(pa.BufferReader(data), read_dictionary=dictionary) as fh:
+                            tables.append(fh.read(use_threads=use_threads))
+                if kind is None:
+                    return None
                 if kind == "edges":
                     rows.extend(t.num_rows for t in tables)
                 return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
 
-            rows: list[int] = []
             out = {"nodes": read(["nodes"], "nodes"), "edges": read(_edge_files(info), "edges")}
             out["edge_rows"] = pa.table({"rows": pa.array(rows, pa.int64())})
-            if contained:
-                out["contained"] = read(["contained"], "contained")
+            contents = read(["contained"], "contained" if contained else None)
+            if contents is not None:
+                out["contained"] = contents
             return out
         except (OSError, KeyError, pa.ArrowException) as exc:
             raise StoreError(f"cannot read snapshot {info.path} ({exc}); delete the folder or fold with "
@@ -312,11 +319,15 @@ class SnapshotStore:
             tables.update((f"edges-{b:03d}", table) for b, table in sorted(buckets.items()))
 
             def put(name: str) -> tuple[str, str]:
-                path = tmp / f"{name}.parquet"
-                # no column statistics: nothing prunes a snapshot's files (they are read whole),
-                # and computing them took a third of a bucket's write
-                pq.write_table(tables[name], path, compression="zstd", write_statistics=False)
-                return name, _sha256(path)
+                # encoded in memory, hashed there and written once (hashing the file meant
+                # reading it back); no column statistics: nothing prunes a snapshot's files (they
+                # are read whole), and computing them took a third of a bucket's write
+                sink = pa.BufferOutputStream()
+                pq.write_table(tables[name], sink, compression="zstd", write_statistics=False)
+                data = sink.getvalue()
+                with open(tmp / f"{name}.parquet", "wb") as fh:
+                    fh.write(data)
+                return name, hashlib.sha256(data).hexdigest()
 
             # files written two at a time: encoding and compressing release the GIL
             with ThreadPoolExecutor(max_workers=2) as pool:
