@@ -30,20 +30,18 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import networkx as nx
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from refold.fold.decremental import Inputs, NotDecremental, Patch, remove_events
 from refold.fold.errors import RefoldError
 from refold.fold.incremental import LiveFold, paused_gc
-from refold.fold.snapshot_codec import decode_graph, encode_graph, stats_from_json
+from refold.fold.snapshot_codec import stats_from_json
 from refold.fold.spec import FoldSpec
 from refold.storage.cache import PurgeResult
 from refold.storage.schema import table_to_events
-from refold.storage.snapshots import (SnapshotInfo, SnapshotStore, bucket_keys, edge_bucket_count,
-                                     edge_buckets)
+from refold.storage.snapshots import SnapshotInfo, SnapshotStore, edge_bucket_count
+from refold.erasure_region import Region
 
 if TYPE_CHECKING:
     from refold.memory import Memory
@@ -51,161 +49,6 @@ if TYPE_CHECKING:
 __all__ = ["SnapshotPatcher"]
 
 STORE = "snapshot patch"
-
-
-def _rows(mask) -> pa.Array:
-    return pc.indices_nonzero(mask)
-
-
-def _list_hits(column: pa.ChunkedArray, values: pa.Array) -> pa.Array:
-    """Boolean per row: does the list in ``column`` hold any of ``values``?"""
-    lists = column.combine_chunks()
-    rows = pc.filter(pc.list_parent_indices(lists), pc.is_in(pc.list_flatten(lists), value_set=values))
-    mask = np.zeros(len(lists), dtype=bool)
-    mask[rows.to_numpy()] = True
-    return pa.array(mask)
-
-
-class _Region:
-    """The part of one snapshot's tables that a patch needs, and the splice back."""
-
-    def __init__(self, nodes: pa.Table, edges: pa.Table, bucket_rows: list[int] | None = None):
-        """``bucket_rows``: the row count of each edge bucket file, in the order ``edges`` holds
-        them (None: an older snapshot with one edge file)."""
-        self.nodes, self.edges = nodes, edges
-        self.bucket = None if bucket_rows is None else np.repeat(np.arange(len(bucket_rows), dtype=np.int32),
-                                                                 bucket_rows)
-        self.base = pc.equal(edges["derivation"], "extracted")
-        self.edge_ids: set[str] = set()
-        self.node_ids: set[str] = set()
-        self._firsts: dict[str, tuple[int, str]] = {}
-
-    def hits(self, erased: pa.Array) -> pa.Table:
-        """Merged edges an erased event is a source of or ended."""
-        mask = pc.and_(self.base, pc.or_(_list_hits(self.edges["sources"], erased),
-                                          pc.fill_null(pc.is_in(self.edges["ended_by"], value_set=erased), False)))
-        return self.edges.filter(mask)
-
-    def load(self, hit: pa.Table) -> pa.Table:
-        """The region's edges and nodes for the keys of ``hit`` (see the module docstring)."""
-        e = self.edges
-        keys = set(zip(hit["subject"].to_pylist(), hit["relation"].to_pylist()))
-        subjects = pa.array(sorted({s for s, _ in keys}), pa.string())
-        own = pc.and_(self.base, pc.is_in(e["subject"], value_set=subjects))
-        key_rows = [i for i, s, r in zip(_rows(own).to_pylist(), e["subject"].take(_rows(own)).to_pylist(),
-                                         e["relation"].take(_rows(own)).to_pylist()) if (s, r) in keys]
-        key_ids = e["fact_id"].take(pa.array(key_rows, pa.int64()))
-        objects = pc.unique(e["object"].take(pa.array(key_rows, pa.int64())))
-        partners = pc.and_(self.base, pc.or_(pc.is_in(e["subject"], value_set=objects),
-                                             pc.is_in(e["object"], value_set=subjects)))
-        derived = pc.and_(pc.invert(self.base), _list_hits(e["inputs"], key_ids.combine_chunks()))
-        return self._take(pc.or_(pc.or_(own, partners), derived))
-
-    def pull_in(self, live: LiveFold, nodes: set[str]) -> None:
-        """Merged edges pointing at ``nodes`` and every merged out-edge of their subjects."""
-        e = self.edges
-        pointing = pc.and_(self.base, pc.is_in(e["object"], value_set=pa.array(sorted(nodes), pa.string())))
-        subjects = pc.unique(e["subject"].filter(pointing))
-        rows = pc.and_(self.base, pc.is_in(e["subject"], value_set=subjects))
-        rows = pc.and_(rows, pc.invert(pc.is_in(e["fact_id"], value_set=self._ids())))
-        part = self._take(rows)
-        live.adopt_merged(self._decode(part))
-
-    def first_mentions(self, nodes: set[str], erased: set[str]) -> dict[str, tuple[int, str]]:
-        """Per node: the earliest surviving (seq, event id) source of its merged edges outside the
-        region (the region's own edges the patch reads itself): the sources flattened once, then
-        a masked minimum per node (a handful of nodes; no joins)."""
-        rows = self._at(nodes)
-        if rows.num_rows == 0:
-            return {}
-        lists = rows["sources"].combine_chunks()
-        parents = pc.list_parent_indices(lists).to_numpy()
-        ids = pc.list_flatten(lists)
-        seqs = pc.list_flatten(rows["source_seqs"].combine_chunks()).to_numpy()
-        alive = ~np.asarray(pc.is_in(ids, value_set=pa.array(sorted(erased), pa.string())))
-        out: dict[str, tuple[int, str]] = {}
-        for node in nodes:
-            at = np.asarray(pc.or_(pc.equal(rows["subject"], node), pc.equal(rows["object"], node)))
-            mask = at[parents] & alive
-            if mask.any():
-                j = int(np.flatnonzero(mask)[np.argmin(seqs[mask])])
-                out[node] = (int(seqs[j]), ids[j].as_py())
-        self._firsts = out
-        return out
-
-    def outside_first(self, node: str) -> tuple[int, str] | None:
-        return self._firsts.get(node)
-
-    def outside_all(self, node: str) -> list[tuple[int, str]]:
-        """Every (seq, event id) source of the merged edges at ``node`` outside the region."""
-        rows = self._at({node})
-        out: list[tuple[int, str]] = []
-        for seqs, ids in zip(rows["source_seqs"].to_pylist(), rows["sources"].to_pylist()):
-            out.extend(zip(seqs, ids))
-        return out
-
-    def _at(self, nodes: set[str]) -> pa.Table:
-        """Merged edges outside the region with an end in ``nodes``."""
-        e = self.edges
-        wanted = pa.array(sorted(nodes), pa.string())
-        at = pc.and_(self.base, pc.or_(pc.is_in(e["subject"], value_set=wanted), pc.is_in(e["object"], value_set=wanted)))
-        return e.filter(pc.and_(at, pc.invert(pc.is_in(e["fact_id"], value_set=self._ids()))))
-
-    def _ids(self) -> pa.Array:
-        return pa.array(sorted(self.edge_ids), pa.string())
-
-    def _take(self, mask) -> pa.Table:
-        edges = self.edges.filter(mask)
-        ends = pa.array(sorted(set(edges["subject"].to_pylist()) | set(edges["object"].to_pylist())), pa.string())
-        self.edge_ids.update(edges["fact_id"].to_pylist())
-        self.node_ids.update(ends.to_pylist())
-        return edges
-
-    def _decode(self, edges: pa.Table) -> nx.MultiDiGraph:
-        ends = set(edges["subject"].to_pylist()) | set(edges["object"].to_pylist())
-        nodes = self.nodes.filter(pc.is_in(self.nodes["id"], value_set=pa.array(sorted(ends), pa.string())))
-        return decode_graph(nodes, edges)
-
-    def graph(self, edges: pa.Table, mentioned: Iterable[str]) -> nx.MultiDiGraph:
-        self.node_ids.update(mentioned)
-        return self._decode(edges)
-
-    def splice(self, graph: nx.MultiDiGraph, count: int) -> tuple[pa.Table, dict[int, pa.Table] | pa.Table, int]:
-        """(nodes, edges, edge count) of the snapshot with the region replaced by ``graph``.
-
-        Edges of a bucketed snapshot: only the buckets holding a changed edge (removed, added, or
-        with another value in any column) before or after, by number — rows kept from the
-        snapshot stay in the bucket file they came from, the region's rows are placed by their
-        keys, and the other buckets' rows are not copied at all. An older single-file snapshot:
-        the whole edge table."""
-        nodes, edges = encode_graph(graph)
-        keep_nodes = pc.invert(pc.is_in(self.nodes["id"], value_set=pa.array(sorted(self.node_ids), pa.string())))
-        nodes = pa.concat_tables([self.nodes.filter(keep_nodes).cast(nodes.schema), nodes])
-        region = pc.is_in(self.edges["fact_id"], value_set=self._ids())
-        before = {r["fact_id"]: r for r in self.edges.filter(region).cast(edges.schema).to_pylist()}
-        after = {r["fact_id"]: r for r in edges.to_pylist()}
-        changed = pa.array(sorted(f for f in before.keys() | after.keys() if before.get(f) != after.get(f)),
-                           pa.string())
-        keep = pc.invert(region)
-        if self.bucket is None:
-            whole = pa.concat_tables([self.edges.filter(keep).cast(edges.schema), edges])
-            return nodes, whole, whole.num_rows
-        kept = np.asarray(keep)
-        # a derived edge goes where its first input's subject goes: look inputs up among the kept
-        # rows, then the region's (the order of the spliced table, which bucket_keys expects)
-        keys = pa.table({"fact_id": edges["fact_id"], "subject": edges["subject"]})
-        among = pa.concat_tables([self.edges.select(["fact_id", "subject"]).filter(keep).cast(keys.schema), keys])
-        placed = edge_buckets(bucket_keys(edges, among=among), count).to_numpy(zero_copy_only=False)
-        rewrite = {int(b) for b in np.concatenate([
-            self.bucket[np.asarray(pc.is_in(self.edges["fact_id"], value_set=changed))],
-            placed[np.asarray(pc.is_in(edges["fact_id"], value_set=changed))]])}
-        starts = np.concatenate([[0], np.cumsum(np.bincount(self.bucket, minlength=count))])
-        out = {}
-        for b in sorted(rewrite):
-            lo, hi = int(starts[b]), int(starts[b + 1])
-            old = self.edges.slice(lo, hi - lo).filter(pa.array(kept[lo:hi])).cast(edges.schema)
-            out[b] = pa.concat_tables([old, edges.filter(pa.array(placed == b))])
-        return nodes, out, int(kept.sum()) + edges.num_rows
 
 
 def _current_spec(mem: "Memory") -> FoldSpec:
@@ -295,7 +138,8 @@ class SnapshotPatcher:
             retractions = every_retraction
             try:
                 tables = SnapshotStore(self.mem.layout, storage_options=self.mem.storage_options).read_tables(
-                    info, contained=False)
+                    info, contained=False, for_decode=True, use_threads=False)  # (the cache and log reads
+                # hold the other core; repetitive strings as dictionaries, see erasure_region)
                 with paused_gc():  # many small objects, none cyclic: a full collection would dominate
                     patch = self._patch(spec_future, info, tables, erased, contained, held, retractions,
                                         erased_rows)
@@ -351,7 +195,7 @@ class SnapshotPatcher:
         mem = self.mem
         spec_hash = info.spec_hash
         bucketed = edge_bucket_count(info) > 1 or "edges" not in info.files  # not the older single file
-        region = _Region(tables["nodes"], tables["edges"],
+        region = Region(tables["nodes"], tables["edges"],
                          tables["edge_rows"]["rows"].to_pylist() if bucketed else None)
         hit = region.hits(pa.array(held, pa.string()))
         edges = region.load(hit)
