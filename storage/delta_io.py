@@ -167,20 +167,17 @@ def read_files(dt: DeltaTable | TableView, schema: pa.Schema, *, columns: Sequen
     try:
         parts = []
         for uri in uris:
-            with pq.ParquetFile(uri.removeprefix("file://")) as fh:
-                parts.append(fh.read(columns=needed, use_threads=False).cast(target))
+            with pa.OSFile(uri.removeprefix("file://")) as source, pq.ParquetFile(source) as fh:
+                part = fh.read(columns=needed, use_threads=False)
+            parts.append(part if part.schema.equals(target) else part.cast(target))
     except (KeyError, ValueError, pa.ArrowException):
         return read_arrow(dt, schema, columns=columns, filter=_where_filter(where), prune=prune)
     table = pa.concat_tables(parts) if parts else target.empty_table()
-    if table.num_rows and (where or prune is not None):
-        mask = None
-        for name, values in where.items():
-            term = pc.is_in(table[name], value_set=pa.array(list(values), schema.field(name).type))
-            mask = term if mask is None else pc.and_kleene(mask, term)
-        if prune is not None:
-            term = _bounds_mask(table, prune)
-            mask = term if mask is None else pc.and_kleene(mask, term)
-        table = table.filter(pc.fill_null(mask, False))
+    for name, values in where.items():  # the value sets first: the ranges then test a few rows
+        if table.num_rows:
+            table = table.filter(pc.is_in(table[name], value_set=pa.array(list(values), schema.field(name).type)))
+    if prune is not None and table.num_rows:
+        table = table.filter(pc.fill_null(_bounds_mask(table, prune), False))
     return table.select(wanted)
 
 
