@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -40,7 +40,7 @@ from refold.fold.snapshot_codec import stats_from_json
 from refold.fold.spec import FoldSpec
 from refold.storage.cache import PurgeResult
 from refold.storage.schema import table_to_events
-from refold.storage.snapshots import SnapshotInfo, SnapshotStore, edge_bucket_count
+from refold.storage.snapshots import SnapshotInfo, SnapshotStore, edge_bucket_count, io_worker
 from refold.erasure_region import Region
 
 if TYPE_CHECKING:
@@ -70,15 +70,27 @@ def _from_log(mem: "Memory") -> tuple[FoldSpec, list]:
     rows = mem.log_store.rows_of_kinds(["retraction", "spec_changed"])
     if rows is None:
         return FoldSpec(), []
-    specs = specs_from(rows.filter(pc.field("kind") == "spec_changed")["content"].to_pylist())
-    retractions = list(table_to_events(rows.filter(pc.field("kind") == "retraction")))
+    specs = specs_from(rows.filter(pc.equal(rows["kind"], "spec_changed"))["content"].to_pylist())
+    retractions = list(table_to_events(rows.filter(pc.equal(rows["kind"], "retraction"))))
     return newest_spec(specs), retractions
+
+
+class _Lazy:
+    """A function's result, computed on the first ``result()`` (read like a future)."""
+
+    def __init__(self, fn):
+        self.fn, self.done, self.value = fn, False, None
+
+    def result(self):
+        if not self.done:
+            self.value, self.done = self.fn(), True
+        return self.value
 
 
 class _Part:
     """One item of a future's tuple result, read like a future."""
 
-    def __init__(self, future: Future, index: int):
+    def __init__(self, future: "Future | _Lazy", index: int):
         self.future, self.index = future, index
 
     def result(self):
@@ -121,34 +133,35 @@ class SnapshotPatcher:
         erased = set(event_ids)
         if self.mem.mode == "shred" or not erased:
             return PurgeResult(STORE, 0, ("no snapshot holds the erased events: nothing to patch",))
-        # Reads that do not depend on the snapshot run on threads meanwhile (a Delta read spends
-        # most of its time in Rust and Arrow, which release the GIL): the current spec and the
-        # log's retractions (one read; the snapshot is chosen by its folder and checked against
-        # the spec before anything is written), the extraction cache's table and statistics.
-        with ThreadPoolExecutor(max_workers=3) as pool:
-            logged = pool.submit(_from_log, self.mem)
-            spec_future, every_retraction = _Part(logged, 0), _Part(logged, 1)
-            pool.submit(self.mem.cache.warm)
-            target = self._target(erased, spec_future)
-            if target is None:
-                return PurgeResult(STORE, 0, ("no snapshot holds the erased events: nothing to patch",))
-            info, contained, held = target
-            erased_rows = (pool.submit(self.mem.cache.facts, info.spec_hash, held, seqs=[self._seqs[i] for i in held])
-                           if all(i in self._seqs for i in held) else None)
-            retractions = every_retraction
-            try:
-                tables = SnapshotStore(self.mem.layout, storage_options=self.mem.storage_options).read_tables(
-                    info, contained=False, for_decode=True, use_threads=False)  # (the cache and log reads
-                # hold the other core; repetitive strings as dictionaries, see erasure_region)
-                with paused_gc():  # many small objects, none cyclic: a full collection would dominate
-                    patch = self._patch(spec_future, info, tables, erased, contained, held, retractions,
-                                        erased_rows)
-            except _NotCurrent:
-                return PurgeResult(STORE, 0, ("no snapshot of the current spec holds the erased events: "
-                                              "nothing to patch",))
-            except (NotDecremental, RefoldError, OSError, pa.ArrowException) as exc:
-                return PurgeResult(STORE, 0, (f"not patched ({exc}); the snapshot purge removes it and the "
-                                              "refold starts from an older snapshot",))
+        # the current spec and every retraction: one read of the log, made when first needed (the
+        # snapshot is chosen by its folder, and checked against the spec before anything is written)
+        logged = _Lazy(lambda: _from_log(self.mem))
+        spec, retractions = _Part(logged, 0), _Part(logged, 1)
+        target = self._target(erased, spec)
+        if target is None:
+            return PurgeResult(STORE, 0, ("no snapshot holds the erased events: nothing to patch",))
+        info, contained, held = target
+        store = SnapshotStore(self.mem.layout, storage_options=self.mem.storage_options)
+        # The snapshot's files are decoded on the snapshot store's worker thread (a few long calls
+        # that release the GIL; repetitive strings as dictionaries, see erasure_region) while this
+        # thread reads the log and the erased events' cache rows (many short calls: on threads of
+        # their own they cost more CPU in handing the GIL back and forth than they saved in time)
+        tables = io_worker().submit(store.read_tables, info, contained=False, for_decode=True, use_threads=False)
+        try:
+            logged.result()
+            erased_rows = (self.mem.cache.facts(info.spec_hash, held, seqs=[self._seqs[i] for i in held])
+                           if all(i in self._seqs for i in held) else {})
+            with paused_gc():  # many small objects, none cyclic: a full collection would dominate
+                patch = self._patch(spec, info, tables.result(), erased, contained, held, retractions,
+                                    erased_rows)
+        except _NotCurrent:
+            return PurgeResult(STORE, 0, ("no snapshot of the current spec holds the erased events: "
+                                          "nothing to patch",))
+        except (NotDecremental, RefoldError, OSError, pa.ArrowException) as exc:
+            return PurgeResult(STORE, 0, (f"not patched ({exc}); the snapshot purge removes it and the "
+                                          "refold starts from an older snapshot",))
+        finally:
+            tables.cancel() or tables.exception()  # (waits for the decode when it ran: nothing left behind)
         self.last = (patch, time.perf_counter() - started)
         return PurgeResult(STORE, 1, (
             f"{Path(info.path).name}: {patch.events} erased event(s), {patch.keys} key(s) re-merged from "
@@ -191,7 +204,7 @@ class SnapshotPatcher:
         return out
 
     def _patch(self, spec_future: "_Part", info: SnapshotInfo, tables: dict[str, pa.Table], erased: set[str],
-               contained: pa.Array, held: list[str], retractions: "_Part", erased_rows: Future | None) -> Patch:
+               contained: pa.Array, held: list[str], retractions: "_Part", erased_rows: dict) -> Patch:
         mem = self.mem
         spec_hash = info.spec_hash
         bucketed = edge_bucket_count(info) > 1 or "edges" not in info.files  # not the older single file
@@ -219,11 +232,11 @@ class SnapshotPatcher:
                     if alive and (n not in firsts or min(alive) < firsts[n]):
                         firsts[n] = min(alive)
         seq_of.update((eid, seq) for seq, eid in firsts.values())
-        # the erased events' rows (read on a thread since the start when the plan gave their seqs),
+        # the erased events' rows (read while the snapshot was decoded, when the plan gave their seqs),
         # then, as the patch asks, the re-merged keys' sources and the first surviving mentions it
         # must look at: reads pruned by seq (the cache keeps each row's seq, with statistics) of
         # only the columns a merge reads (facts, rejections, the request's event ids)
-        memo = dict(erased_rows.result()) if erased_rows is not None else {}
+        memo = dict(erased_rows)
         rest = [i for i in held if i not in memo]
         if rest:
             memo.update(self._facts(spec_hash, rest, seq_of))

@@ -45,6 +45,27 @@ def _list_hits(column: pa.ChunkedArray, values: pa.Array) -> np.ndarray:
     return mask
 
 
+def _comparable(table: pa.Table) -> pa.Table:
+    """``table`` with its timestamp columns as their int64 microseconds (the same equality: the
+    offsets are columns of their own), so that rows compare as Python values without an aware
+    datetime built per value (most of a row's conversion)."""
+    columns = [c.cast(pa.int64()) if pa.types.is_timestamp(c.type) else c for c in table.columns]
+    return pa.table(columns, names=table.column_names)
+
+
+def _cut(table: pa.Table, rows: np.ndarray) -> pa.Table:
+    """``table`` without the (sorted) ``rows``: slices between them, concatenated (zero-copy;
+    a filter copies every column of a bucket to drop a few rows)."""
+    parts, start = [], 0
+    for row in rows.tolist():
+        if row > start:
+            parts.append(table.slice(start, row - start))
+        start = row + 1
+    if start < table.num_rows:
+        parts.append(table.slice(start))
+    return pa.concat_tables(parts) if parts else table.slice(0, 0)
+
+
 def _keep(table: pa.Table, mask: np.ndarray) -> pa.Table:
     return table.filter(pa.array(mask))
 
@@ -64,9 +85,10 @@ class Region:
         self._firsts: dict[str, tuple[int, str]] = {}
 
     def hits(self, erased: pa.Array) -> pa.Table:
-        """Merged edges an erased event is a source of or ended."""
+        """Merged edges an erased event is a source of or ended (their subject, relation, object
+        and sources)."""
         mask = self.base & (_list_hits(self.edges["sources"], erased) | _isin(self.edges["ended_by"], erased))
-        return _keep(self.edges, mask)
+        return _keep(self.edges.select(["subject", "relation", "object", "sources"]), mask)
 
     def load(self, hit: pa.Table) -> pa.Table:
         """The region's edges for the keys of ``hit``: the merged edges of those (subject,
@@ -77,8 +99,7 @@ class Region:
         keys = set(zip(hit["subject"].to_pylist(), hit["relation"].to_pylist()))
         subjects = pa.array(sorted({s for s, _ in keys}), pa.string())
         own = self.base & _isin(e["subject"], subjects)
-        rows = np.flatnonzero(own)
-        picked = e.select(["subject", "relation", "fact_id", "object"]).take(pa.array(rows))
+        picked = _keep(e.select(["subject", "relation", "fact_id", "object"]), own)
         in_keys = np.array([k in keys for k in zip(picked["subject"].to_pylist(), picked["relation"].to_pylist())],
                            dtype=bool)
         key_ids = picked["fact_id"].filter(pa.array(in_keys)).combine_chunks()
@@ -172,20 +193,19 @@ class Region:
             whole = pa.concat_tables([_keep(self.edges, keep).cast(edges.schema), edges])
             return nodes, whole, whole.num_rows
         region = np.flatnonzero(self.taken)
-        old = self.edges.take(pa.array(region)).cast(edges.schema)
-        before = {r["fact_id"]: r for r in old.to_pylist()}  # (tens of rows)
-        after_rows = edges.to_pylist()
-        after = {r["fact_id"]: r for r in after_rows}
+        old = _keep(self.edges, self.taken).cast(edges.schema)  # (a take would combine the buckets' chunks)
+        before = {r["fact_id"]: r for r in _comparable(old).to_pylist()}  # (tens of rows)
+        after = {r["fact_id"]: r for r in _comparable(edges).to_pylist()}
         changed = {f for f in before.keys() | after.keys() if before.get(f) != after.get(f)}
         placed = edge_buckets(bucket_keys(edges, among=self._inputs_among(edges, keep)), count)
         placed = placed.to_numpy(zero_copy_only=False)
-        rewrite = {int(self.bucket[row]) for row, f in zip(region, old["fact_id"].to_pylist()) if f in changed}
-        rewrite |= {int(b) for b, r in zip(placed, after_rows) if r["fact_id"] in changed}
+        rewrite = {int(self.bucket[row]) for row, f in zip(region, before) if f in changed}
+        rewrite |= {int(b) for b, f in zip(placed, after) if f in changed}
         starts = np.concatenate([[0], np.cumsum(np.bincount(self.bucket, minlength=count))])
         out = {}
         for b in sorted(rewrite):
             lo, hi = int(starts[b]), int(starts[b + 1])
-            kept = self.edges.slice(lo, hi - lo).filter(pa.array(keep[lo:hi])).cast(edges.schema)
+            kept = _cut(self.edges.slice(lo, hi - lo), np.flatnonzero(self.taken[lo:hi])).cast(edges.schema)
             out[b] = pa.concat_tables([kept, edges.filter(pa.array(placed == b))])
         return nodes, out, int(keep.sum()) + edges.num_rows
 

@@ -28,6 +28,7 @@ import hashlib
 import json
 import os
 import shutil
+import threading
 import uuid
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -49,7 +50,7 @@ from .cache import PurgeResult
 from .snapshot_buckets import bucket_keys, edge_buckets
 from .layout import Layout
 
-__all__ = ["SnapshotInfo", "SnapshotStore"]
+__all__ = ["SnapshotInfo", "SnapshotStore", "io_worker"]
 
 MANIFEST = "manifest.json"
 _CONTAINED_SCHEMA = pa.schema([("event_id", pa.string())])
@@ -73,6 +74,36 @@ def edge_bucket_count(info: "SnapshotInfo") -> int:
 def _edge_files(info: "SnapshotInfo") -> list[str]:
     """The manifest's edge file names in bucket order ("edges" alone in older snapshots)."""
     return sorted(n for n in info.files if n == "edges" or n.startswith("edges-"))
+
+
+_WORKER: ThreadPoolExecutor | None = None
+_WORKER_LOCK = threading.Lock()
+
+
+def io_worker() -> ThreadPoolExecutor:
+    """This process's one worker thread for snapshot file work that releases the GIL for long
+    stretches (decoding and encoding Parquet): a writer encodes its largest file there while it
+    encodes the others, and the erasure patch decodes the snapshot there while it reads the log
+    and the cache. Kept for the process: a new thread per snapshot started with cold allocator
+    pages (its first encode paid ~10-20 ms of page faults). Never wait on it from a task running
+    on it (the writer checks)."""
+    global _WORKER
+    with _WORKER_LOCK:
+        if _WORKER is None:
+            _WORKER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="refold-snapshot-io")
+        return _WORKER
+
+
+def _forget_worker() -> None:
+    global _WORKER
+    _WORKER = None  # a forked child has no such thread (its parent's executor would never run)
+
+
+os.register_at_fork(after_in_child=_forget_worker)
+
+
+def _on_worker() -> bool:
+    return threading.current_thread().name.startswith("refold-snapshot-io")
 
 
 def contained_digest(ids: Iterable[str]) -> str:
@@ -329,9 +360,13 @@ class SnapshotStore:
                     fh.write(data)
                 return name, hashlib.sha256(data).hexdigest()
 
-            # files written two at a time: encoding and compressing release the GIL
-            with ThreadPoolExecutor(max_workers=2) as pool:
-                files = dict(pool.map(put, sorted(tables, key=lambda n: -tables[n].nbytes)))
+            # the largest file is encoded on the worker thread, the others here meanwhile
+            # (encoding and compressing release the GIL)
+            names = sorted(tables, key=lambda n: -tables[n].nbytes)
+            largest = io_worker().submit(put, names[0]) if not _on_worker() else None
+            files = dict(put(name) for name in (names[1:] if largest is not None else names))
+            if largest is not None:
+                files.update([largest.result()])
             for b, (source, digest) in reuse.items():
                 os.link(source, tmp / f"edges-{b:03d}.parquet")  # same bytes: no copy, no rehash
                 files[f"edges-{b:03d}"] = digest
