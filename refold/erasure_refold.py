@@ -24,6 +24,7 @@ and the refold resumes from an older snapshot or the start, as before.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterable
 from concurrent.futures import Future
@@ -137,8 +138,13 @@ class SnapshotPatcher:
         # snapshot is chosen by its folder, and checked against the spec before anything is written)
         logged = _Lazy(lambda: _from_log(self.mem))
         spec, retractions = _Part(logged, 0), _Part(logged, 1)
+        # the erasure rewrote and cleaned up the log: its table is loaded again on a thread of its
+        # own meanwhile (delta-rs, GIL released), which the log read then finds done
+        warm = threading.Thread(target=self.mem.log_store.warm, name="refold-log-warm", daemon=True)
+        warm.start()
         target = self._target(erased, spec)
         if target is None:
+            warm.join()
             return PurgeResult(STORE, 0, ("no snapshot holds the erased events: nothing to patch",))
         info, contained, held = target
         store = SnapshotStore(self.mem.layout, storage_options=self.mem.storage_options)
@@ -148,9 +154,10 @@ class SnapshotPatcher:
         # their own they cost more CPU in handing the GIL back and forth than they saved in time)
         tables = io_worker().submit(store.read_tables, info, contained=False, for_decode=True, use_threads=False)
         try:
-            logged.result()
             erased_rows = (self.mem.cache.facts(info.spec_hash, held, seqs=[self._seqs[i] for i in held])
                            if all(i in self._seqs for i in held) else {})
+            warm.join()
+            logged.result()
             with paused_gc():  # many small objects, none cyclic: a full collection would dominate
                 patch = self._patch(spec, info, tables.result(), erased, contained, held, retractions,
                                     erased_rows)
