@@ -111,6 +111,26 @@ def contained_digest(ids: Iterable[str]) -> str:
     return hashlib.sha256("\n".join(sorted(ids)).encode()).hexdigest()
 
 
+def _sorted_ids(ids: pa.Array | pa.ChunkedArray | Iterable[str]) -> pa.Array:
+    """``ids`` as a sorted Arrow string array (a snapshot's contained ids are sorted already:
+    checked, not sorted again). Arrow orders strings by their UTF-8 bytes, which is Python's
+    code point order."""
+    if isinstance(ids, pa.ChunkedArray):
+        ids = ids.combine_chunks()
+    if not isinstance(ids, pa.Array):
+        ids = pa.array(list(ids), pa.string())
+    ids = ids.cast(pa.string())
+    if len(ids) > 1 and not pc.all(pc.greater_equal(ids.slice(1), ids.slice(0, len(ids) - 1))).as_py():
+        ids = ids.take(pc.sort_indices(ids))
+    return ids
+
+
+def _ids_digest(ids: pa.Array) -> str:
+    """:func:`contained_digest` of sorted ``ids``, joined in Arrow (no Python string per id)."""
+    joined = pc.binary_join(pa.ListArray.from_arrays(pa.array([0, len(ids)], pa.int32()), ids), "\n")
+    return hashlib.sha256((joined[0].as_py() or "").encode()).hexdigest()
+
+
 def _sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as fh:
@@ -289,7 +309,7 @@ class SnapshotStore:
         which = edge_buckets(bucket_keys(edges), count)
         buckets = {b: edges.filter(pc.equal(which, b)) for b in range(count)}
         return self._write(live.spec.hash, live.last_seq, live.link, live.builder.stats, nodes, buckets,
-                           edges.num_rows, sorted(live.contained))
+                           edges.num_rows, _sorted_ids(live.contained))
 
     def replace(self, info: SnapshotInfo, *, nodes: pa.Table, contained: list[str] | pa.Array, stats,
                 edges: pa.Table | None = None, rewrite: set[int] | None = None, bucket_of: pa.Array | None = None,
@@ -325,15 +345,13 @@ class SnapshotStore:
             assert edges is not None
             which = bucket_of if bucketed and bucket_of is not None else edge_buckets(bucket_keys(edges), count)
             buckets = {b: edges.filter(pc.equal(which, b)) for b in range(count) if b not in reuse}
-        ids = contained.to_pylist() if isinstance(contained, (pa.Array, pa.ChunkedArray)) else list(contained)
-        ids.sort()  # (linear when sorted already, as a snapshot's contained ids are)
         written = self._write(info.spec_hash, info.last_seq, info.link, stats, nodes, buckets, edge_count,
-                              ids, replace=True, reuse=reuse)
+                              _sorted_ids(contained), replace=True, reuse=reuse)
         assert written is not None
         return written
 
     def _write(self, spec_hash: str, last_seq: int, link: str, stats, nodes: pa.Table,
-               buckets: dict[int, pa.Table], edge_count: int, contained: list[str], *, replace: bool = False,
+               buckets: dict[int, pa.Table], edge_count: int, contained: pa.Array, *, replace: bool = False,
                reuse: dict[int, tuple[Path, str]] | None = None) -> SnapshotInfo | None:
         """Write a snapshot folder: ``buckets`` (bucket number -> rows) and the ``reuse``d
         buckets' files (linked) make up its edges."""
@@ -346,7 +364,7 @@ class SnapshotStore:
         try:
             reuse = reuse or {}
             tables = {"nodes": nodes,
-                      "contained": pa.table([pa.array(contained, pa.string())], schema=_CONTAINED_SCHEMA)}
+                      "contained": pa.table([contained], schema=_CONTAINED_SCHEMA)}
             tables.update((f"edges-{b:03d}", table) for b, table in sorted(buckets.items()))
 
             def put(name: str) -> tuple[str, str]:
@@ -373,7 +391,7 @@ class SnapshotStore:
             info = SnapshotInfo(
                 spec_hash=spec_hash, last_seq=last_seq, link=link, path=str(final),
                 stats=stats_to_json(stats), nodes=nodes.num_rows, edges=edge_count,
-                contained=len(contained), contained_sha256=contained_digest(contained),
+                contained=len(contained), contained_sha256=_ids_digest(contained),
                 created_at=datetime.now(timezone.utc).isoformat(), files=files,
             )
             with open(tmp / MANIFEST, "w", encoding="utf-8") as fh:  # last, and fsynced

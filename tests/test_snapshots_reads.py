@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 import refold
 from refold import erasing
 from refold.fold.errors import StoreError
-from refold.storage import delta_io
+from refold.storage import delta_io, snapshots
 from refold.storage.delta_io import read_arrow, read_files
 from refold.storage.schema import EVENTS_SCHEMA
 from refold.storage.snapshots import SnapshotStore
@@ -121,3 +121,13 @@ def test_a_file_changed_after_writing_is_refused(tmp_path, name):
     for contained in (True, False):  # the contained ids are checked even when not read
         with pytest.raises(StoreError, match="does not match its manifest digest"):
             store.read_tables(info, contained=contained, for_decode=True)
+
+
+@settings(max_examples=60, deadline=None)
+@given(ids=st.lists(st.text(min_size=1, max_size=8), max_size=40, unique=True))
+def test_the_contained_digest_joined_in_arrow_is_the_python_one(ids):
+    arr = snapshots._sorted_ids(ids)  # Arrow's byte order is Python's code point order
+    assert arr.to_pylist() == sorted(ids)
+    assert snapshots._ids_digest(arr) == snapshots.contained_digest(ids)
+    assert snapshots._ids_digest(snapshots._sorted_ids(pa.chunked_array([sorted(ids)], pa.string()))) == \
+        snapshots.contained_digest(ids)
