@@ -1,0 +1,37 @@
+"""The erasure patch's region selection (refold.erasure_region): the row masks it builds over
+dictionary-encoded columns (tested on the dictionary, then per row by index) equal a plain
+membership test, with nulls, empty chunks and chunks of different dictionaries."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from refold.erasure_region import _cut, _isin
+
+value = st.one_of(st.none(), st.sampled_from(["a", "b", "c", "é"]))
+
+
+@settings(max_examples=200, deadline=None)
+@given(values=st.lists(value, max_size=30), cuts=st.lists(st.integers(min_value=0, max_value=30), max_size=4),
+       wanted=st.lists(st.sampled_from(["a", "b", "é", "z"]), max_size=3))
+def test_isin_on_dictionary_chunks_equals_plain_membership(values, cuts, wanted):
+    arr = pa.array(values, pa.string())
+    points = sorted({0, len(values), *(c for c in cuts if c <= len(values))})
+    chunks = [arr.slice(a, b - a) for a, b in zip(points, points[1:])]
+    expected = np.array([v is not None and v in wanted for v in values], dtype=bool)
+    dictionary = pa.chunked_array([c.dictionary_encode() for c in chunks], pa.dictionary(pa.int32(), pa.string()))
+    for column in (arr, pa.chunked_array(chunks, pa.string()), dictionary):
+        got = _isin(column, wanted)
+        assert got.dtype == bool and got.tolist() == expected.tolist()
+    assert _isin(dictionary, pa.array(wanted, pa.string()).dictionary_encode()).tolist() == expected.tolist()
+
+
+@settings(max_examples=100, deadline=None)
+@given(n=st.integers(min_value=0, max_value=40), drop=st.sets(st.integers(min_value=0, max_value=39)))
+def test_cut_leaves_out_exactly_the_rows_given(n, drop):
+    table = pa.table({"i": list(range(n))})
+    rows = np.array(sorted(d for d in drop if d < n), dtype=np.int64)
+    assert _cut(table, rows)["i"].to_pylist() == [i for i in range(n) if i not in drop]
