@@ -80,6 +80,13 @@ def _cut(table: pa.Table, rows: np.ndarray) -> pa.Table:
     return pa.concat_tables(parts) if parts else table.slice(0, 0)
 
 
+def _plain(table: pa.Table) -> pa.Table:
+    """``table`` with its dictionary columns decoded: a few rows picked out of a bucket still
+    carry the bucket's whole dictionary, which decoding would turn into Python strings."""
+    columns = [c.cast(c.type.value_type) if pa.types.is_dictionary(c.type) else c for c in table.columns]
+    return pa.table(columns, names=table.column_names)
+
+
 def _keep(table: pa.Table, mask: np.ndarray) -> pa.Table:
     return table.filter(pa.array(mask))
 
@@ -185,7 +192,7 @@ class Region:
 
     def _decode(self, edges: pa.Table) -> nx.MultiDiGraph:
         ends = set(edges["subject"].to_pylist()) | set(edges["object"].to_pylist())
-        return decode_graph(_keep(self.nodes, _isin(self.nodes["id"], ends)), edges)
+        return decode_graph(_plain(_keep(self.nodes, _isin(self.nodes["id"], ends))), _plain(edges))
 
     def graph(self, edges: pa.Table, mentioned: Iterable[str]) -> nx.MultiDiGraph:
         self.node_ids.update(mentioned)
