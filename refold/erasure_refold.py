@@ -76,22 +76,10 @@ def _from_log(mem: "Memory") -> tuple[FoldSpec, list]:
     return newest_spec(specs), retractions
 
 
-class _Lazy:
-    """A function's result, computed on the first ``result()`` (read like a future)."""
-
-    def __init__(self, fn):
-        self.fn, self.done, self.value = fn, False, None
-
-    def result(self):
-        if not self.done:
-            self.value, self.done = self.fn(), True
-        return self.value
-
-
 class _Part:
     """One item of a future's tuple result, read like a future."""
 
-    def __init__(self, future: "Future | _Lazy", index: int):
+    def __init__(self, future: Future, index: int):
         self.future, self.index = future, index
 
     def result(self):
@@ -134,30 +122,39 @@ class SnapshotPatcher:
         erased = set(event_ids)
         if self.mem.mode == "shred" or not erased:
             return PurgeResult(STORE, 0, ("no snapshot holds the erased events: nothing to patch",))
-        # the current spec and every retraction: one read of the log, made when first needed (the
-        # snapshot is chosen by its folder, and checked against the spec before anything is written)
-        logged = _Lazy(lambda: _from_log(self.mem))
-        spec, retractions = _Part(logged, 0), _Part(logged, 1)
-        # the erasure rewrote and cleaned up the log: its table is loaded again on a thread of its
-        # own meanwhile (delta-rs, GIL released), which the log read then finds done
-        warm = threading.Thread(target=self.mem.log_store.warm, name="refold-log-warm", daemon=True)
-        warm.start()
+        # the current spec and every retraction: one read of the log on a thread of its own from the
+        # start (the erasure rewrote and cleaned up the log, so its table is loaded again first:
+        # ~5 ms of delta-rs with the GIL released, ~17 under load), which the patch needs only after
+        # it found its region; the snapshot is chosen by its folder, and checked against the spec
+        # before anything is written
+        logged: Future = Future()
+
+        def read_log() -> None:
+            try:
+                logged.set_result(_from_log(self.mem))
+            except BaseException as exc:  # noqa: BLE001 - handed to the reader of the result
+                logged.set_exception(exc)
+
+        threading.Thread(target=read_log, name="refold-log-read", daemon=True).start()
+        try:
+            return self._purge(erased, _Part(logged, 0), _Part(logged, 1), started)
+        finally:
+            logged.exception()  # (waits for the read: no thread is left behind)
+
+    def _purge(self, erased: set[str], spec: "_Part", retractions: "_Part", started: float) -> PurgeResult:
         target = self._target(erased, spec)
         if target is None:
-            warm.join()
             return PurgeResult(STORE, 0, ("no snapshot holds the erased events: nothing to patch",))
         info, contained, held = target
         store = SnapshotStore(self.mem.layout, storage_options=self.mem.storage_options)
         # The snapshot's files are decoded on the snapshot store's worker thread (a few long calls
         # that release the GIL; repetitive strings as dictionaries, see erasure_region) while this
-        # thread reads the log and the erased events' cache rows (many short calls: on threads of
-        # their own they cost more CPU in handing the GIL back and forth than they saved in time)
+        # thread reads the erased events' cache rows (many short calls: on a thread of their own
+        # they cost more CPU in handing the GIL back and forth than they saved in time)
         tables = io_worker().submit(store.read_tables, info, contained=False, for_decode=True, use_threads=False)
         try:
             erased_rows = (self.mem.cache.facts(info.spec_hash, held, seqs=[self._seqs[i] for i in held])
                            if all(i in self._seqs for i in held) else {})
-            warm.join()
-            logged.result()
             with paused_gc():  # many small objects, none cyclic: a full collection would dominate
                 patch = self._patch(spec, info, tables.result(), erased, contained, held, retractions,
                                     erased_rows)

@@ -76,13 +76,6 @@ class LogReader:
         return read_arrow(self._table(version), EVENTS_SCHEMA, columns=wanted, filter=filter,
                           prune=prune).sort_by("seq")
 
-    def warm(self) -> None:
-        """Bring this process's shared handle of the log up to date now (after another writer
-        rewrote or cleaned up the log, that is a reload, ~5 ms, mostly in delta-rs with the GIL
-        released): a caller about to read the log can run this on a thread meanwhile."""
-        with shared_table(self.layout.events, self.storage_options).view():
-            pass
-
     def rows_of_kinds(self, kinds: Sequence[str], *, columns: Sequence[str] | None = None) -> pa.Table | None:
         """The rows of ``kinds`` sorted by seq (None when there are none), read in two phases:
         their seqs from the seq and kind columns, then only those rows. Tombstones widen the data
