@@ -36,10 +36,11 @@ def _isin(column: pa.ChunkedArray | pa.Array, values: Iterable[str] | pa.Array) 
         values = values.cast(pa.string())
     parts = []
     for chunk in (column.chunks if isinstance(column, pa.ChunkedArray) else [column]):
+        # (is_in gives false, not null, for a null: no fill needed)
         if not pa.types.is_dictionary(chunk.type):
-            parts.append(np.asarray(pc.fill_null(pc.is_in(chunk, value_set=values), False)))
+            parts.append(np.asarray(pc.is_in(chunk, value_set=values)))
             continue
-        hit = np.asarray(pc.fill_null(pc.is_in(chunk.dictionary, value_set=values), False))
+        hit = np.asarray(pc.is_in(chunk.dictionary, value_set=values))
         if len(hit) == 0:
             parts.append(np.zeros(len(chunk), dtype=bool))
         elif chunk.indices.null_count:
@@ -51,12 +52,15 @@ def _isin(column: pa.ChunkedArray | pa.Array, values: Iterable[str] | pa.Array) 
 
 
 def _list_hits(column: pa.ChunkedArray, values: pa.Array) -> np.ndarray:
-    """Boolean per row: does the list in ``column`` hold any of ``values``?"""
-    lists = column.combine_chunks()
-    rows = pc.filter(pc.list_parent_indices(lists), pc.is_in(pc.list_flatten(lists), value_set=values))
-    mask = np.zeros(len(lists), dtype=bool)
-    mask[rows.to_numpy()] = True
-    return mask
+    """Boolean per row: does the list in ``column`` hold any of ``values``? (chunk by chunk: a
+    combine would copy every list)"""
+    parts = []
+    for chunk in (column.chunks if isinstance(column, pa.ChunkedArray) else [column]):
+        mask = np.zeros(len(chunk), dtype=bool)
+        rows = pc.filter(pc.list_parent_indices(chunk), pc.is_in(pc.list_flatten(chunk), value_set=values))
+        mask[rows.to_numpy()] = True
+        parts.append(mask)
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=bool)
 
 
 def _comparable(table: pa.Table) -> pa.Table:

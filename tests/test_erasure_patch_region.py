@@ -9,7 +9,7 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from refold.erasure_region import _cut, _isin
+from refold.erasure_region import _cut, _isin, _list_hits
 
 value = st.one_of(st.none(), st.sampled_from(["a", "b", "c", "é"]))
 
@@ -35,3 +35,14 @@ def test_cut_leaves_out_exactly_the_rows_given(n, drop):
     table = pa.table({"i": list(range(n))})
     rows = np.array(sorted(d for d in drop if d < n), dtype=np.int64)
     assert _cut(table, rows)["i"].to_pylist() == [i for i in range(n) if i not in drop]
+
+
+@settings(max_examples=150, deadline=None)
+@given(rows=st.lists(st.one_of(st.none(), st.lists(st.sampled_from("abcd"), max_size=3)), max_size=20),
+       cut=st.integers(min_value=0, max_value=20), wanted=st.lists(st.sampled_from("abz"), max_size=2))
+def test_list_hits_by_chunk_equals_plain_membership(rows, cut, wanted):
+    arr = pa.array(rows, pa.list_(pa.string()))
+    cut = min(cut, len(rows))
+    column = pa.chunked_array([arr.slice(0, cut), arr.slice(cut)], arr.type)
+    expected = [r is not None and any(x in wanted for x in r) for r in rows]
+    assert _list_hits(column, pa.array(wanted, pa.string())).tolist() == expected
