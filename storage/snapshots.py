@@ -111,6 +111,16 @@ def contained_digest(ids: Iterable[str]) -> str:
     return hashlib.sha256("\n".join(sorted(ids)).encode()).hexdigest()
 
 
+def _dictionary_columns(name: str) -> list[str]:
+    """The columns of snapshot file ``name`` worth Parquet dictionary pages: the repetitive ones
+    (the same a decoding reader asks for as dictionaries). Ids, names and lists are nearly all
+    distinct: a dictionary page there was pure cost (an edge bucket encoded in 7.1 ms instead of
+    8.2, nodes 2.0 instead of 2.5, the contained ids 0.7 instead of 1.3 at half the size; reads
+    ~5-30% faster too)."""
+    kind = "edges" if name.startswith("edges") else name
+    return list(DICTIONARY_COLUMNS.get(kind, ()))
+
+
 def _sorted_ids(ids: pa.Array | pa.ChunkedArray | Iterable[str]) -> pa.Array:
     """``ids`` as a sorted Arrow string array (a snapshot's contained ids are sorted already:
     checked, not sorted again). Arrow orders strings by their UTF-8 bytes, which is Python's
@@ -372,7 +382,8 @@ class SnapshotStore:
                 # reading it back); no column statistics: nothing prunes a snapshot's files (they
                 # are read whole), and computing them took a third of a bucket's write
                 sink = pa.BufferOutputStream()
-                pq.write_table(tables[name], sink, compression="zstd", write_statistics=False)
+                pq.write_table(tables[name], sink, compression="zstd", write_statistics=False,
+                               use_dictionary=_dictionary_columns(name))
                 data = sink.getvalue()
                 with open(tmp / f"{name}.parquet", "wb") as fh:
                     fh.write(data)
