@@ -41,7 +41,7 @@ from refold.fold.snapshot_codec import stats_from_json
 from refold.fold.spec import FoldSpec
 from refold.storage.cache import PurgeResult
 from refold.storage.schema import table_to_events
-from refold.storage.snapshots import SnapshotInfo, SnapshotStore, edge_bucket_count, io_worker
+from refold.storage.snapshots import SnapshotInfo, SnapshotStore, TableRead, edge_bucket_count, io_worker
 from refold.erasure_region import Region
 
 if TYPE_CHECKING:
@@ -146,12 +146,13 @@ class SnapshotPatcher:
         if target is None:
             return PurgeResult(STORE, 0, ("no snapshot holds the erased events: nothing to patch",))
         info, contained, held = target
-        store = SnapshotStore(self.mem.layout, storage_options=self.mem.storage_options)
         # The snapshot's files are decoded on the snapshot store's worker thread (a few long calls
         # that release the GIL; repetitive strings as dictionaries, see erasure_region) while this
         # thread reads the erased events' cache rows (many short calls: on a thread of their own
-        # they cost more CPU in handing the GIL back and forth than they saved in time)
-        tables = io_worker().submit(store.read_tables, info, contained=False, for_decode=True, use_threads=False)
+        # they cost more CPU in handing the GIL back and forth than they saved in time), then
+        # decodes the files the worker has not taken yet itself
+        tables = TableRead(info, contained=False, for_decode=True, use_threads=False)
+        io_worker().submit(tables.work)
         try:
             erased_rows = (self.mem.cache.facts(info.spec_hash, held, seqs=[self._seqs[i] for i in held])
                            if all(i in self._seqs for i in held) else {})
@@ -165,7 +166,7 @@ class SnapshotPatcher:
             return PurgeResult(STORE, 0, (f"not patched ({exc}); the snapshot purge removes it and the "
                                           "refold starts from an older snapshot",))
         finally:
-            tables.cancel() or tables.exception()  # (waits for the decode when it ran: nothing left behind)
+            tables.close()  # (nothing left running behind)
         self.last = (patch, time.perf_counter() - started)
         return PurgeResult(STORE, 1, (
             f"{Path(info.path).name}: {patch.events} erased event(s), {patch.keys} key(s) re-merged from "

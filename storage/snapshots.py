@@ -3,7 +3,7 @@
     snapshots/<spec_hash>/<last_seq, 12 digits>/
         nodes.parquet       entity nodes (id, tenant, name, key, aliases, roll-up summary)
         edges-NNN.parquet   merged and derived edges, every attribute (see refold.fold.snapshot_codec),
-                            in buckets by subject (CRC-32 mod the bucket count) of ~2k rows each
+                            in buckets by subject (CRC-32 mod the bucket count) of ~8k rows each
         contained.parquet   event ids whose data the snapshot holds (erasure purges by these)
         manifest.json       written last: position (last_seq + its link), merge stats, counts,
                             a digest of the contained ids, a SHA-256 per file
@@ -28,10 +28,8 @@ import hashlib
 import json
 import os
 import shutil
-import threading
 import uuid
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -43,14 +41,16 @@ import pyarrow.parquet as pq
 
 from refold.fold.errors import StoreError
 from refold.fold.incremental import LiveFold, paused_gc
-from refold.fold.snapshot_codec import (DICTIONARY_COLUMNS, FORMAT, decode_graph, encode_graph,
+from refold.fold.snapshot_codec import (FORMAT, decode_graph, encode_graph,
                                         stats_from_json, stats_to_json)
 from refold.fold.spec import FoldSpec
 from .cache import PurgeResult
 from .snapshot_buckets import bucket_keys, edge_buckets
+from .snapshot_files import (TableRead, _dictionary_columns, _edge_files, _ids_digest, _on_worker,  # noqa: F401
+                             _sha256, _sorted_ids, io_worker)
 from .layout import Layout
 
-__all__ = ["SnapshotInfo", "SnapshotStore", "io_worker"]
+__all__ = ["SnapshotInfo", "SnapshotStore", "TableRead", "io_worker"]
 
 MANIFEST = "manifest.json"
 _CONTAINED_SCHEMA = pa.schema([("event_id", pa.string())])
@@ -71,82 +71,9 @@ def edge_bucket_count(info: "SnapshotInfo") -> int:
     return len(_edge_files(info))
 
 
-def _edge_files(info: "SnapshotInfo") -> list[str]:
-    """The manifest's edge file names in bucket order ("edges" alone in older snapshots)."""
-    return sorted(n for n in info.files if n == "edges" or n.startswith("edges-"))
-
-
-_WORKER: ThreadPoolExecutor | None = None
-_WORKER_LOCK = threading.Lock()
-
-
-def io_worker() -> ThreadPoolExecutor:
-    """This process's one worker thread for snapshot file work that releases the GIL for long
-    stretches (decoding and encoding Parquet): a writer encodes its largest file there while it
-    encodes the others, and the erasure patch decodes the snapshot there while it reads the log
-    and the cache. Kept for the process: a new thread per snapshot started with cold allocator
-    pages (its first encode paid ~10-20 ms of page faults). Never wait on it from a task running
-    on it (the writer checks)."""
-    global _WORKER
-    with _WORKER_LOCK:
-        if _WORKER is None:
-            _WORKER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="refold-snapshot-io")
-        return _WORKER
-
-
-def _forget_worker() -> None:
-    global _WORKER
-    _WORKER = None  # a forked child has no such thread (its parent's executor would never run)
-
-
-os.register_at_fork(after_in_child=_forget_worker)
-
-
-def _on_worker() -> bool:
-    return threading.current_thread().name.startswith("refold-snapshot-io")
-
-
 def contained_digest(ids: Iterable[str]) -> str:
     """SHA-256 over the sorted, newline-joined event ids."""
     return hashlib.sha256("\n".join(sorted(ids)).encode()).hexdigest()
-
-
-def _dictionary_columns(name: str) -> list[str]:
-    """The columns of snapshot file ``name`` worth Parquet dictionary pages: the repetitive ones
-    (the same a decoding reader asks for as dictionaries). Ids, names and lists are nearly all
-    distinct: a dictionary page there was pure cost (an edge bucket encoded in 7.1 ms instead of
-    8.2, nodes 2.0 instead of 2.5, the contained ids 0.7 instead of 1.3 at half the size; reads
-    ~5-30% faster too)."""
-    kind = "edges" if name.startswith("edges") else name
-    return list(DICTIONARY_COLUMNS.get(kind, ()))
-
-
-def _sorted_ids(ids: pa.Array | pa.ChunkedArray | Iterable[str]) -> pa.Array:
-    """``ids`` as a sorted Arrow string array (a snapshot's contained ids are sorted already:
-    checked, not sorted again). Arrow orders strings by their UTF-8 bytes, which is Python's
-    code point order."""
-    if isinstance(ids, pa.ChunkedArray):
-        ids = ids.combine_chunks()
-    if not isinstance(ids, pa.Array):
-        ids = pa.array(list(ids), pa.string())
-    ids = ids.cast(pa.string())
-    if len(ids) > 1 and not pc.all(pc.greater_equal(ids.slice(1), ids.slice(0, len(ids) - 1))).as_py():
-        ids = ids.take(pc.sort_indices(ids))
-    return ids
-
-
-def _ids_digest(ids: pa.Array) -> str:
-    """:func:`contained_digest` of sorted ``ids``, joined in Arrow (no Python string per id)."""
-    joined = pc.binary_join(pa.ListArray.from_arrays(pa.array([0, len(ids)], pa.int32()), ids), "\n")
-    return hashlib.sha256((joined[0].as_py() or "").encode()).hexdigest()
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 @dataclass(frozen=True)
@@ -255,43 +182,7 @@ class SnapshotStore:
         ``use_threads=False``: each file is decoded on the calling thread (less CPU in all; for a
         caller whose other threads keep the cores busy).
         """
-        folder = Path(info.path)
-        try:
-            names = ["nodes", *_edge_files(info), "contained"]
-            if len(names) < 3:
-                raise KeyError("edges")
-            rows: list[int] = []
-
-            def read(names: list[str], kind: str | None) -> pa.Table | None:
-                # each file read into memory once, hashed and parsed from there; pq.ParquetFile
-                # per file, concatenated (zero-copy): no dataset discovery or scanner (a dataset
-                # scan cost ~3 ms more over two buckets, pq.read_table ~3 ms of fixed overhead per
-                # file)
-                dictionary = DICTIONARY_COLUMNS.get(kind or "", ()) if for_decode else ()
-                tables = []
-                for name in names:
-                    data = (folder / f"{name}.parquet").read_bytes()
-                    if hashlib.sha256(data).hexdigest() != info.files[name]:
-                        raise StoreError(f"snapshot {info.path}: {name}.parquet does not match its manifest "
-                                         "digest; delete the folder (refold rebuilds it)")
-                    if kind is not None:
-                        with pq.ParquetFile(pa.BufferReader(data), read_dictionary=dictionary) as fh:
-                            tables.append(fh.read(use_threads=use_threads))
-                if kind is None:
-                    return None
-                if kind == "edges":
-                    rows.extend(t.num_rows for t in tables)
-                return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
-
-            out = {"nodes": read(["nodes"], "nodes"), "edges": read(_edge_files(info), "edges")}
-            out["edge_rows"] = pa.table({"rows": pa.array(rows, pa.int64())})
-            contents = read(["contained"], "contained" if contained else None)
-            if contents is not None:
-                out["contained"] = contents
-            return out
-        except (OSError, KeyError, pa.ArrowException) as exc:
-            raise StoreError(f"cannot read snapshot {info.path} ({exc}); delete the folder or fold with "
-                             "--full") from exc
+        return TableRead(info, for_decode=for_decode, contained=contained, use_threads=use_threads).result()
 
     def load(self, info: SnapshotInfo, spec: FoldSpec) -> LiveFold:
         """A :class:`LiveFold` resumed from ``info`` (files checked against the manifest)."""

@@ -131,3 +131,25 @@ def test_the_contained_digest_joined_in_arrow_is_the_python_one(ids):
     assert snapshots._ids_digest(arr) == snapshots.contained_digest(ids)
     assert snapshots._ids_digest(snapshots._sorted_ids(pa.chunked_array([sorted(ids)], pa.string()))) == \
         snapshots.contained_digest(ids)
+
+
+def test_a_table_read_shared_by_a_worker_equals_a_read_on_one_thread(tmp_path):
+    _, store, info = _snapshot(tmp_path)
+    alone = store.read_tables(info, for_decode=True, use_threads=False)
+    shared = snapshots.TableRead(info, for_decode=True, use_threads=False)
+    snapshots.io_worker().submit(shared.work)
+    together = shared.result()  # this thread takes whatever files the worker has not
+    assert set(together) == set(alone)
+    for name in alone:
+        assert together[name].equals(alone[name])
+    # a file the worker or this thread finds changed fails the read with the digest error
+    path = Path(info.path) / "edges-000.parquet"
+    path.write_bytes(path.read_bytes()[:-8] + b"12345678")
+    broken = snapshots.TableRead(info)
+    snapshots.io_worker().submit(broken.work)
+    with pytest.raises(StoreError, match="edges-000.parquet does not match its manifest digest"):
+        broken.result()
+    closed = snapshots.TableRead(info)
+    closed.close()  # nothing taken: a later result() reads nothing and says so
+    with pytest.raises(StoreError, match="closed before it was done"):
+        closed.result()
