@@ -32,7 +32,8 @@ from refold.fold.extract import Extraction, Extractor
 from refold.fold.incremental import LiveFold, paused_gc
 from refold.fold.spec import FoldSpec
 from refold.folding import extract_missing, needs_extraction
-from refold.storage.delta_io import read_arrow, shared_table
+from refold.storage.delta_io import read_arrow
+from refold.storage.table_handles import shared_table
 from refold.storage.schema import EVENTS_SCHEMA, table_to_events
 from refold.storage.snapshots import SnapshotInfo, SnapshotStore
 

@@ -28,7 +28,8 @@ from refold.fold.extract import Extraction
 from . import delta_commit
 from .cache_rows import (CACHE_SCHEMA, FACT_COLUMNS, CachedFacts, _row_to_extraction,  # noqa: F401 - re-exported
                          _to_table, facts_by_id)
-from .delta_io import Bounds, TableHandle, TableView, read_arrow, read_files, shared_table
+from .delta_io import Bounds, read_arrow, read_files
+from .table_handles import TableHandle, TableView, shared_table
 from .layout import Layout
 
 #: A checkpoint of the cache table every this many commits (see _CONFIG).
@@ -61,7 +62,7 @@ class ExtractionCache:
     """The cache table of one store (created on first use).
 
     Cheap to construct and picklable (Ray ships it): the loaded Delta table lives in this
-    process's shared handle for the path (:func:`refold.storage.delta_io.shared_table`), which is
+    process's shared handle for the path (:func:`refold.storage.table_handles.shared_table`), which is
     brought up to date before each use instead of replaying the commit log every call (readers
     take a view: the loaded table plus the files later append commits added).
 

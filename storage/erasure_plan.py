@@ -132,7 +132,7 @@ def _cache_impact(layout: Layout, ids: set[str]) -> tuple[int, tuple[dict, ...]]
     import pyarrow.compute as pc
 
     from .cache import CACHE_SCHEMA
-    from .delta_io import shared_table
+    from .table_handles import shared_table
 
     if not ids:
         return 0, ()

@@ -14,7 +14,8 @@ from deltalake import DeltaTable
 
 from refold.fold.chain import GENESIS
 from refold.fold.events import Event
-from .delta_io import Bounds, read_arrow, read_files, shared_table
+from .delta_io import Bounds, read_arrow, read_files
+from .table_handles import shared_table
 from .heads import Head, read_published_head
 from .layout import Layout
 from .schema import EVENTS_SCHEMA, table_to_events

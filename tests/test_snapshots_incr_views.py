@@ -1,4 +1,4 @@
-"""Table views (storage/delta_io.py) and the extraction cache's own commits (storage/cache.py).
+"""Table views (storage/table_handles.py) and the extraction cache's own commits (storage/cache.py).
 
 A view is the loaded DeltaTable plus the files that later append commits added, read from their
 commit files: it must always read what a freshly loaded DeltaTable reads, and hand the work back
@@ -19,9 +19,10 @@ from deltalake import DeltaTable, write_deltalake
 import refold
 from refold.fold.events import NewEvent
 from refold.fold.extract import ExtractedFact, Extraction
-from refold.storage import delta_io
+from refold.storage import delta_io, table_handles
 from refold.storage.cache import CACHE_SCHEMA, ExtractionCache, _to_table
-from refold.storage.delta_io import read_arrow, shared_table
+from refold.storage.delta_io import read_arrow
+from refold.storage.table_handles import shared_table
 from refold.storage.layout import Layout
 from refold.storage.schema import EVENTS_SCHEMA
 
@@ -76,7 +77,7 @@ def test_a_commit_that_removes_files_hands_back_to_delta_rs(tmp_path):
 
 
 def test_a_view_hands_back_after_max_pending_commits(tmp_path, monkeypatch):
-    monkeypatch.setattr(delta_io, "MAX_PENDING", 3)
+    monkeypatch.setattr(table_handles, "MAX_PENDING", 3)
     mem = refold.init(tmp_path / "store")
     handle = shared_table(mem.layout.events)
     with handle.view() as view:

@@ -17,7 +17,8 @@ from deltalake import DeltaTable, write_deltalake
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from refold.storage.delta_io import _pruned, read_arrow, shared_table
+from refold.storage.delta_io import _pruned, read_arrow
+from refold.storage.table_handles import shared_table
 
 SCHEMA = pa.schema([("seq", pa.int64()), ("key", pa.string()), ("kind", pa.string()), ("n", pa.int64())])
 CONFIG = {"delta.dataSkippingStatsColumns": "seq,key,kind"}
