@@ -24,10 +24,9 @@ and the refold resumes from an older snapshot or the start, as before.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterable
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -127,19 +126,9 @@ class SnapshotPatcher:
         # ~5 ms of delta-rs with the GIL released, ~17 under load), which the patch needs only after
         # it found its region; the snapshot is chosen by its folder, and checked against the spec
         # before anything is written
-        logged: Future = Future()
-
-        def read_log() -> None:
-            try:
-                logged.set_result(_from_log(self.mem))
-            except BaseException as exc:  # noqa: BLE001 - handed to the reader of the result
-                logged.set_exception(exc)
-
-        threading.Thread(target=read_log, name="refold-log-read", daemon=True).start()
-        try:
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="refold-log-read") as pool:
+            logged = pool.submit(_from_log, self.mem)  # (leaving the block waits for it: no thread left behind)
             return self._purge(erased, _Part(logged, 0), _Part(logged, 1), started)
-        finally:
-            logged.exception()  # (waits for the read: no thread is left behind)
 
     def _purge(self, erased: set[str], spec: "_Part", retractions: "_Part", started: float) -> PurgeResult:
         target = self._target(erased, spec)
