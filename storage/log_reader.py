@@ -27,6 +27,13 @@ HEAD_KEY = "refold.head"
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
+def _with_seq(columns: Sequence[str] | None) -> list[str] | None:
+    """``columns`` (None: all) plus ``seq``, which orders the rows (callers may ignore it)."""
+    if not columns:
+        return None
+    return list(columns) if "seq" in columns else [*columns, "seq"]
+
+
 class LogReader:
     """The read side of one store's log (needs ``layout`` and ``storage_options``)."""
 
@@ -67,9 +74,7 @@ class LogReader:
         ``prune``: where the wanted rows lie (see :func:`~refold.storage.delta_io.read_arrow`), e.g.
         ``[{"kind": ("retraction", "retraction")}]``; files that cannot hold them are not read.
         """
-        wanted = list(columns) if columns else None
-        if wanted is not None and "seq" not in wanted:
-            wanted.append("seq")  # needed for the order; callers may ignore it
+        wanted = _with_seq(columns)
         if prune is not None and version is None:
             with shared_table(self.layout.events, self.storage_options).view() as dt:
                 table = read_arrow(dt, EVENTS_SCHEMA, columns=wanted, filter=filter, prune=prune)
@@ -86,9 +91,7 @@ class LogReader:
         (:func:`~refold.storage.delta_io.read_files`: a handful of small reads, where a dataset
         scan's set-up and thread pool cost more than the rows)."""
         prune = [{"kind": (k, k)} for k in kinds]
-        wanted = list(columns) if columns else None
-        if wanted is not None and "seq" not in wanted:
-            wanted.append("seq")  # for the order; callers may ignore it
+        wanted = _with_seq(columns)
         with shared_table(self.layout.events, self.storage_options).view() as view:
             if view is None:
                 return None
