@@ -152,6 +152,8 @@ class EventLog(LogReader):
                 # append finds it in the history instead of scanning the (empty) table
                 commit_properties=CommitProperties(custom_metadata={HEAD_KEY: json.dumps(_EMPTY_HEAD.as_json())}),
             )
+            if layout.is_local:  # the heads folder and journal exist from the start: the first
+                publish_head(layout.heads, _EMPTY_HEAD)  # append only opens them (~1.3 ms less)
             return
         raise StoreError(f"{layout.events} already holds an event log")
 

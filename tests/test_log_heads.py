@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import shutil
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -113,7 +114,7 @@ def test_every_append_publishes_its_head(tmp_path):
 
 def test_a_head_that_cannot_be_published_warns_and_the_append_lands(tmp_path):
     mem = refold.init(tmp_path / "store")
-    Path(mem.layout.heads).parent.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(mem.layout.heads)  # init made it: a file takes its place
     Path(mem.layout.heads).write_text("in the way")
     with pytest.warns(RuntimeWarning, match="could not publish the chain head"):
         mem.append([NewEvent(kind="observation", content="c", source="test")])
@@ -139,3 +140,16 @@ def test_a_new_log_carries_its_empty_head_in_the_create_commit(tmp_path, monkeyp
     assert mem.head().seq == -1
     assert mem.append([NewEvent(kind="observation", content="first", source="test")]) == [0]
     assert mem.head().seq == 0 and mem.verify().ok
+
+
+def test_a_new_store_publishes_its_empty_head_at_creation(tmp_path):
+    """The heads folder and journal exist from ``init`` (the first append only opens them); the
+    empty head names nothing to compare against, so verify of the empty log passes."""
+    from refold.fold.chain import GENESIS
+
+    mem = refold.init(tmp_path / "store")
+    assert (Path(mem.layout.heads) / JOURNAL).exists()
+    assert read_published_head(mem.layout.heads) == Head(-1, GENESIS, datetime(1970, 1, 1, tzinfo=timezone.utc), 0)
+    assert mem.verify().ok
+    mem.append([NewEvent(kind="observation", content="first", source="test")])
+    assert read_published_head(mem.layout.heads).seq == 0 and mem.verify().ok
