@@ -23,7 +23,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import gc
-from collections.abc import Iterable, Iterator
+from collections.abc import Container, Iterable, Iterator
 from dataclasses import dataclass, field
 
 import networkx as nx
@@ -31,8 +31,8 @@ import networkx as nx
 from .entities import node_id
 from .events import Event
 from .extract import Extraction
-from .merge import GraphBuilder, MergeStats
-from .rollups import apply_rollups, derive, summarize
+from .merge import GraphBuilder, MergeChanges, MergeStats
+from .rollups import apply_rollups, derive, span, summarize
 from .spec import FoldSpec
 
 #: Above this share of touched subjects a refresh recomputes every roll-up instead (measured:
@@ -102,16 +102,13 @@ class LiveFold:
     _derived: dict[str, tuple[tuple[str, str], tuple[str, ...]]] = field(default_factory=dict)
     #: input fact id → derived fact ids built from it
     _by_input: dict[str, set[str]] = field(default_factory=dict)
+    #: subjects of the facts applied since the last refresh (their summaries are recomputed)
     _touched: set[str] = field(default_factory=set)
     _new_nodes: set[str] = field(default_factory=set)
     _stale: bool = False
-    #: built from the start: every roll-up is recomputed at the next refresh (no per-edge tracking)
+    #: built from the start: every roll-up is recomputed at the next refresh (no per-edge tracking;
+    #: otherwise the merge records the edges it changes in ``builder.changes``)
     _rebuild: bool = False
-    #: last_seq at the previous refresh, and the ids of the events applied since
-    _since: int = -1
-    _tail_ids: set[str] = field(default_factory=set)
-    #: objects of the facts applied since the last refresh (``_touched`` holds their subjects)
-    _objects: set[str] = field(default_factory=set)
     #: (node, leaving?) → relation → {fact id: attrs} of the merged edges of that relation leaving
     #: (entering) the node: the compose rules' partners, found without scanning every edge of a
     #: hub such as an employer
@@ -162,7 +159,7 @@ class LiveFold:
                                 users.add(k)
         if not rolled_up:
             live._full_rollups()
-        live._since = live.last_seq
+        builder.changes = MergeChanges()
         return live
 
     @property
@@ -195,33 +192,30 @@ class LiveFold:
         self._stale = True
         if self._rebuild:
             return
-        self._tail_ids.add(event.event_id)
         for subject, obj in touched:
             s, o = _node_id(event.tenant, subject), _node_id(event.tenant, obj)
             self._touched.add(s)
-            self._objects.add(o)
             self._new_nodes.update((s, o))
 
     def refresh(self) -> int:
         """Bring roll-ups and summaries up to date with what was applied; return the derived count."""
         if not self._stale:
-            self._since = self.last_seq
             return len(self._derived)
         graph = self.graph
         subjects = {s for s in self._touched if s in graph}
-        if self._rebuild or len(subjects) > FULL_REFRESH_SHARE * max(graph.number_of_nodes(), 1):
+        if (self._rebuild or self.builder.changes is None
+                or len(subjects) > FULL_REFRESH_SHARE * max(graph.number_of_nodes(), 1)):
             self._full_rollups()
         else:
             self._partial_rollups(subjects)
+            nodes = graph._node
             for n in self._new_nodes:
-                data = graph.nodes.get(n)
+                data = nodes.get(n)
                 if data is not None and "summary" not in data:
                     data["summary"], data["summary_sources"] = {}, []
         self._touched.clear()
-        self._objects.clear()
         self._new_nodes.clear()
-        self._tail_ids.clear()
-        self._since = self.last_seq
+        self.builder.changes = MergeChanges()
         self._stale = self._rebuild = False
         return len(self._derived)
 
@@ -269,32 +263,29 @@ class LiveFold:
 
     def _partial_rollups(self, subjects: set[str]) -> None:
         """Roll-ups after merging: ``subjects`` are the touched subjects; the changed edges are
-        their merged edges that are new or corroborated (a source seq after the last refresh) or
-        were closed by one of the events applied since."""
-        succ = self.graph._succ  # networkx's adjacency dicts: the views cost more than the work here
-        since, tail_ids = self._since, self._tail_ids
-        partners = self._partners
-        for n in self._touched:  # the ends of every edge the merge added since the last refresh
-            partners.pop((n, True), None)
-        for n in self._objects:
-            partners.pop((n, False), None)
-        touched: dict[str, tuple[str, str]] = {}
-        own: dict[str, list[dict]] = {}  # every merged out-edge per subject, for its summary
-        for s in subjects:
-            mine = own[s] = [d for keydict in succ[s].values() for d in keydict.values()
-                             if d["derivation"] == "extracted"]
-            for d in mine:  # (a merged edge's key is its fact id, and it points at its object)
-                if d["source_seqs"][-1] > since or d["ended_by"] in tail_ids:
-                    touched[d["fact_id"]] = (s, d["object"])
-        self._refresh_rollups(subjects, touched, _own=own, _merged_only=True)
+        the ones the merge recorded in ``builder.changes`` (made, corroborated or closed since the
+        last refresh), so no other edge of a subject is looked at."""
+        changes, edges = self.builder.changes, self.builder._edges
+        succ, partners = self.graph._succ, self._partners
+        for fid in changes.added:  # partner lists kept from earlier refreshes gain the new edges
+            u, v = edges[fid]
+            d = succ[u][v][fid]
+            for end in ((u, True), (v, False)):
+                lists = partners.get(end)
+                found = None if lists is None else lists.get(d["relation"])
+                if found is not None:
+                    found[fid] = d
+        touched = {fid: edges[fid] for fid in (*changes.added, *changes.grown, *changes.closed)}
+        # an edge that was only closed keeps its sources: its derived edges change valid time only
+        closed = changes.closed.difference(changes.added, changes.grown)
+        self._refresh_rollups(subjects, touched, closed=closed, _merged_only=True)
 
     def _partners_of(self, node: str, relation: str, leaving: bool, keep: bool) -> dict[str, dict]:
         """The merged edges of ``relation`` leaving (or entering) ``node``, by fact id.
 
         Kept between refreshes: the merge only ever adds edges (and changes attributes in place),
-        and the ends of every added edge are in ``_touched`` and ``_objects`` until the refresh
-        drops their entries;
-        any other change to the merged edges comes with a call of :meth:`_refresh_rollups` from
+        and :meth:`_partial_rollups` files each edge it added (``builder.changes.added``) in the
+        lists kept at its ends; any other change to the merged edges comes with a call of :meth:`_refresh_rollups` from
         outside, which drops them all and keeps none it finds (``keep``: the caller may not yet be
         done changing the graph, e.g. an erasure removes nodes afterwards).
         """
@@ -309,7 +300,7 @@ class LiveFold:
         return found
 
     def _refresh_rollups(self, subjects: set[str], touched: dict[str, tuple[str, str]],
-                         removed: Iterable[str] = (), *, _own: dict[str, list[dict]] | None = None,
+                         removed: Iterable[str] = (), *, closed: Container[str] = (),
                          _merged_only: bool = False) -> None:
         """Bring derived edges and summaries up to date after a change to the merged edges.
 
@@ -319,14 +310,18 @@ class LiveFold:
         graph. Derived edges built from a touched or removed edge are recomputed from the touched
         edges and their compose-rule partners (a removed input leaves none) with
         :func:`~refold.fold.rollups.derive`, the rules' one implementation; ``_derived`` and
-        ``_by_input`` follow. (``_own``: the subjects' merged out-edges, when the caller has them;
-        ``_merged_only``: the merged edges changed only by :meth:`apply` since the last refresh.)
+        ``_by_input`` follow. ``closed``: fact ids among ``touched`` whose only change is a
+        shorter valid time (closed by a supersession or a retraction): a derived edge whose other
+        inputs are unchanged keeps its dict and gets its valid time again from
+        :func:`~refold.fold.rollups.span` (or goes, when its inputs no longer overlap) instead of
+        being built again. (``_merged_only``: the merged edges changed only by :meth:`apply`
+        since the last refresh.)
         """
         if not _merged_only:  # edges were removed or replaced: no partner list is trusted
             self._partners.clear()
         graph = self.graph
         succ, pred = graph._succ, graph._pred  # the adjacency dicts (views cost more than the work)
-        changed = {fid: succ[u][v][fid] for fid, (u, v) in touched.items()}
+        changed = {fid: succ[u][v][fid] for fid, (u, v) in touched.items() if fid not in closed}
         compose, others, _ = self._rule_specs
         partners: dict[str, dict] = {}
         for rule in compose.rollups:
@@ -346,13 +341,23 @@ class LiveFold:
             fresh.update((d["fact_id"], d) for d in derive(compose.rollups, partners.values(), touching=changed))
         by_input = self._by_input
         stale: set[str] = set()
-        for fid in (*touched, *removed):
+        for fid in (*changed, *removed):
             stale.update(by_input.get(fid, ()))
+        narrowed: set[str] = set()
+        for fid in touched:
+            if fid in closed:
+                narrowed.update(by_input.get(fid, ()))
         for fid in stale - fresh.keys():  # an input is gone, or the inputs no longer overlap
-            (u, v), _ = self._derived[fid]
-            if graph.has_edge(u, v, fid):
-                graph.remove_edge(u, v, key=fid)
-            self._forget(fid)
+            self._drop(fid)
+        edges = self.builder._edges
+        for fid in narrowed.difference(stale, fresh):  # inputs only closed: the same edge, shorter
+            (u, v), inputs = self._derived[fid]
+            when = span([succ[a][b][i] for i in inputs for a, b in (edges[i],)])
+            if when is None:
+                self._drop(fid)
+            else:
+                d = succ[u][v][fid]
+                d["valid_from"], d["valid_to"] = when
         for fid, d in fresh.items():
             u, v = d["subject"], d["object"]  # ends of merged edges: both are nodes already
             keydict = succ[u].get(v)
@@ -369,9 +374,16 @@ class LiveFold:
             data = nodes.get(s)
             if data is None:
                 continue
-            mine = _own[s] if _own is not None and s in _own else [
-                d for keydict in succ[s].values() for d in keydict.values() if d["derivation"] == "extracted"]
-            data["summary"], data["summary_sources"] = summarize(mine, name)
+            current = [d for keydict in succ[s].values() for d in keydict.values()
+                       if d["valid_to"] is None and d["derivation"] == "extracted"]
+            data["summary"], data["summary_sources"] = summarize(current, name)
+
+    def _drop(self, fid: str) -> None:
+        """Take derived edge ``fid`` out of the graph and the derived-edge indexes."""
+        (u, v), _ = self._derived[fid]
+        if self.graph.has_edge(u, v, fid):
+            self.graph.remove_edge(u, v, key=fid)
+        self._forget(fid)
 
     @property
     def _summary_spec(self) -> FoldSpec:

@@ -65,6 +65,20 @@ class MergeStats:
 
 
 @dataclass
+class MergeChanges:
+    """The merged edges :meth:`GraphBuilder.apply` changed, by fact id, since this log was made
+    (kept only where a caller asks for it: ``GraphBuilder.changes``). An incremental roll-up
+    refresh reads it instead of every edge of the subjects it touched."""
+
+    #: edges it made
+    added: set[str] = field(default_factory=set)
+    #: corroborated edges: a source added (and the confidence raised to the highest)
+    grown: set[str] = field(default_factory=set)
+    #: edges it closed (supersession, retraction): ``valid_to``, ``superseded_by``, ``ended_by`` set
+    closed: set[str] = field(default_factory=set)
+
+
+@dataclass
 class GraphBuilder:
     """Folds (event, extraction) pairs, in log order, into a graph. Call :meth:`apply` per event."""
 
@@ -76,6 +90,8 @@ class GraphBuilder:
     _edges: dict[str, tuple[str, str]] = field(default_factory=dict)
     #: relation as stated → (canonical relation, single-valued?) under ``spec``
     _relations: dict[str, tuple[str, bool]] = field(default_factory=dict)
+    #: when set, :meth:`apply` records in it every merged edge it makes or changes
+    changes: MergeChanges | None = None
 
     def _relation(self, stated: str) -> tuple[str, bool]:
         known = self._relations.get(stated)
@@ -146,6 +162,8 @@ class GraphBuilder:
                     # counted per added source, so the count is a function of the graph
                     # (sum of len(sources) - 1): an erasure can subtract what it removes
                     self.stats.corroborations += 1
+                    if self.changes is not None:
+                        self.changes.grown.add(fid)
                 return
         fid = fact_id_of(event.tenant, s, relation, o, event.event_id)
         if fid in self._edges:  # the same event stated the same fact twice
@@ -165,6 +183,8 @@ class GraphBuilder:
                 data["ended_by"] = event.event_id
                 open_ids.remove(old)
                 self.stats.supersessions += 1
+                if self.changes is not None:
+                    self.changes.closed.add(old)
         self.graph.add_edge(
             s, o, key=fid, fact_id=fid, tenant=event.tenant, subject=s, relation=relation, object=o,
             valid_from=start, valid_to=end, recorded_seq=event.seq, recorded_at=event.recorded_at,
@@ -174,6 +194,8 @@ class GraphBuilder:
         )
         self._edges[fid] = (s, o)
         self.stats.edges += 1
+        if self.changes is not None:
+            self.changes.added.add(fid)
         if new_open and end is None:
             self._open.setdefault((s, relation), []).append(fid)
 
@@ -191,6 +213,8 @@ class GraphBuilder:
                 data["ended_by"] = event.event_id
                 self._open[(s, relation)].remove(fid)
                 self.stats.retractions += 1
+                if self.changes is not None:
+                    self.changes.closed.add(fid)
 
 
 def merge(spec: FoldSpec, pairs: Iterable[tuple[Event, Extraction | None]]) -> GraphBuilder:

@@ -33,6 +33,16 @@ def _overlap(a: dict, b: dict) -> tuple[datetime, datetime | None] | None:
     return start, end
 
 
+def span(inputs: Sequence[dict]) -> tuple[datetime, datetime | None] | None:
+    """The valid time :func:`derive` gives a derived edge over ``inputs`` (in its ``inputs``
+    order): an inverse edge keeps its input's, a compose edge gets the overlap of both (None:
+    they do not overlap, so there is no such edge). Only these attributes of a derived edge depend
+    on its inputs' valid times, so when an input is only closed this is all that changes."""
+    if len(inputs) == 1:
+        return inputs[0]["valid_from"], inputs[0]["valid_to"]
+    return _overlap(inputs[0], inputs[1])
+
+
 def _derived(rule: RollupRule, u: str, v: str, inputs: list[dict], start, end) -> dict:
     # (the roll-up path of every fold: one and two inputs are spelled out; a dict display with
     # constant keys, and dict.fromkeys for the order-keeping unions)
@@ -93,10 +103,10 @@ def derive(rules: Sequence[RollupRule], base: Iterable[dict], *,
                 for second in seconds.get(first["object"], []):
                     if not (either or second["fact_id"] in touching):
                         continue
-                    span = _overlap(first, second)
-                    if span is not None:
+                    when = _overlap(first, second)
+                    if when is not None:
                         new_edges.append(_derived(rule, first["subject"], second["object"],
-                                                  [first, second], *span))
+                                                  [first, second], *when))
     new_edges.sort(key=lambda d: d["fact_id"])  # deterministic insertion order
     return new_edges
 
