@@ -114,6 +114,9 @@ _SHAPES = {
     "one value needs escaping": [_plain(0, subjects=('a"b',), justification="x\\y"), _plain(1, subjects=("c",))],
     "escaping with nulls and empty lists": [_plain(0, trace_id="\x00", principals=("\n",)), _plain(1)],
     "facts on some events": [_plain(0, fact=Fact('s"', "r", "o\u2028")), _plain(1)],
+    "kind, tenant and run shared, escaped": [_plain(i, kind='k"\n', tenant="t\\é", ingestion_run="r\u2028")
+                                             for i in range(2)],
+    "kind and tenant shared, run differs": [_plain(0, tenant="t", ingestion_run="a"), _plain(1, tenant="t")],
     "times on some events": [_plain(0, valid_from=datetime(1, 1, 1, tzinfo=timezone.utc)),
                              _plain(1, valid_to=datetime(2024, 2, 29, 23, 59, 59, 999999, tzinfo=timezone(timedelta(hours=-3))))],
 }
@@ -126,6 +129,15 @@ def test_each_column_shape_equals_seal():
         expected = _by_seal(new, table, first_seq=41, prev_link=GENESIS, recorded_at=when, version=7)
         assert list(table_to_events(table)) == expected, shape
         assert last == expected[-1].link, shape
+
+
+def test_values_every_event_shares_are_found_and_still_stored_per_row():
+    columns, shared = sealing._user_columns(_SHAPES["kind and tenant shared, run differs"])
+    assert shared == {"kind": "observation", "tenant": "t"}  # the run differs, so it is per row
+    assert columns["kind"].to_pylist() == ["observation"] * 2 and columns["tenant"].to_pylist() == ["t"] * 2
+    assert columns["ingestion_run"].to_pylist() == ["a", None]
+    _, shared = sealing._user_columns([_plain(0), _plain(1)])
+    assert shared["ingestion_run"] is None  # shared absence: "null" in every header
 
 
 def test_seal_rows_takes_either_path_with_the_same_result():
