@@ -143,13 +143,16 @@ class ExtractionCache:
         ids = list(event_ids)
         if not ids:
             return {}
-        flt, prune = (pc.field("spec_hash") == spec_hash) & _ids_filter(ids), _ids_range(ids, spec_hash)
+        prune = _ids_range(ids, spec_hash)
         if seqs is not None:
             prune = [{"seq": span, "spec_hash": (spec_hash, spec_hash)} for span in _spans(seqs)]
         with self._handle.view() as view:
             if view is None:
                 return {}
-            rows = read_arrow(view, CACHE_SCHEMA, filter=flt, prune=prune).to_pylist()
+            # file by file (see read_files): a fold's look-up of its new events' ids finds a file
+            # or none, and a dataset scan's set-up and filter expressions cost more than that
+            rows = read_files(view, CACHE_SCHEMA, where={"spec_hash": [spec_hash], "event_id": ids},
+                              prune=prune).to_pylist()
             found = {r["event_id"]: _row_to_extraction(r) for r in rows}
             if seqs is None:  # (a seq-pruned read does not see rows cached without a seq)
                 self._absent = (view.dt, view.version(), spec_hash, frozenset(ids).difference(found))
