@@ -31,7 +31,10 @@ import pyarrow.compute as pc
 from .errors import StoreError
 from .merge import MergeStats
 
-FORMAT = "refold-snapshot/2"
+FORMAT = "refold-snapshot/3"
+#: Formats a store still reads: 2 lacks the bucket index (index.parquet and the contained ids'
+#: buckets) that lets an erasure's patch read only the buckets it changes; it loads the same.
+FORMATS = ("refold-snapshot/2", FORMAT)
 TS = pa.timestamp("us", tz="UTC")
 STR_LIST = pa.list_(pa.string())
 

@@ -24,9 +24,11 @@ and the refold resumes from an older snapshot or the start, as before.
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Iterable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -40,6 +42,7 @@ from refold.fold.snapshot_codec import stats_from_json
 from refold.fold.spec import FoldSpec
 from refold.storage.cache import PurgeResult
 from refold.storage.schema import table_to_events
+from refold.storage.snapshot_files import read_file
 from refold.storage.snapshots import SnapshotInfo, SnapshotStore, TableRead, edge_bucket_count, io_worker
 from refold.erasure_region import Region
 
@@ -73,6 +76,109 @@ def _from_log(mem: "Memory") -> tuple[FoldSpec, list]:
     specs = specs_from(rows.filter(pc.equal(rows["kind"], "spec_changed"))["content"].to_pylist())
     retractions = list(table_to_events(rows.filter(pc.equal(rows["kind"], "retraction"))))
     return newest_spec(specs), retractions
+
+
+def _edge_files_of(info: SnapshotInfo) -> list[str]:
+    """The edge bucket file names of ``info`` by bucket number."""
+    return sorted(n for n in info.files if n.startswith("edges-"))
+
+
+def _held_buckets(contained: pa.Table, held: list[str]) -> set[int]:
+    """The buckets of the merged edges the erased (held) events are a source of or ended, from
+    an indexed snapshot's contained ids."""
+    rows = contained.filter(pc.is_in(contained["event_id"], value_set=pa.array(held, pa.string())))
+    return {b for b in pc.list_flatten(rows["buckets"]).to_pylist() if b is not None}
+
+
+def _region(info: SnapshotInfo, read: TableRead) -> Region:
+    """The patch's :class:`Region` over what ``read`` read: an indexed snapshot's nodes, index and
+    first buckets (more are read on this thread as the region asks), or every table of an older
+    one."""
+    if info.indexed:
+        tables = read.tables()
+        files = _edge_files_of(info)
+        number = {name: b for b, name in enumerate(files)}
+
+        def load(buckets: set[int]) -> dict[int, pa.Table]:
+            return {b: read_file(info, files[b], "edges", for_decode=True) for b in buckets}
+
+        return Region(tables["nodes"], {number[n]: t for n, t in tables.items() if n in number},
+                      count=len(files), total=info.edges, index=tables["index"], load=load)
+    tables = read.result()
+    if edge_bucket_count(info) == 1 and "edges" in info.files:  # the older single file
+        return Region(tables["nodes"], tables["edges"])
+    rows = tables["edge_rows"]["rows"].to_pylist()
+    starts = [0, *itertools.accumulate(rows)]
+    return Region(tables["nodes"], {b: tables["edges"].slice(starts[b], rows[b]) for b in range(len(rows))},
+                  count=len(rows))
+
+
+@dataclass(frozen=True)
+class _Found:
+    """What the patch finds in the snapshot before it needs the cache: the region, the nodes an
+    erased event mentioned with their first surviving mentions (see :meth:`Region.first_mentions`),
+    the seqs of the region's merged edges' sources, and the region's graph."""
+
+    region: Region
+    mentioned: set[str]
+    firsts: dict[str, tuple[int, str]]
+    seq_of: dict[str, int]
+    graph: object
+    contained: pa.Table
+    held: list[str]
+
+
+def _held(store: SnapshotStore, info: SnapshotInfo, erased: set[str]) -> tuple[SnapshotInfo, pa.Table, list[str]] | None:
+    """(``info``, its contained ids (``event_id``, and in an indexed snapshot ``buckets``), the
+    erased ones among them, sorted), or None when it holds none or they cannot be read."""
+    try:
+        # (Arrow: 15k ids at 20k events, no Python set)
+        contained = (store.contained_table(info) if info.indexed
+                     else pa.table({"event_id": store.contained_array(info)}))
+        ids = contained["event_id"]
+        held = ids.filter(pc.is_in(ids, value_set=pa.array(sorted(erased), pa.string())))
+    except (OSError, pa.ArrowException, RefoldError):
+        return None  # unreadable or damaged: the snapshot purge deals with it
+    return (info, contained, held.to_pylist()) if len(held) else None
+
+
+def _find(store: SnapshotStore, info: SnapshotInfo, erased: set[str]) -> "_Found | None":
+    """The region of ``info`` that the erased events it holds touched, or None when it holds
+    none (runs on the snapshot worker while the patch reads the cache)."""
+    target = _held(store, info, erased)
+    if target is None:
+        return None
+    _, contained, held = target
+    if info.indexed:
+        files = _edge_files_of(info)
+        names = ["nodes", "index", *(files[b] for b in sorted(_held_buckets(contained, held)))]
+        read = TableRead(info, for_decode=True, use_threads=False, names=names)
+    else:
+        read = TableRead(info, contained=False, for_decode=True, use_threads=False)
+    region = _region(info, read)
+    hit = region.hits(pa.array(held, pa.string()))
+    edges = region.load(hit)
+    erased_held = set(held)
+    mentioned = {n for u, v, sources in zip(hit["subject"].to_pylist(), hit["object"].to_pylist(),
+                                            hit["sources"].to_pylist())
+                 if not erased_held.isdisjoint(sources) for n in (u, v)}
+    keys = set(zip(hit["subject"].to_pylist(), hit["relation"].to_pylist()))
+    firsts = dict(region.first_mentions(mentioned, erased_held))
+    seq_of: dict[str, int] = {}
+    for u, v, r, sources, seqs, kind in zip(
+            edges["subject"].to_pylist(), edges["object"].to_pylist(), edges["relation"].to_pylist(),
+            edges["sources"].to_pylist(), edges["source_seqs"].to_pylist(), edges["derivation"].to_pylist()):
+        if kind != "extracted":
+            continue
+        if (u, r) in keys:
+            seq_of.update(zip(sources, seqs))
+        for n in (u, v):
+            if n in mentioned:
+                alive = [(q, i) for q, i in zip(seqs, sources) if i not in erased_held]
+                if alive and (n not in firsts or min(alive) < firsts[n]):
+                    firsts[n] = min(alive)
+    seq_of.update((eid, seq) for seq, eid in firsts.values())
+    return _Found(region, mentioned, firsts, seq_of, region.graph(edges, mentioned), contained, held)
 
 
 class _Part:
@@ -131,23 +237,25 @@ class SnapshotPatcher:
             return self._purge(erased, _Part(logged, 0), _Part(logged, 1), started)
 
     def _purge(self, erased: set[str], spec: "_Part", retractions: "_Part", started: float) -> PurgeResult:
-        target = self._target(erased, spec)
-        if target is None:
+        info = self._snapshot(spec) if self.mem.mode != "shred" else None
+        if info is None:
             return PurgeResult(STORE, 0, ("no snapshot holds the erased events: nothing to patch",))
-        info, contained, held = target
-        # The snapshot's files are decoded on the snapshot store's worker thread (a few long calls
-        # that release the GIL; repetitive strings as dictionaries, see erasure_region) while this
-        # thread reads the erased events' cache rows (many short calls: on a thread of their own
-        # they cost more CPU in handing the GIL back and forth than they saved in time), then
-        # decodes the files the worker has not taken yet itself
-        tables = TableRead(info, contained=False, for_decode=True, use_threads=False)
-        io_worker().submit(tables.work)
+        # The snapshot store's worker thread reads the snapshot's contained ids, the files the
+        # patch needs (a few long calls that release the GIL; repetitive strings as dictionaries,
+        # see erasure_region) and finds the region there (none of it needs the cache rows), while
+        # this thread reads the erased events' cache rows from the start (many short calls: on a
+        # thread of their own they cost more CPU in handing the GIL back and forth than they saved
+        # in time). An indexed snapshot: only the nodes, the index and the buckets of the erased
+        # events' edges, then those the region asks for as it grows
+        found = io_worker().submit(_find, self._store(), info, erased)
         try:
-            erased_rows = (self.mem.cache.facts(info.spec_hash, held, seqs=[self._seqs[i] for i in held])
-                           if all(i in self._seqs for i in held) else {})
+            early = sorted(i for i in erased if self._seqs.get(i, info.last_seq + 1) <= info.last_seq)
+            erased_rows = (self.mem.cache.facts(info.spec_hash, early, seqs=[self._seqs[i] for i in early])
+                           if early else {})
+            if found.result() is None:
+                return PurgeResult(STORE, 0, ("no snapshot holds the erased events: nothing to patch",))
             with paused_gc():  # many small objects, none cyclic: a full collection would dominate
-                patch = self._patch(spec, info, tables.result(), erased, contained, held, retractions,
-                                    erased_rows)
+                patch = self._patch(spec, info, found.result(), erased, retractions, erased_rows)
         except _NotCurrent:
             return PurgeResult(STORE, 0, ("no snapshot of the current spec holds the erased events: "
                                           "nothing to patch",))
@@ -155,7 +263,7 @@ class SnapshotPatcher:
             return PurgeResult(STORE, 0, (f"not patched ({exc}); the snapshot purge removes it and the "
                                           "refold starts from an older snapshot",))
         finally:
-            tables.close()  # (nothing left running behind)
+            wait([found])  # (nothing left running behind)
         self.last = (patch, time.perf_counter() - started)
         return PurgeResult(STORE, 1, (
             f"{Path(info.path).name}: {patch.events} erased event(s), {patch.keys} key(s) re-merged from "
@@ -164,28 +272,28 @@ class SnapshotPatcher:
 
     # -- steps ------------------------------------------------------------------------------------
 
-    def _target(self, erased: set[str], spec: "Future | _Part") -> tuple[SnapshotInfo, pa.Array, list[str]] | None:
-        """(snapshot, its contained ids, the erased ones among them, sorted) for the newest snapshot of the current spec (``spec``'s
+    def _target(self, erased: set[str], spec: "Future | _Part") -> tuple[SnapshotInfo, pa.Table, list[str]] | None:
+        """(snapshot, its contained ids (``event_id``, and in an indexed snapshot ``buckets``), the
+        erased ones among them, sorted) for the newest snapshot of the current spec (``spec``'s
         result) if it holds an erased event and can be patched, else None (reads only its
         contained ids). With snapshots of one spec only, that spec's newest is taken without
         waiting for ``spec``: :meth:`_patch` refuses it (:class:`_NotCurrent`) if it is not current."""
         if self.mem.mode == "shred" or not erased:
             return None
-        store = SnapshotStore(self.mem.layout, storage_options=self.mem.storage_options)
+        info = self._snapshot(spec)
+        return None if info is None else _held(self._store(), info, erased)
+
+    def _store(self) -> SnapshotStore:
+        return SnapshotStore(self.mem.layout, storage_options=self.mem.storage_options)
+
+    def _snapshot(self, spec: "Future | _Part") -> SnapshotInfo | None:
+        """The newest snapshot of the current spec (see :meth:`_target`), or None."""
+        store = self._store()
         if not store.enabled:
             return None
         specs = store.spec_hashes()
         snaps = store.newest(specs[0] if len(specs) == 1 else spec.result().hash, at_most=1 << 62)
-        try:
-            if not snaps:
-                return None
-            contained = store.contained_array(snaps[0])  # (Arrow: 15k ids at 20k events, no Python set)
-            held = contained.filter(pc.is_in(contained, value_set=pa.array(sorted(erased), pa.string())))
-            if len(held) == 0:
-                return None
-        except (OSError, pa.ArrowException):
-            return None  # unreadable: the snapshot purge deals with it
-        return snaps[0], contained, held.to_pylist()
+        return snaps[0] if snaps else None
 
     def _facts(self, spec_hash: str, ids: list[str], seq_of: dict[str, int]):
         """Cached facts of ``ids``: pruned by seq where it is known, then by id for the rest (and
@@ -197,35 +305,14 @@ class SnapshotPatcher:
             out.update(self.mem.cache.facts(spec_hash, rest))
         return out
 
-    def _patch(self, spec_future: "_Part", info: SnapshotInfo, tables: dict[str, pa.Table], erased: set[str],
-               contained: pa.Array, held: list[str], retractions: "_Part", erased_rows: dict) -> Patch:
+    def _patch(self, spec_future: "_Part", info: SnapshotInfo, found: "_Found", erased: set[str],
+               retractions: "_Part", erased_rows: dict) -> Patch:
         mem = self.mem
         spec_hash = info.spec_hash
-        bucketed = edge_bucket_count(info) > 1 or "edges" not in info.files  # not the older single file
-        region = Region(tables["nodes"], tables["edges"],
-                         tables["edge_rows"]["rows"].to_pylist() if bucketed else None)
-        hit = region.hits(pa.array(held, pa.string()))
-        edges = region.load(hit)
+        region, mentioned, firsts, contained, held = found.region, found.mentioned, found.firsts, found.contained, found.held
         erased_held = set(held)
-        mentioned = {n for u, v, sources in zip(hit["subject"].to_pylist(), hit["object"].to_pylist(),
-                                                hit["sources"].to_pylist())
-                     if not erased_held.isdisjoint(sources) for n in (u, v)}
-        keys = set(zip(hit["subject"].to_pylist(), hit["relation"].to_pylist()))
-        firsts = dict(region.first_mentions(mentioned, erased_held))
         seq_of = dict(self._seqs)  # log positions of the events named below, from the edges' source lists
-        for u, v, r, sources, seqs, kind in zip(
-                edges["subject"].to_pylist(), edges["object"].to_pylist(), edges["relation"].to_pylist(),
-                edges["sources"].to_pylist(), edges["source_seqs"].to_pylist(), edges["derivation"].to_pylist()):
-            if kind != "extracted":
-                continue
-            if (u, r) in keys:
-                seq_of.update(zip(sources, seqs))
-            for n in (u, v):
-                if n in mentioned:
-                    alive = [(q, i) for q, i in zip(seqs, sources) if i not in erased_held]
-                    if alive and (n not in firsts or min(alive) < firsts[n]):
-                        firsts[n] = min(alive)
-        seq_of.update((eid, seq) for seq, eid in firsts.values())
+        seq_of.update(found.seq_of)
         # the erased events' rows (read while the snapshot was decoded, when the plan gave their seqs),
         # then, as the patch asks, the re-merged keys' sources and the first surviving mentions it
         # must look at: reads pruned by seq (the cache keeps each row's seq, with statistics) of
@@ -248,7 +335,7 @@ class SnapshotPatcher:
         spec = spec_future.result()
         if spec.hash != spec_hash:
             raise _NotCurrent(spec_hash)
-        live = LiveFold.resume(spec, region.graph(edges, mentioned), stats_from_json(info.stats),
+        live = LiveFold.resume(spec, found.graph, stats_from_json(info.stats),
                                contained=held, link=info.link, started_from=info.last_seq)
         log = mem.log_store
         inputs = Inputs(
@@ -265,14 +352,14 @@ class SnapshotPatcher:
         # looks at): the others stay as the snapshot listed them
         if live.contained:
             raise NotDecremental("the patch left an erased event in the state")
-        remaining = contained.filter(pc.invert(pc.is_in(contained, value_set=pa.array(held, pa.string()))))
+        remaining = contained.filter(pc.invert(pc.is_in(contained["event_id"], value_set=pa.array(held, pa.string()))))
         # only the buckets that held a changed edge before, or hold one now, are written again
-        nodes, edges, count = region.splice(live.graph, edge_bucket_count(info))
+        done = region.splice(live.graph, edge_bucket_count(info))
         store = SnapshotStore(mem.layout, storage_options=mem.storage_options)
-        if isinstance(edges, dict):
-            store.replace(info, nodes=nodes, buckets=edges, edge_count=count, contained=remaining,
-                          stats=live.builder.stats)
+        if isinstance(done.edges, dict):
+            store.replace(info, nodes=done.nodes, buckets=done.edges, edge_count=done.edge_count,
+                          contained=remaining, stats=live.builder.stats, index=done.index)
         else:
-            store.replace(info, nodes=nodes, edges=edges, contained=remaining, stats=live.builder.stats)
+            store.replace(info, nodes=done.nodes, edges=done.edges, contained=remaining, stats=live.builder.stats)
         mem.forget_live()
         return patch

@@ -25,7 +25,7 @@ from refold.fold.snapshot_codec import DICTIONARY_COLUMNS
 if TYPE_CHECKING:
     from .snapshots import SnapshotInfo
 
-__all__ = ["TableRead", "io_worker"]
+__all__ = ["TableRead", "file_kind", "io_worker", "read_file"]
 
 
 def _edge_files(info: "SnapshotInfo") -> list[str]:
@@ -109,13 +109,19 @@ class TableRead:
     erasure patch decodes a bucket itself instead of waiting idle for the worker)."""
 
     def __init__(self, info: SnapshotInfo, *, for_decode: bool = False, contained: bool = True,
-                 use_threads: bool = True):
+                 use_threads: bool = True, names: Iterable[str] | None = None):
+        """``names``: read only these files (e.g. ``nodes``, ``index``, ``edges-003``), each
+        checked against its digest; :meth:`tables` then has them by name (a patch reads the
+        buckets its region lies in, :meth:`result` wants them all)."""
         self.info, self.for_decode, self.use_threads = info, for_decode, use_threads
         self.edge_files = _edge_files(info)
         # the buckets first (the most work), then the nodes, then the contained ids (None: only
         # checked against their digest)
-        self.kinds: dict[str, str | None] = {**{name: "edges" for name in self.edge_files}, "nodes": "nodes",
-                                             "contained": "contained" if contained else None}
+        if names is None:
+            self.kinds: dict[str, str | None] = {**{name: "edges" for name in self.edge_files}, "nodes": "nodes",
+                                                 "contained": "contained" if contained else None}
+        else:
+            self.kinds = {name: file_kind(name) for name in names}
         self._todo = list(self.kinds)
         self._done: dict[str, pa.Table | None] = {}
         self._busy = 0
@@ -141,9 +147,9 @@ class TableRead:
                     self._error = error
                 self._cond.notify_all()
 
-    def result(self) -> dict[str, pa.Table]:
-        """The tables (as :meth:`SnapshotStore.read_tables` returns them), after reading the files
-        left on this thread and waiting for those in progress elsewhere."""
+    def tables(self) -> dict[str, pa.Table | None]:
+        """Every file's table by name, after reading the files left on this thread and waiting for
+        those in progress elsewhere."""
         self.work()
         with self._cond:
             self._cond.wait_for(lambda: self._busy == 0)
@@ -153,11 +159,17 @@ class TableRead:
                 raise error
             raise StoreError(f"cannot read snapshot {self.info.path} ({error}); delete the folder or fold with "
                              "--full") from error
+        if len(self._done) < len(self.kinds):
+            raise StoreError(f"the read of snapshot {self.info.path} was closed before it was done (internal error)")
+        return dict(self._done)
+
+    def result(self) -> dict[str, pa.Table]:
+        """The tables (as :meth:`SnapshotStore.read_tables` returns them), after reading the files
+        left on this thread and waiting for those in progress elsewhere."""
+        self.tables()
         if not self.edge_files:
             raise StoreError(f"cannot read snapshot {self.info.path} (no edge file in its manifest); delete the "
                              "folder or fold with --full")
-        if len(self._done) < len(self.kinds):
-            raise StoreError(f"the read of snapshot {self.info.path} was closed before it was done (internal error)")
         buckets = [self._done[name] for name in self.edge_files]
         out = {"nodes": self._done["nodes"],
                "edges": buckets[0] if len(buckets) == 1 else pa.concat_tables(buckets),
@@ -174,16 +186,35 @@ class TableRead:
             self._cond.wait_for(lambda: self._busy == 0)
 
     def _read(self, name: str) -> pa.Table | None:
-        # each file read into memory once, hashed and parsed from there with pq.ParquetFile (no
-        # dataset discovery or scanner: a dataset scan cost ~3 ms more over two buckets,
-        # pq.read_table ~3 ms of fixed overhead per file); the buckets are concatenated zero-copy
-        kind = self.kinds[name]
-        data = (Path(self.info.path) / f"{name}.parquet").read_bytes()
-        if hashlib.sha256(data).hexdigest() != self.info.files[name]:
-            raise StoreError(f"snapshot {self.info.path}: {name}.parquet does not match its manifest digest; "
-                             "delete the folder (refold rebuilds it)")
-        if kind is None:
-            return None
-        dictionary = DICTIONARY_COLUMNS.get(kind, ()) if self.for_decode else ()
-        with pq.ParquetFile(pa.BufferReader(data), read_dictionary=dictionary) as fh:
-            return fh.read(use_threads=self.use_threads)
+        return read_file(self.info, name, self.kinds[name], for_decode=self.for_decode,
+                         use_threads=self.use_threads)
+
+
+def file_kind(name: str) -> str:
+    """What snapshot file ``name`` holds: edges (a bucket, or the older single file), nodes,
+    contained or index."""
+    return "edges" if name == "edges" or name.startswith("edges-") else name
+
+
+def read_file(info: SnapshotInfo, name: str, kind: str | None, *, for_decode: bool = False,
+              use_threads: bool = False, columns: list[str] | None = None) -> pa.Table | None:
+    """One file of ``info`` checked against its manifest digest and parsed (None for ``kind``
+    None: only checked). Raises :class:`StoreError` on a mismatch."""
+    # each file read into memory once, hashed and parsed from there with pq.ParquetFile (no
+    # dataset discovery or scanner: a dataset scan cost ~3 ms more over two buckets,
+    # pq.read_table ~3 ms of fixed overhead per file); the buckets are concatenated zero-copy
+    if name not in info.files:
+        raise StoreError(f"snapshot {info.path} has no {name}.parquet in its manifest; delete the folder "
+                         "(refold rebuilds it)")
+    data = (Path(info.path) / f"{name}.parquet").read_bytes()
+    if hashlib.sha256(data).hexdigest() != info.files[name]:
+        raise StoreError(f"snapshot {info.path}: {name}.parquet does not match its manifest digest; "
+                         "delete the folder (refold rebuilds it)")
+    if kind is None:
+        return None
+    dictionary = DICTIONARY_COLUMNS.get(kind, ()) if for_decode else ()
+    with pq.ParquetFile(pa.BufferReader(data), read_dictionary=dictionary) as fh:
+        # (the contained ids: a load wants the ids, not the format-3 bucket lists)
+        if columns is None and kind == "contained":
+            columns = ["event_id"]
+        return fh.read(columns=columns, use_threads=use_threads)

@@ -41,24 +41,26 @@ import pyarrow.parquet as pq
 
 from refold.fold.errors import StoreError
 from refold.fold.incremental import LiveFold, paused_gc
-from refold.fold.snapshot_codec import (FORMAT, decode_graph, encode_graph,
+from refold.fold.snapshot_codec import (FORMAT, FORMATS, decode_graph, encode_graph,
                                         stats_from_json, stats_to_json)
 from refold.fold.spec import FoldSpec
 from .cache import PurgeResult
-from .snapshot_buckets import bucket_keys, edge_buckets
+from .snapshot_buckets import BUCKET_LIST, bucket_keys, edge_buckets, event_buckets, node_index
 from .snapshot_files import (TableRead, _dictionary_columns, _edge_files, _ids_digest, _on_worker,  # noqa: F401
-                             _sha256, _sorted_ids, io_worker)
+                             _sha256, _sorted_ids, io_worker, read_file)
 from .layout import Layout
 
 __all__ = ["SnapshotInfo", "SnapshotStore", "TableRead", "io_worker"]
 
 MANIFEST = "manifest.json"
 _CONTAINED_SCHEMA = pa.schema([("event_id", pa.string())])
+#: format 3: each contained id with the buckets of the merged edges it is a source of or ended
+_CONTAINED_INDEXED = pa.schema([("event_id", pa.string()), ("buckets", BUCKET_LIST)])
 #: Edges are stored in files of about this many rows, bucketed by subject, so that a patch (an
-#: erasure's) rewrites only the buckets it changed and links the others into the new folder.
-#: Every file costs a load ~1-2 ms of fixed Parquet overhead: at 20k events, ten 2k-row buckets
-#: took 18-28 ms to read against 10-15 for two 8k-row ones (decoding them: ~55 ms either way).
-BUCKET_ROWS = 8192
+#: erasure's) reads (through the bucket index) and rewrites only the buckets it changed and links
+#: the others into the new folder. Every file costs a load ~1 ms of fixed Parquet overhead and a
+#: write ~1.3 ms; a patch's rewritten bucket costs ~1 ms of encoding per 1k rows.
+BUCKET_ROWS = 2048
 MAX_BUCKETS = 256
 
 
@@ -91,27 +93,33 @@ class SnapshotInfo:
     contained_sha256: str = ""
     created_at: str = ""
     files: dict[str, str] = field(default_factory=dict)
+    format: str = FORMAT
 
     @property
     def events(self) -> int:
         """Log events covered: seqs 0 … last_seq."""
         return self.last_seq + 1
 
+    @property
+    def indexed(self) -> bool:
+        """Whether it has the bucket index (format 3: ``index.parquet`` and the contained ids'
+        buckets), so that a patch can read only the buckets it needs."""
+        return self.format == FORMAT and "index" in self.files and "edges" not in self.files
+
     def as_json(self) -> dict[str, Any]:
         out = dict(self.__dict__)
-        out["format"] = FORMAT
         out["events"] = self.events
         return out
 
     @classmethod
     def from_json(cls, value: dict[str, Any], path: str) -> "SnapshotInfo":
-        if value.get("format") != FORMAT:
-            raise StoreError(f"snapshot {path} has format {value.get('format')!r}, expected {FORMAT}")
+        if value.get("format") not in FORMATS:
+            raise StoreError(f"snapshot {path} has format {value.get('format')!r}, expected one of {FORMATS}")
         return cls(spec_hash=value["spec_hash"], last_seq=int(value["last_seq"]), link=value["link"],
                    path=path, stats=dict(value["stats"]), nodes=int(value["nodes"]),
                    edges=int(value["edges"]), contained=int(value["contained"]),
                    contained_sha256=value["contained_sha256"], created_at=value["created_at"],
-                   files=dict(value["files"]))
+                   files=dict(value["files"]), format=value["format"])
 
 
 class SnapshotStore:
@@ -170,6 +178,14 @@ class SnapshotStore:
         with pq.ParquetFile(Path(info.path) / "contained.parquet") as fh:
             return fh.read(columns=["event_id"])["event_id"].combine_chunks()
 
+    def contained_table(self, info: SnapshotInfo) -> pa.Table:
+        """The contained ids (``event_id``) and, in an indexed snapshot, each one's edge buckets
+        (``buckets``), checked against the manifest digest."""
+        table = read_file(info, "contained", "contained", columns=list(
+            (_CONTAINED_INDEXED if info.indexed else _CONTAINED_SCHEMA).names))
+        assert table is not None
+        return table.combine_chunks()
+
     def read_tables(self, info: SnapshotInfo, *, for_decode: bool = False, contained: bool = True,
                     use_threads: bool = True) -> dict[str, pa.Table]:
         """The snapshot's tables by name (nodes, edges, contained), checked against its manifest.
@@ -209,12 +225,15 @@ class SnapshotStore:
         count = bucket_count(edges.num_rows)
         which = edge_buckets(bucket_keys(edges), count)
         buckets = {b: edges.filter(pc.equal(which, b)) for b in range(count)}
+        ids = _sorted_ids(live.contained)
+        contained = pa.table([ids, event_buckets(edges, which, ids)], schema=_CONTAINED_INDEXED)
         return self._write(live.spec.hash, live.last_seq, live.link, live.builder.stats, nodes, buckets,
-                           edges.num_rows, _sorted_ids(live.contained))
+                           edges.num_rows, contained, index=node_index(edges, which))
 
-    def replace(self, info: SnapshotInfo, *, nodes: pa.Table, contained: list[str] | pa.Array, stats,
+    def replace(self, info: SnapshotInfo, *, nodes: pa.Table, contained: list[str] | pa.Array | pa.Table, stats,
                 edges: pa.Table | None = None, rewrite: set[int] | None = None, bucket_of: pa.Array | None = None,
-                buckets: dict[int, pa.Table] | None = None, edge_count: int | None = None) -> SnapshotInfo:
+                buckets: dict[int, pa.Table] | None = None, edge_count: int | None = None,
+                index: pa.Table | None = None) -> SnapshotInfo:
         """Write a new state for ``info``'s position over it (an erasure's patched snapshot).
 
         Either ``edges``, the whole edge table: ``rewrite`` names the edge buckets (of ``info``'s
@@ -225,6 +244,9 @@ class SnapshotStore:
         that changed, by number, with ``edge_count`` the rows of all of them. The new folder is
         complete before the old one is moved aside; a crash in between leaves a dot-folder that
         the next purge deletes, and no snapshot at that position.
+
+        ``index`` (with ``contained`` a table of ids and their buckets, sorted by id): the new
+        snapshot's bucket index, which makes it format 3; without, it is written as format 2.
         """
         if self.root is None:
             raise StoreError("this store keeps no snapshots")
@@ -246,16 +268,22 @@ class SnapshotStore:
             assert edges is not None
             which = bucket_of if bucketed and bucket_of is not None else edge_buckets(bucket_keys(edges), count)
             buckets = {b: edges.filter(pc.equal(which, b)) for b in range(count) if b not in reuse}
+        if index is None:
+            ids = contained["event_id"] if isinstance(contained, pa.Table) else contained
+            contained = pa.table([_sorted_ids(ids)], schema=_CONTAINED_SCHEMA)
+        elif not isinstance(contained, pa.Table):
+            raise StoreError("an indexed snapshot needs its contained ids with their buckets")
         written = self._write(info.spec_hash, info.last_seq, info.link, stats, nodes, buckets, edge_count,
-                              _sorted_ids(contained), replace=True, reuse=reuse)
+                              contained, replace=True, reuse=reuse, index=index)
         assert written is not None
         return written
 
     def _write(self, spec_hash: str, last_seq: int, link: str, stats, nodes: pa.Table,
-               buckets: dict[int, pa.Table], edge_count: int, contained: pa.Array, *, replace: bool = False,
-               reuse: dict[int, tuple[Path, str]] | None = None) -> SnapshotInfo | None:
+               buckets: dict[int, pa.Table], edge_count: int, contained: pa.Table, *, replace: bool = False,
+               reuse: dict[int, tuple[Path, str]] | None = None, index: pa.Table | None = None) -> SnapshotInfo | None:
         """Write a snapshot folder: ``buckets`` (bucket number -> rows) and the ``reuse``d
-        buckets' files (linked) make up its edges."""
+        buckets' files (linked) make up its edges; ``contained``: the ids (sorted), with their
+        buckets when ``index`` is given (format 3)."""
         assert self.root is not None
         spec_dir = self.root / spec_hash
         final = spec_dir / f"{last_seq:012d}"
@@ -264,8 +292,11 @@ class SnapshotStore:
         tmp.mkdir()
         try:
             reuse = reuse or {}
-            tables = {"nodes": nodes,
-                      "contained": pa.table([contained], schema=_CONTAINED_SCHEMA)}
+            contained = _sorted_table(contained)
+            ids = contained["event_id"].combine_chunks()
+            tables = {"nodes": nodes, "contained": contained}
+            if index is not None:
+                tables["index"] = index
             tables.update((f"edges-{b:03d}", table) for b, table in sorted(buckets.items()))
 
             def put(name: str) -> tuple[str, str]:
@@ -293,8 +324,9 @@ class SnapshotStore:
             info = SnapshotInfo(
                 spec_hash=spec_hash, last_seq=last_seq, link=link, path=str(final),
                 stats=stats_to_json(stats), nodes=nodes.num_rows, edges=edge_count,
-                contained=len(contained), contained_sha256=_ids_digest(contained),
+                contained=len(ids), contained_sha256=_ids_digest(ids),
                 created_at=datetime.now(timezone.utc).isoformat(), files=files,
+                format=FORMAT if index is not None else FORMATS[0],
             )
             with open(tmp / MANIFEST, "w", encoding="utf-8") as fh:  # last, and fsynced
                 json.dump(info.as_json(), fh, indent=2, sort_keys=True)
@@ -367,6 +399,15 @@ class SnapshotStore:
     def _detail(self, hits: list[SnapshotInfo], partial: list[Path]) -> tuple[str, ...]:
         root = Path(self.layout.root)
         return tuple(sorted(os.path.relpath(p, root) for p in [*(Path(h.path) for h in hits), *partial]))
+
+
+def _sorted_table(contained: pa.Table) -> pa.Table:
+    """``contained`` (event ids, maybe with their buckets) sorted by id, as written (checked, not
+    sorted again when it is: the usual case)."""
+    ids = contained["event_id"].combine_chunks()
+    if len(ids) > 1 and not pc.all(pc.greater_equal(ids.slice(1), ids.slice(0, len(ids) - 1))).as_py():
+        contained = contained.take(pc.sort_indices(ids))
+    return contained.combine_chunks()
 
 
 def _remove_dir(path: Path) -> None:

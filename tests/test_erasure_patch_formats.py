@@ -20,7 +20,8 @@ from tests.test_erasure_patch import X, _full, _patched, _store, _x
 
 
 def _as_single_file(info: snapshots.SnapshotInfo) -> None:
-    """Rewrite ``info``'s folder with one ``edges.parquet`` (the layout before buckets)."""
+    """Rewrite ``info``'s folder with one ``edges.parquet`` (the layout before buckets, format 2:
+    no bucket index)."""
     folder = Path(info.path)
     names = snapshots._edge_files(info)
     pq.write_table(pa.concat_tables([pq.read_table(folder / f"{n}.parquet") for n in names]),
@@ -30,6 +31,9 @@ def _as_single_file(info: snapshots.SnapshotInfo) -> None:
         (folder / f"{n}.parquet").unlink()
         del manifest["files"][n]
     manifest["files"]["edges"] = snapshots._sha256(folder / "edges.parquet")
+    manifest["format"] = "refold-snapshot/2"
+    del manifest["files"]["index"]
+    (folder / "index.parquet").unlink()
     (folder / MANIFEST).write_text(json.dumps(manifest))
 
 
