@@ -276,9 +276,12 @@ class LiveFold:
                 if found is not None:
                     found[fid] = d
         touched = {fid: edges[fid] for fid in (*changes.added, *changes.grown, *changes.closed)}
+        relations: dict[str, set[str]] = {}  # subject → relations of its changed edges
+        for fid, (u, v) in touched.items():
+            relations.setdefault(u, set()).add(succ[u][v][fid]["relation"])
         # an edge that was only closed keeps its sources: its derived edges change valid time only
         closed = changes.closed.difference(changes.added, changes.grown)
-        self._refresh_rollups(subjects, touched, closed=closed, _merged_only=True)
+        self._refresh_rollups(subjects, touched, closed=closed, _merged_only=True, _relations=relations)
 
     def _partners_of(self, node: str, relation: str, leaving: bool, keep: bool) -> dict[str, dict]:
         """The merged edges of ``relation`` leaving (or entering) ``node``, by fact id.
@@ -301,7 +304,7 @@ class LiveFold:
 
     def _refresh_rollups(self, subjects: set[str], touched: dict[str, tuple[str, str]],
                          removed: Iterable[str] = (), *, closed: Container[str] = (),
-                         _merged_only: bool = False) -> None:
+                         _merged_only: bool = False, _relations: dict[str, set[str]] | None = None) -> None:
         """Bring derived edges and summaries up to date after a change to the merged edges.
 
         ``subjects``: entities whose summaries are recomputed (every subject with a new, changed
@@ -315,7 +318,8 @@ class LiveFold:
         inputs are unchanged keeps its dict and gets its valid time again from
         :func:`~refold.fold.rollups.span` (or goes, when its inputs no longer overlap) instead of
         being built again. (``_merged_only``: the merged edges changed only by :meth:`apply`
-        since the last refresh.)
+        since the last refresh; ``_relations``: then, per subject, the relations of its changed
+        edges.)
         """
         if not _merged_only:  # edges were removed or replaced: no partner list is trusted
             self._partners.clear()
@@ -352,11 +356,15 @@ class LiveFold:
         edges = self.builder._edges
         for fid in narrowed.difference(stale, fresh):  # inputs only closed: the same edge, shorter
             (u, v), inputs = self._derived[fid]
+            d = succ[u][v][fid]
+            end = d["valid_to"]
+            if end is not None and all(end < succ[a][b][i]["valid_to"] for i in inputs if i in closed
+                                       for a, b in (edges[i],)):
+                continue  # it ended before the inputs closed now end: the same span (its end kept)
             when = span([succ[a][b][i] for i in inputs for a, b in (edges[i],)])
             if when is None:
                 self._drop(fid)
             else:
-                d = succ[u][v][fid]
                 d["valid_from"], d["valid_to"] = when
         for fid, d in fresh.items():
             u, v = d["subject"], d["object"]  # ends of merged edges: both are nodes already
@@ -370,12 +378,21 @@ class LiveFold:
             self._remember(fid, (u, v), d["inputs"])
         nodes = graph._node
         name = lambda n: nodes[n]["name"]  # noqa: E731
+        open_ = self.builder._open
         for s in subjects:
             data = nodes.get(s)
             if data is None:
                 continue
-            current = [d for keydict in succ[s].values() for d in keydict.values()
-                       if d["valid_to"] is None and d["derivation"] == "extracted"]
+            if _relations is not None:
+                # the open edges through the merge's index, for the relations the summary names
+                # (every relation with an open edge at the last refresh) and those of the changed
+                # edges: a subject's other edges are not looked at (an employer has hundreds of
+                # derived employs edges)
+                rels = {*data.get("summary", ()), *_relations.get(s, ())}
+                current = [succ[s][edges[fid][1]][fid] for r in rels for fid in open_.get((s, r), ())]
+            else:
+                current = [d for keydict in succ[s].values() for d in keydict.values()
+                           if d["valid_to"] is None and d["derivation"] == "extracted"]
             data["summary"], data["summary_sources"] = summarize(current, name)
 
     def _drop(self, fid: str) -> None:

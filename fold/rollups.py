@@ -95,20 +95,29 @@ def derive(rules: Sequence[RollupRule], base: Iterable[dict], *,
                 if touching is None or d["fact_id"] in touching:
                     new_edges.append(_derived(rule, d["object"], d["subject"], [d], d["valid_from"], d["valid_to"]))
         else:
-            seconds: dict[str, list[dict]] = {}
-            for d in by_relation.get(rule.inputs[1], []):
-                seconds.setdefault(d["subject"], []).append(d)
-            for first in by_relation.get(rule.inputs[0], []):
-                either = touching is None or first["fact_id"] in touching
-                for second in seconds.get(first["object"], []):
-                    if not (either or second["fact_id"] in touching):
-                        continue
-                    when = _overlap(first, second)
-                    if when is not None:
-                        new_edges.append(_derived(rule, first["subject"], second["object"],
-                                                  [first, second], *when))
+            firsts, seconds = by_relation.get(rule.inputs[0], []), by_relation.get(rule.inputs[1], [])
+            if touching is None:
+                pairs = _joined(firsts, seconds)
+            else:  # the pairs with a touching input, each once: (touching, any), (other, touching)
+                pairs = [*_joined([d for d in firsts if d["fact_id"] in touching], seconds),
+                         *_joined([d for d in firsts if d["fact_id"] not in touching],
+                                  [d for d in seconds if d["fact_id"] in touching])]
+            for first, second in pairs:
+                when = _overlap(first, second)
+                if when is not None:
+                    new_edges.append(_derived(rule, first["subject"], second["object"], [first, second], *when))
     new_edges.sort(key=lambda d: d["fact_id"])  # deterministic insertion order
     return new_edges
+
+
+def _joined(firsts: list[dict], seconds: list[dict]) -> list[tuple[dict, dict]]:
+    """(first, second) pairs where the first's object is the second's subject."""
+    if not firsts or not seconds:
+        return []
+    by_subject: dict[str, list[dict]] = {}
+    for d in seconds:
+        by_subject.setdefault(d["subject"], []).append(d)
+    return [(first, second) for first in firsts for second in by_subject.get(first["object"], ())]
 
 
 _RECORD_ORDER = operator.itemgetter("recorded_seq", "fact_id")

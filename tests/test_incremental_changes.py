@@ -150,3 +150,33 @@ def test_a_retraction_or_a_backdated_close_that_empties_an_overlap_drops_the_der
         ("Bo", "works_at", "Acme", 30, False, False),
         ("Acme", "located_in", "Oslo", 5, False, True),  # backdated: history, closed at birth
     ])
+
+
+def test_an_input_closed_at_the_instant_its_partner_ended_gives_the_recomputed_offset():
+    """Acme leaves Oslo on day 10 (UTC); Ann leaves Acme at that same instant, stated in Paris
+    time: her works_in (Oslo) is recomputed, as a full roll-up does, and takes her end (the
+    first input's) — not kept because it already ended then."""
+    states = _refreshed([
+        ("Ann", "likes", "Rome", None, False, False),
+        ("Acme", "located_in", "Oslo", 1, False, False),
+        ("Ann", "works_at", "Acme", 2, False, False),
+        ("Acme", "located_in", "Rome", 10, False, False),
+        ("Ann", "works_at", "Globex", 10, False, True),
+    ])
+    assert "+02:00" in states[-1] and states[-1] != states[-2]
+
+
+def test_a_hub_subjects_summary_follows_its_open_edges_only():
+    """An employer with many employs edges moves: its summary (from the merge's open-edge index)
+    names its new city; a person's summary keeps every open relation across refreshes."""
+    _refreshed([
+        ("Ann", "likes", "Rome", None, False, False),
+        ("Ann", "works_at", "Acme", 1, False, False),
+        ("Bo", "works_at", "Acme", 2, False, False),
+        ("Acme", "located_in", "Oslo", 3, False, False),
+        ("Ann", "lives_in", "Oslo", 4, False, False),
+        ("Acme", "located_in", "Rome", 5, False, False),
+        ("Ann", "lives_in", "Oslo", None, True, False),  # retracted: Ann's summary loses lives_in
+        ("Ann", "lives_in", "Rome", 6, False, False),
+        ("Acme", "likes", "Bo", 7, False, False),
+    ])
