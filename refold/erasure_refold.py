@@ -157,8 +157,8 @@ def _find(store: SnapshotStore, info: SnapshotInfo, erased: set[str]) -> "_Found
         read = TableRead(info, contained=False, for_decode=True, use_threads=False)
     region = _region(info, read)
     hit = region.hits(pa.array(held, pa.string()))
-    edges = region.load(hit)
     erased_held = set(held)
+    edges = region.load(hit, erased_held)
     mentioned = {n for u, v, sources in zip(hit["subject"].to_pylist(), hit["object"].to_pylist(),
                                             hit["sources"].to_pylist())
                  if not erased_held.isdisjoint(sources) for n in (u, v)}

@@ -10,6 +10,7 @@ reads them for decoding: less to build, and the compute kernels work on the dict
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -20,7 +21,7 @@ import pyarrow.compute as pc
 
 from refold.fold.incremental import LiveFold
 from refold.fold.snapshot_codec import decode_graph, encode_graph
-from refold.storage.snapshot_buckets import INDEX_SCHEMA, bucket_keys, edge_buckets, node_index
+from refold.storage.snapshot_buckets import INDEX_SCHEMA, bucket_keys, edge_buckets
 
 __all__ = ["Region", "Splice"]
 
@@ -155,7 +156,8 @@ class Region:
         self.need(range(self.count))
 
     def _own(self, node: str) -> int:
-        return int(edge_buckets(pa.array([node], pa.string()), self.count)[0].as_py())
+        """The bucket of ``node``'s merged out-edges (as :func:`edge_buckets` places them)."""
+        return zlib.crc32(node.encode()) % self.count if self.count > 1 else 0
 
     def _rows(self, nodes: Iterable[str]) -> dict[str, dict]:
         """The index rows of ``nodes`` (as dicts; a node the index lacks is absent)."""
@@ -199,27 +201,34 @@ class Region:
         mask = self.base & (_list_hits(self.edges["sources"], erased) | _isin(self.edges["ended_by"], erased))
         return _keep(self.edges.select(["subject", "relation", "object", "sources"]), mask)
 
-    def load(self, hit: pa.Table) -> pa.Table:
+    def load(self, hit: pa.Table, erased: set[str]) -> pa.Table:
         """The region's edges for the keys of ``hit``: the merged edges of those (subject,
-        relation) keys and all merged edges of their subjects, their roll-up partners (merged
-        edges of the keys' objects, or pointing at the subjects) and the derived edges built from
-        the keys' edges."""
+        relation) keys and all merged edges of their subjects, the derived edges built from the
+        keys' edges, and their roll-up partners (merged edges of the keys' objects, or pointing at
+        the subjects) — these only when a key's edges have a source or end that survives
+        (``erased``: the erased ids): otherwise the keys lose every edge, and a removed edge
+        builds no derived edge, so no partner is looked at."""
         keys = set(zip(hit["subject"].to_pylist(), hit["relation"].to_pylist()))
         subject_ids = {s for s, _ in keys}
         subjects = pa.array(sorted(subject_ids), pa.string())
-        self._need_at(subject_ids, out=True, into=True, derived=True)
+        self._need_at(subject_ids, out=True, derived=True)
         e = self.edges
         own = self.base & _isin(e["subject"], subjects)
-        picked = _keep(e.select(["subject", "relation", "fact_id", "object"]), own)
+        picked = _keep(e.select(["subject", "relation", "fact_id", "object", "sources", "ended_by"]), own)
         in_keys = np.array([k in keys for k in zip(picked["subject"].to_pylist(), picked["relation"].to_pylist())],
                            dtype=bool)
-        key_ids = picked["fact_id"].filter(pa.array(in_keys)).combine_chunks()
-        objects = pc.unique(picked["object"].filter(pa.array(in_keys)))
-        if self.index is not None:
+        of_keys = picked.filter(pa.array(in_keys))
+        key_ids = of_keys["fact_id"].combine_chunks()
+        partners = np.zeros(e.num_rows, dtype=bool)
+        surviving = {i for sources in of_keys["sources"].to_pylist() for i in sources} | \
+            {i for i in of_keys["ended_by"].to_pylist() if i is not None}
+        if surviving - erased:
+            objects = pc.unique(of_keys["object"])
+            self._need_at(subject_ids, into=True)
             self._need_at(_plain_values(objects), out=True)
             e = self.edges
             own = self.base & _isin(e["subject"], subjects)
-        partners = self.base & (_isin(e["subject"], objects) | _isin(e["object"], subjects))
+            partners = self.base & (_isin(e["subject"], objects) | _isin(e["object"], subjects))
         derived = ~self.base & _list_hits(e["inputs"], key_ids)
         return self._take(own | partners | derived)
 
@@ -349,7 +358,7 @@ class Region:
         :meth:`first_mentions` found (the surviving first from the index, or the least outside the
         region); for the others it did not change (only erased mentions go)."""
         assert self.index is not None
-        fresh = {row["id"]: row for row in node_index(edges, placed).to_pylist()}
+        fresh = _small_index(edges, placed)
         touched = sorted(self.node_ids | fresh.keys())
         alive = _isin(pa.array(touched, pa.string()), nodes["id"])  # (a node the patch dropped goes)
         touched_alive = [n for n, ok in zip(touched, alive.tolist()) if ok]
@@ -385,6 +394,40 @@ class Region:
         own = edges.select(["fact_id", "subject"])
         kept = _keep(self.edges.select(["fact_id", "subject"]), keep & _isin(self.edges["fact_id"], firsts))
         return pa.concat_tables([kept.cast(own.schema), own])
+
+
+def _small_index(edges: pa.Table, placed: np.ndarray) -> dict[str, dict]:
+    """:func:`~refold.storage.snapshot_buckets.node_index` of a region's few rows, in Python (the
+    Arrow version's fixed cost, ~2 ms, is for whole snapshots), as rows by node id."""
+    rows = edges.select(["fact_id", "subject", "object", "derivation", "inputs", "sources",
+                         "source_seqs"]).to_pylist()
+    subject_of = {r["fact_id"]: r["subject"] for r in rows}
+    out: dict[str, dict] = {}
+
+    def row(n: str) -> dict:
+        if n not in out:
+            out[n] = {"id": n, "has_out": False, "in_buckets": set(), "derived_buckets": set(), "first": None}
+        return out[n]
+
+    for r, b in zip(rows, placed.tolist()):
+        u, v = row(r["subject"]), row(r["object"])
+        if r["derivation"] != "extracted":
+            for i in r["inputs"]:
+                if i in subject_of:
+                    row(subject_of[i])["derived_buckets"].add(b)
+            continue
+        u["has_out"] = True
+        v["in_buckets"].add(b)
+        if r["sources"]:
+            least = min(zip(r["source_seqs"], r["sources"]))
+            for end in (u, v):
+                end["first"] = least if end["first"] is None else min(end["first"], least)
+    for r in out.values():
+        r["in_buckets"] = sorted(r["in_buckets"]) or None
+        r["derived_buckets"] = sorted(r["derived_buckets"]) or None
+        first = r.pop("first")
+        r["first_seq"], r["first_event"] = first if first is not None else (None, None)
+    return out
 
 
 def _plain_values(values: pa.Array | pa.ChunkedArray) -> set[str]:

@@ -311,13 +311,22 @@ class SnapshotStore:
                     fh.write(data)
                 return name, hashlib.sha256(data).hexdigest()
 
-            # the largest file is encoded on the worker thread, the others here meanwhile
-            # (encoding and compressing release the GIL)
-            names = sorted(tables, key=lambda n: -tables[n].nbytes)
-            largest = io_worker().submit(put, names[0]) if not _on_worker() else None
-            files = dict(put(name) for name in (names[1:] if largest is not None else names))
-            if largest is not None:
-                files.update([largest.result()])
+            # the files are shared out between the worker thread and this one, largest first to
+            # whichever has less so far (encoding and compressing release the GIL): a patch's
+            # four small files come out about even
+            there: list[str] = []
+            here: list[str] = []
+            load = [0, 0]
+            for name in sorted(tables, key=lambda n: -tables[n].nbytes):
+                side = 0 if load[0] <= load[1] else 1
+                (there if side == 0 else here).append(name)
+                load[side] += tables[name].nbytes
+            if _on_worker():
+                here, there = here + there, []
+            elsewhere = io_worker().submit(lambda: [put(name) for name in there]) if there else None
+            files = dict(put(name) for name in here)
+            if elsewhere is not None:
+                files.update(elsewhere.result())
             for b, (source, digest) in reuse.items():
                 os.link(source, tmp / f"edges-{b:03d}.parquet")  # same bytes: no copy, no rehash
                 files[f"edges-{b:03d}"] = digest
