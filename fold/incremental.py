@@ -1,12 +1,13 @@
 """Incremental projection (pure): state at n + events (n, m] = state at m.
 
 :class:`LiveFold` holds a :class:`~refold.fold.merge.GraphBuilder` whose graph is also the
-*view*: the merged edges plus the roll-up edges and node summaries. Applying more events touches
-only the edges of the subjects those events state facts about (supersession, corroboration and
-retraction all act on edges of the fact's own subject), so :meth:`LiveFold.refresh` recomputes
+*view*: the merged edges plus the roll-up edges and node summaries. The merge records which edges
+it made, corroborated or closed (``GraphBuilder.changes``), so :meth:`LiveFold.refresh` recomputes
 roll-ups for just those edges and their rule partners — with :func:`~refold.fold.rollups.derive`,
-the same function a full roll-up runs, so the rules have one implementation — and the summaries
-of just those subjects (:func:`~refold.fold.rollups.summarize`). The result equals a fold from scratch, attribute for attribute (property-tested).
+the same function a full roll-up runs, so the rules have one implementation; an edge that was
+only closed just shortens the derived edges built from it — and the summaries of just their
+subjects (:func:`~refold.fold.rollups.summarize`). The result equals a fold from scratch,
+attribute for attribute (property-tested).
 
 The view is never handed out: :meth:`LiveFold.detached_graph` returns a copy that shares no
 mutable object with it (the merge appends to ``sources`` and ``aliases`` lists in place).
@@ -21,14 +22,12 @@ erased event. Events outside it (empty extractions, system events) left no trace
 from __future__ import annotations
 
 import contextlib
-import functools
 import gc
 from collections.abc import Container, Iterable, Iterator
 from dataclasses import dataclass, field
 
 import networkx as nx
 
-from .entities import node_id
 from .events import Event
 from .extract import Extraction
 from .merge import GraphBuilder, MergeChanges, MergeStats
@@ -39,9 +38,6 @@ from .spec import FoldSpec
 #: a partial refresh of a third of the subjects still cost well under a full one).
 FULL_REFRESH_SHARE = 0.5
 
-
-#: node_id of the names a fold meets again and again (it normalises Unicode and runs two regexes)
-_node_id = functools.lru_cache(maxsize=1 << 16)(node_id)
 
 @contextlib.contextmanager
 def paused_gc() -> Iterator[None]:
@@ -102,9 +98,6 @@ class LiveFold:
     _derived: dict[str, tuple[tuple[str, str], tuple[str, ...]]] = field(default_factory=dict)
     #: input fact id → derived fact ids built from it
     _by_input: dict[str, set[str]] = field(default_factory=dict)
-    #: subjects of the facts applied since the last refresh (their summaries are recomputed)
-    _touched: set[str] = field(default_factory=set)
-    _new_nodes: set[str] = field(default_factory=set)
     _stale: bool = False
     #: built from the start: every roll-up is recomputed at the next refresh (no per-edge tracking;
     #: otherwise the merge records the edges it changes in ``builder.changes``)
@@ -179,42 +172,34 @@ class LiveFold:
         self.link = event.link
         if event.content is None or event.is_tombstone:
             return
-        touched: list[tuple[str, str]] = []
-        if event.kind == "retraction" and event.fact is not None:
-            touched.append((event.fact.subject, event.fact.object))
-        elif extraction is not None and (extraction.facts or extraction.rejected):
-            touched.extend((f.subject, f.object) for f in extraction.facts)
+        if not (event.kind == "retraction" and event.fact is not None):
+            if extraction is None or not (extraction.facts or extraction.rejected):
+                return  # it left no trace in the state
             if extraction.request is not None:
                 self.contained.update(extraction.request.event_ids)
-        else:
-            return
         self.contained.add(event.event_id)
-        self._stale = True
-        if self._rebuild:
-            return
-        for subject, obj in touched:
-            s, o = _node_id(event.tenant, subject), _node_id(event.tenant, obj)
-            self._touched.add(s)
-            self._new_nodes.update((s, o))
+        self._stale = True  # (which edges changed: the merge's change log, ``builder.changes``)
 
     def refresh(self) -> int:
         """Bring roll-ups and summaries up to date with what was applied; return the derived count."""
         if not self._stale:
             return len(self._derived)
-        graph = self.graph
-        subjects = {s for s in self._touched if s in graph}
-        if (self._rebuild or self.builder.changes is None
+        graph, changes, edges = self.graph, self.builder.changes, self.builder._edges
+        # the edges the merge made or changed, and their subjects (whose summaries change)
+        touched = {} if changes is None else {
+            fid: edges[fid] for fid in (*changes.added, *changes.grown, *changes.closed)}
+        subjects = {u for u, _ in touched.values()}
+        if (self._rebuild or changes is None
                 or len(subjects) > FULL_REFRESH_SHARE * max(graph.number_of_nodes(), 1)):
             self._full_rollups()
         else:
-            self._partial_rollups(subjects)
+            self._partial_rollups(subjects, touched)
             nodes = graph._node
-            for n in self._new_nodes:
-                data = nodes.get(n)
-                if data is not None and "summary" not in data:
-                    data["summary"], data["summary_sources"] = {}, []
-        self._touched.clear()
-        self._new_nodes.clear()
+            for fid in changes.added:  # a new node is an end of a new edge; objects get no summary
+                for n in edges[fid]:
+                    data = nodes[n]
+                    if "summary" not in data:
+                        data["summary"], data["summary_sources"] = {}, []
         self.builder.changes = MergeChanges()
         self._stale = self._rebuild = False
         return len(self._derived)
@@ -261,10 +246,10 @@ class LiveFold:
             if d["derivation"] != "extracted":
                 self._remember(k, (u, v), d["inputs"])
 
-    def _partial_rollups(self, subjects: set[str]) -> None:
-        """Roll-ups after merging: ``subjects`` are the touched subjects; the changed edges are
-        the ones the merge recorded in ``builder.changes`` (made, corroborated or closed since the
-        last refresh), so no other edge of a subject is looked at."""
+    def _partial_rollups(self, subjects: set[str], touched: dict[str, tuple[str, str]]) -> None:
+        """Roll-ups after merging: ``touched`` are the edges the merge recorded in
+        ``builder.changes`` (made, corroborated or closed since the last refresh; fact id → ends),
+        ``subjects`` their subjects, so no other edge of a subject is looked at."""
         changes, edges = self.builder.changes, self.builder._edges
         succ, partners = self.graph._succ, self._partners
         for fid in changes.added:  # partner lists kept from earlier refreshes gain the new edges
@@ -275,7 +260,6 @@ class LiveFold:
                 found = None if lists is None else lists.get(d["relation"])
                 if found is not None:
                     found[fid] = d
-        touched = {fid: edges[fid] for fid in (*changes.added, *changes.grown, *changes.closed)}
         relations: dict[str, set[str]] = {}  # subject → relations of its changed edges
         for fid, (u, v) in touched.items():
             relations.setdefault(u, set()).add(succ[u][v][fid]["relation"])
