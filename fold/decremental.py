@@ -237,6 +237,14 @@ def _entities(live: LiveFold, erased_at: Mapping[str, int], erased: set[str], er
     mentioned node's earliest erased mention (seq)."""
     graph, spec = live.graph, live.spec
     drop, renamed, check = [], set(), {}
+    # each erased fact's surface forms by the node they name, once (not per node: that was
+    # nodes x erased events of the same entity-key work)
+    surfaces: dict[str, set[str]] = {}
+    for eid in erased:
+        if eid in tenant_of and eid in erased_extractions:
+            for f, s, o, _ in accepted(spec, tenant_of[eid], erased_extractions[eid].facts):
+                surfaces.setdefault(s, set()).add(f.subject.strip())
+                surfaces.setdefault(o, set()).add(f.object.strip())
     for n, erased_first in erased_at.items():
         if n not in graph:
             continue
@@ -246,8 +254,7 @@ def _entities(live: LiveFold, erased_at: Mapping[str, int], erased: set[str], er
             drop.append(n)
             continue
         data = graph.nodes[n]
-        gone = {s for eid in erased if eid in tenant_of and eid in erased_extractions
-                for s in _surfaces(spec, tenant_of[eid], erased_extractions[eid].facts, n)}
+        gone = surfaces.get(n, set())
         if not gone:
             continue
         # erased mentions with the name only: unchanged if the first surviving mention says it too

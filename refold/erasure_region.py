@@ -392,6 +392,8 @@ class Region:
         starts = offsets[:-1][offsets[1:] > offsets[:-1]]
         firsts = pc.unique(inputs.values.take(pa.array(starts, pa.int64()))) if len(starts) else pa.array([], pa.string())
         own = edges.select(["fact_id", "subject"])
+        if pc.all(pc.is_in(firsts, value_set=own["fact_id"])).as_py() is not False:
+            return own  # (the usual case: no need to look through the kept rows' fact ids)
         kept = _keep(self.edges.select(["fact_id", "subject"]), keep & _isin(self.edges["fact_id"], firsts))
         return pa.concat_tables([kept.cast(own.schema), own])
 
