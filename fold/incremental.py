@@ -272,9 +272,10 @@ class LiveFold:
 
         Kept between refreshes: the merge only ever adds edges (and changes attributes in place),
         and :meth:`_partial_rollups` files each edge it added (``builder.changes.added``) in the
-        lists kept at its ends; any other change to the merged edges comes with a call of :meth:`_refresh_rollups` from
-        outside, which drops them all and keeps none it finds (``keep``: the caller may not yet be
-        done changing the graph, e.g. an erasure removes nodes afterwards).
+        lists kept at its ends; any other change to the merged edges comes with a call of
+        :meth:`_refresh_rollups` from outside, which drops them all and keeps none it finds
+        (``keep``: the caller may not yet be done changing the graph, e.g. an erasure removes
+        nodes afterwards).
         """
         mine = self._partners.get((node, leaving))
         found = None if mine is None else mine.get(relation)

@@ -14,8 +14,9 @@ Roll-ups read only extracted edges, so derived facts never feed other rules (no 
 
 from __future__ import annotations
 
+import itertools
 import operator
-from collections.abc import Callable, Container, Iterable, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 from datetime import datetime
 
 import networkx as nx
@@ -99,9 +100,10 @@ def derive(rules: Sequence[RollupRule], base: Iterable[dict], *,
             if touching is None:
                 pairs = _joined(firsts, seconds)
             else:  # the pairs with a touching input, each once: (touching, any), (other, touching)
-                pairs = [*_joined([d for d in firsts if d["fact_id"] in touching], seconds),
-                         *_joined([d for d in firsts if d["fact_id"] not in touching],
-                                  [d for d in seconds if d["fact_id"] in touching])]
+                pairs = itertools.chain(
+                    _joined([d for d in firsts if d["fact_id"] in touching], seconds),
+                    _joined([d for d in firsts if d["fact_id"] not in touching],
+                            [d for d in seconds if d["fact_id"] in touching]))
             for first, second in pairs:
                 when = _overlap(first, second)
                 if when is not None:
@@ -110,14 +112,16 @@ def derive(rules: Sequence[RollupRule], base: Iterable[dict], *,
     return new_edges
 
 
-def _joined(firsts: list[dict], seconds: list[dict]) -> list[tuple[dict, dict]]:
+def _joined(firsts: list[dict], seconds: list[dict]) -> Iterator[tuple[dict, dict]]:
     """(first, second) pairs where the first's object is the second's subject."""
     if not firsts or not seconds:
-        return []
+        return
     by_subject: dict[str, list[dict]] = {}
     for d in seconds:
         by_subject.setdefault(d["subject"], []).append(d)
-    return [(first, second) for first in firsts for second in by_subject.get(first["object"], ())]
+    for first in firsts:
+        for second in by_subject.get(first["object"], ()):
+            yield first, second
 
 
 _RECORD_ORDER = operator.itemgetter("recorded_seq", "fact_id")
