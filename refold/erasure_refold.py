@@ -43,7 +43,8 @@ from refold.fold.spec import FoldSpec
 from refold.storage.cache import PurgeResult
 from refold.storage.schema import table_to_events
 from refold.storage.snapshot_files import read_file
-from refold.storage.snapshots import SnapshotInfo, SnapshotStore, TableRead, edge_bucket_count, io_worker
+from refold.storage.snapshots import (Prepared, SnapshotInfo, SnapshotStore, TableRead, edge_bucket_count, io_worker,
+                                     prepare_contained)
 from refold.erasure_region import Region
 
 if TYPE_CHECKING:
@@ -124,7 +125,6 @@ class _Found:
     firsts: dict[str, tuple[int, str]]
     seq_of: dict[str, int]
     graph: object
-    contained: pa.Table
     held: list[str]
 
 
@@ -142,10 +142,16 @@ def _held(store: SnapshotStore, info: SnapshotInfo, erased: set[str]) -> tuple[S
     return (info, contained, held.to_pylist()) if len(held) else None
 
 
-def _find(store: SnapshotStore, info: SnapshotInfo, erased: set[str]) -> "_Found | None":
+def _find(store: SnapshotStore, info: SnapshotInfo, erased: set[str], held_ready: Future) -> "_Found | None":
     """The region of ``info`` that the erased events it holds touched, or None when it holds
-    none (runs on the snapshot worker while the patch reads the cache)."""
-    target = _held(store, info, erased)
+    none (runs on the snapshot worker while the patch reads the cache). ``held_ready`` gets
+    :func:`_held`'s answer as soon as it is known."""
+    try:
+        target = _held(store, info, erased)
+    except BaseException as exc:  # (the patch waits on held_ready: it must hear of a failure too)
+        held_ready.set_exception(exc)
+        raise
+    held_ready.set_result(target)
     if target is None:
         return None
     _, contained, held = target
@@ -178,7 +184,7 @@ def _find(store: SnapshotStore, info: SnapshotInfo, erased: set[str]) -> "_Found
                 if alive and (n not in firsts or min(alive) < firsts[n]):
                     firsts[n] = min(alive)
     seq_of.update((eid, seq) for seq, eid in firsts.values())
-    return _Found(region, mentioned, firsts, seq_of, region.graph(edges, mentioned), contained, held)
+    return _Found(region, mentioned, firsts, seq_of, region.graph(edges, mentioned), held)
 
 
 class _Part:
@@ -247,15 +253,26 @@ class SnapshotPatcher:
         # thread of their own they cost more CPU in handing the GIL back and forth than they saved
         # in time). An indexed snapshot: only the nodes, the index and the buckets of the erased
         # events' edges, then those the region asks for as it grows
-        found = io_worker().submit(_find, self._store(), info, erased)
+        held_ready: Future = Future()
+        found = io_worker().submit(_find, self._store(), info, erased, held_ready)
         try:
             early = sorted(i for i in erased if self._seqs.get(i, info.last_seq + 1) <= info.last_seq)
             erased_rows = (self.mem.cache.facts(info.spec_hash, early, seqs=[self._seqs[i] for i in early])
                            if early else {})
+            target = held_ready.result()
+            if target is None:
+                return PurgeResult(STORE, 0, ("no snapshot holds the erased events: nothing to patch",))
+            # the contained ids the patched snapshot keeps, encoded here while the worker still
+            # looks for the region (the region's graph holds only the erased ids of the set, all
+            # remove_events looks at), so that the write after the splice has one file less
+            _, contained, held = target
+            remaining = contained.filter(pc.invert(pc.is_in(contained["event_id"],
+                                                            value_set=pa.array(held, pa.string()))))
+            remaining = prepare_contained(remaining if info.indexed else remaining.select(["event_id"]))
             if found.result() is None:
                 return PurgeResult(STORE, 0, ("no snapshot holds the erased events: nothing to patch",))
             with paused_gc():  # many small objects, none cyclic: a full collection would dominate
-                patch = self._patch(spec, info, found.result(), erased, retractions, erased_rows)
+                patch = self._patch(spec, info, found.result(), erased, retractions, erased_rows, remaining)
         except _NotCurrent:
             return PurgeResult(STORE, 0, ("no snapshot of the current spec holds the erased events: "
                                           "nothing to patch",))
@@ -306,10 +323,10 @@ class SnapshotPatcher:
         return out
 
     def _patch(self, spec_future: "_Part", info: SnapshotInfo, found: "_Found", erased: set[str],
-               retractions: "_Part", erased_rows: dict) -> Patch:
+               retractions: "_Part", erased_rows: dict, remaining: Prepared) -> Patch:
         mem = self.mem
         spec_hash = info.spec_hash
-        region, mentioned, firsts, contained, held = found.region, found.mentioned, found.firsts, found.contained, found.held
+        region, mentioned, firsts, held = found.region, found.mentioned, found.firsts, found.held
         erased_held = set(held)
         seq_of = dict(self._seqs)  # log positions of the events named below, from the edges' source lists
         seq_of.update(found.seq_of)
@@ -352,7 +369,6 @@ class SnapshotPatcher:
         # looks at): the others stay as the snapshot listed them
         if live.contained:
             raise NotDecremental("the patch left an erased event in the state")
-        remaining = contained.filter(pc.invert(pc.is_in(contained["event_id"], value_set=pa.array(held, pa.string()))))
         # only the buckets that held a changed edge before, or hold one now, are written again
         done = region.splice(live.graph, edge_bucket_count(info))
         store = SnapshotStore(mem.layout, storage_options=mem.storage_options)

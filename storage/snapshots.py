@@ -50,7 +50,7 @@ from .snapshot_files import (TableRead, _dictionary_columns, _edge_files, _ids_d
                              _sha256, _sorted_ids, io_worker, read_file)
 from .layout import Layout
 
-__all__ = ["SnapshotInfo", "SnapshotStore", "TableRead", "io_worker"]
+__all__ = ["Prepared", "SnapshotInfo", "SnapshotStore", "TableRead", "io_worker", "prepare_contained"]
 
 MANIFEST = "manifest.json"
 _CONTAINED_SCHEMA = pa.schema([("event_id", pa.string())])
@@ -231,7 +231,8 @@ class SnapshotStore:
         return self._write(live.spec.hash, live.last_seq, live.link, live.builder.stats, nodes, buckets,
                            edges.num_rows, contained, index=node_index(edges, which))
 
-    def replace(self, info: SnapshotInfo, *, nodes: pa.Table, contained: list[str] | pa.Array | pa.Table, stats,
+    def replace(self, info: SnapshotInfo, *, nodes: pa.Table, contained: "list[str] | pa.Array | pa.Table | Prepared",
+                stats,
                 edges: pa.Table | None = None, rewrite: set[int] | None = None, bucket_of: pa.Array | None = None,
                 buckets: dict[int, pa.Table] | None = None, edge_count: int | None = None,
                 index: pa.Table | None = None) -> SnapshotInfo:
@@ -248,6 +249,7 @@ class SnapshotStore:
 
         ``index`` (with ``contained`` a table of ids and their buckets, sorted by id): the new
         snapshot's bucket index, which makes it format 3; without, it is written as format 2.
+        ``contained`` may also come encoded ahead (:func:`prepare_contained`).
         """
         if self.root is None:
             raise StoreError("this store keeps no snapshots")
@@ -269,7 +271,11 @@ class SnapshotStore:
             assert edges is not None
             which = bucket_of if bucketed and bucket_of is not None else edge_buckets(bucket_keys(edges), count)
             buckets = {b: edges.filter(pc.equal(which, b)) for b in range(count) if b not in reuse}
-        if index is None:
+        if isinstance(contained, Prepared):
+            if (index is not None) != ("buckets" in contained.table.column_names):
+                raise StoreError("an indexed snapshot needs its contained ids with their buckets, an older one "
+                                 "the ids alone")
+        elif index is None:
             ids = contained["event_id"] if isinstance(contained, pa.Table) else contained
             contained = pa.table([_sorted_ids(ids)], schema=_CONTAINED_SCHEMA)
         elif not isinstance(contained, pa.Table):
@@ -280,7 +286,7 @@ class SnapshotStore:
         return written
 
     def _write(self, spec_hash: str, last_seq: int, link: str, stats, nodes: pa.Table,
-               buckets: dict[int, pa.Table], edge_count: int, contained: pa.Table, *, replace: bool = False,
+               buckets: dict[int, pa.Table], edge_count: int, contained: "pa.Table | Prepared", *, replace: bool = False,
                reuse: dict[int, tuple[Path, str]] | None = None, index: pa.Table | None = None) -> SnapshotInfo | None:
         """Write a snapshot folder: ``buckets`` (bucket number -> rows) and the ``reuse``d
         buckets' files (linked) make up its edges; ``contained``: the ids (sorted), with their
@@ -293,48 +299,49 @@ class SnapshotStore:
         tmp.mkdir()
         try:
             reuse = reuse or {}
-            contained = _sorted_table(contained)
-            ids = contained["event_id"].combine_chunks()
-            tables = {"nodes": nodes, "contained": contained}
+            ready = contained if isinstance(contained, Prepared) else prepare_contained(contained, encode=False)
+            tables = {"nodes": nodes}
+            if ready.file is None:
+                tables["contained"] = ready.table
             if index is not None:
                 tables["index"] = index
             tables.update((f"edges-{b:03d}", table) for b, table in sorted(buckets.items()))
 
             def put(name: str) -> tuple[str, str]:
-                # encoded in memory, hashed there and written once (hashing the file meant
-                # reading it back); no column statistics: nothing prunes a snapshot's files (they
-                # are read whole), and computing them took a third of a bucket's write
-                sink = pa.BufferOutputStream()
-                pq.write_table(tables[name], sink, compression="zstd", write_statistics=False,
-                               use_dictionary=_dictionary_columns(name))
-                data = sink.getvalue()
+                data, digest = _encode(name, tables[name])
                 with open(tmp / f"{name}.parquet", "wb") as fh:
                     fh.write(data)
-                return name, hashlib.sha256(data).hexdigest()
+                return name, digest
 
             # the files are shared out between the worker thread and this one, largest first to
             # whichever has less so far (encoding and compressing release the GIL): a patch's
-            # four small files come out about even
+            # bucket on one side, nodes and index on the other. Size = cells (nbytes walks every
+            # buffer of a sliced or concatenated table: ~0.3 ms a table)
             there: list[str] = []
             here: list[str] = []
             load = [0, 0]
-            for name in sorted(tables, key=lambda n: -tables[n].nbytes):
+            size = {name: table.num_rows * table.num_columns for name, table in tables.items()}
+            for name in sorted(tables, key=lambda n: -size[n]):
                 side = 0 if load[0] <= load[1] else 1
                 (there if side == 0 else here).append(name)
-                load[side] += tables[name].nbytes
+                load[side] += size[name]
             if _on_worker():
                 here, there = here + there, []
             elsewhere = io_worker().submit(lambda: [put(name) for name in there]) if there else None
             files = dict(put(name) for name in here)
             if elsewhere is not None:
                 files.update(elsewhere.result())
+            if ready.file is not None:  # (encoded ahead, see prepare_contained)
+                with open(tmp / "contained.parquet", "wb") as fh:
+                    fh.write(ready.file[0])
+                files["contained"] = ready.file[1]
             for b, (source, digest) in reuse.items():
                 os.link(source, tmp / f"edges-{b:03d}.parquet")  # same bytes: no copy, no rehash
                 files[f"edges-{b:03d}"] = digest
             info = SnapshotInfo(
                 spec_hash=spec_hash, last_seq=last_seq, link=link, path=str(final),
                 stats=stats_to_json(stats), nodes=nodes.num_rows, edges=edge_count,
-                contained=len(ids), contained_sha256=_ids_digest(ids),
+                contained=ready.count, contained_sha256=ready.ids_sha256,
                 created_at=datetime.now(timezone.utc).isoformat(), files=files,
                 format=FORMAT if index is not None else FORMATS[0],
             )
@@ -409,6 +416,38 @@ class SnapshotStore:
     def _detail(self, hits: list[SnapshotInfo], partial: list[Path]) -> tuple[str, ...]:
         root = Path(self.layout.root)
         return tuple(sorted(os.path.relpath(p, root) for p in [*(Path(h.path) for h in hits), *partial]))
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A snapshot's contained ids ready for a write: the table (sorted by id), their count and
+    digest, and, when encoded ahead, the file's bytes and SHA-256."""
+
+    table: pa.Table
+    count: int
+    ids_sha256: str
+    file: tuple[pa.Buffer, str] | None = None
+
+
+def prepare_contained(contained: pa.Table, *, encode: bool = True) -> Prepared:
+    """``contained`` (event ids, with their buckets in format 3) sorted, counted and digested, and
+    with ``encode`` its file encoded: an erasure's patch does this on the snapshot worker while
+    its main thread still reads the cache, so the write after the splice has one file less."""
+    table = _sorted_table(contained)
+    ids = table["event_id"].combine_chunks()
+    return Prepared(table, len(ids), _ids_digest(ids), _encode("contained", table) if encode else None)
+
+
+def _encode(name: str, table: pa.Table) -> tuple[pa.Buffer, str]:
+    """Snapshot file ``name``'s bytes and their SHA-256: encoded in memory, hashed there and
+    written once (hashing the file meant reading it back); no column statistics: nothing prunes
+    a snapshot's files (they are read whole), and computing them took a third of a bucket's
+    write."""
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, compression="zstd", write_statistics=False,
+                   use_dictionary=_dictionary_columns(name))
+    data = sink.getvalue()
+    return data, hashlib.sha256(data).hexdigest()
 
 
 def _sorted_table(contained: pa.Table) -> pa.Table:
