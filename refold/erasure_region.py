@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 
 from refold.fold.incremental import LiveFold
 from refold.fold.snapshot_codec import decode_graph, encode_graph
-from refold.storage.snapshot_buckets import INDEX_SCHEMA, bucket_keys, edge_buckets
+from refold.storage.snapshot_buckets import INDEX_SCHEMA, bucket_keys, edge_buckets, small_node_index
 
 __all__ = ["Region", "Splice"]
 
@@ -358,7 +358,7 @@ class Region:
         :meth:`first_mentions` found (the surviving first from the index, or the least outside the
         region); for the others it did not change (only erased mentions go)."""
         assert self.index is not None
-        fresh = _small_index(edges, placed)
+        fresh = small_node_index(edges, placed)
         touched = sorted(self.node_ids | fresh.keys())
         alive = _isin(pa.array(touched, pa.string()), nodes["id"])  # (a node the patch dropped goes)
         touched_alive = [n for n, ok in zip(touched, alive.tolist()) if ok]
@@ -396,40 +396,6 @@ class Region:
             return own  # (the usual case: no need to look through the kept rows' fact ids)
         kept = _keep(self.edges.select(["fact_id", "subject"]), keep & _isin(self.edges["fact_id"], firsts))
         return pa.concat_tables([kept.cast(own.schema), own])
-
-
-def _small_index(edges: pa.Table, placed: np.ndarray) -> dict[str, dict]:
-    """:func:`~refold.storage.snapshot_buckets.node_index` of a region's few rows, in Python (the
-    Arrow version's fixed cost, ~2 ms, is for whole snapshots), as rows by node id."""
-    rows = edges.select(["fact_id", "subject", "object", "derivation", "inputs", "sources",
-                         "source_seqs"]).to_pylist()
-    subject_of = {r["fact_id"]: r["subject"] for r in rows}
-    out: dict[str, dict] = {}
-
-    def row(n: str) -> dict:
-        if n not in out:
-            out[n] = {"id": n, "has_out": False, "in_buckets": set(), "derived_buckets": set(), "first": None}
-        return out[n]
-
-    for r, b in zip(rows, placed.tolist()):
-        u, v = row(r["subject"]), row(r["object"])
-        if r["derivation"] != "extracted":
-            for i in r["inputs"]:
-                if i in subject_of:
-                    row(subject_of[i])["derived_buckets"].add(b)
-            continue
-        u["has_out"] = True
-        v["in_buckets"].add(b)
-        if r["sources"]:
-            least = min(zip(r["source_seqs"], r["sources"]))
-            for end in (u, v):
-                end["first"] = least if end["first"] is None else min(end["first"], least)
-    for r in out.values():
-        r["in_buckets"] = sorted(r["in_buckets"]) or None
-        r["derived_buckets"] = sorted(r["derived_buckets"]) or None
-        first = r.pop("first")
-        r["first_seq"], r["first_event"] = first if first is not None else (None, None)
-    return out
 
 
 def _plain_values(values: pa.Array | pa.ChunkedArray) -> set[str]:

@@ -12,6 +12,7 @@ import os
 import threading
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,7 +26,7 @@ from refold.fold.snapshot_codec import DICTIONARY_COLUMNS
 if TYPE_CHECKING:
     from .snapshots import SnapshotInfo
 
-__all__ = ["TableRead", "file_kind", "io_worker", "read_file"]
+__all__ = ["Prepared", "TableRead", "file_kind", "io_worker", "prepare_contained", "read_file"]
 
 
 def _edge_files(info: "SnapshotInfo") -> list[str]:
@@ -218,3 +219,44 @@ def read_file(info: SnapshotInfo, name: str, kind: str | None, *, for_decode: bo
         if columns is None and kind == "contained":
             columns = ["event_id"]
         return fh.read(columns=columns, use_threads=use_threads)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A snapshot's contained ids ready for a write: the table (sorted by id), their count and
+    digest, and, when encoded ahead, the file's bytes and SHA-256."""
+
+    table: pa.Table
+    count: int
+    ids_sha256: str
+    file: tuple[pa.Buffer, str] | None = None
+
+
+def prepare_contained(contained: pa.Table, *, encode: bool = True) -> Prepared:
+    """``contained`` (event ids, with their buckets in format 3) sorted, counted and digested, and
+    with ``encode`` its file encoded: an erasure's patch does this on the snapshot worker while
+    its main thread still reads the cache, so the write after the splice has one file less."""
+    table = _sorted_table(contained)
+    ids = table["event_id"].combine_chunks()
+    return Prepared(table, len(ids), _ids_digest(ids), _encode("contained", table) if encode else None)
+
+
+def _encode(name: str, table: pa.Table) -> tuple[pa.Buffer, str]:
+    """Snapshot file ``name``'s bytes and their SHA-256: encoded in memory, hashed there and
+    written once (hashing the file meant reading it back); no column statistics: nothing prunes
+    a snapshot's files (they are read whole), and computing them took a third of a bucket's
+    write."""
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, compression="zstd", write_statistics=False,
+                   use_dictionary=_dictionary_columns(name))
+    data = sink.getvalue()
+    return data, hashlib.sha256(data).hexdigest()
+
+
+def _sorted_table(contained: pa.Table) -> pa.Table:
+    """``contained`` (event ids, maybe with their buckets) sorted by id, as written (checked, not
+    sorted again when it is: the usual case)."""
+    ids = contained["event_id"].combine_chunks()
+    if len(ids) > 1 and not pc.all(pc.greater_equal(ids.slice(1), ids.slice(0, len(ids) - 1))).as_py():
+        contained = contained.take(pc.sort_indices(ids))
+    return contained.combine_chunks()

@@ -46,8 +46,9 @@ from refold.fold.snapshot_codec import (FORMAT, FORMATS, decode_graph, encode_gr
 from refold.fold.spec import FoldSpec
 from .cache import PurgeResult
 from .snapshot_buckets import BUCKET_LIST, bucket_keys, edge_buckets, event_buckets, node_index
-from .snapshot_files import (TableRead, _dictionary_columns, _edge_files, _ids_digest, _on_worker,  # noqa: F401
-                             _sha256, _sorted_ids, io_worker, read_file)
+from .snapshot_files import (Prepared, TableRead, _dictionary_columns, _edge_files, _encode,  # noqa: F401
+                             _ids_digest, _on_worker, _sha256, _sorted_ids, _sorted_table, io_worker,
+                             prepare_contained, read_file)
 from .layout import Layout
 
 __all__ = ["Prepared", "SnapshotInfo", "SnapshotStore", "TableRead", "io_worker", "prepare_contained"]
@@ -416,47 +417,6 @@ class SnapshotStore:
     def _detail(self, hits: list[SnapshotInfo], partial: list[Path]) -> tuple[str, ...]:
         root = Path(self.layout.root)
         return tuple(sorted(os.path.relpath(p, root) for p in [*(Path(h.path) for h in hits), *partial]))
-
-
-@dataclass(frozen=True)
-class Prepared:
-    """A snapshot's contained ids ready for a write: the table (sorted by id), their count and
-    digest, and, when encoded ahead, the file's bytes and SHA-256."""
-
-    table: pa.Table
-    count: int
-    ids_sha256: str
-    file: tuple[pa.Buffer, str] | None = None
-
-
-def prepare_contained(contained: pa.Table, *, encode: bool = True) -> Prepared:
-    """``contained`` (event ids, with their buckets in format 3) sorted, counted and digested, and
-    with ``encode`` its file encoded: an erasure's patch does this on the snapshot worker while
-    its main thread still reads the cache, so the write after the splice has one file less."""
-    table = _sorted_table(contained)
-    ids = table["event_id"].combine_chunks()
-    return Prepared(table, len(ids), _ids_digest(ids), _encode("contained", table) if encode else None)
-
-
-def _encode(name: str, table: pa.Table) -> tuple[pa.Buffer, str]:
-    """Snapshot file ``name``'s bytes and their SHA-256: encoded in memory, hashed there and
-    written once (hashing the file meant reading it back); no column statistics: nothing prunes
-    a snapshot's files (they are read whole), and computing them took a third of a bucket's
-    write."""
-    sink = pa.BufferOutputStream()
-    pq.write_table(table, sink, compression="zstd", write_statistics=False,
-                   use_dictionary=_dictionary_columns(name))
-    data = sink.getvalue()
-    return data, hashlib.sha256(data).hexdigest()
-
-
-def _sorted_table(contained: pa.Table) -> pa.Table:
-    """``contained`` (event ids, maybe with their buckets) sorted by id, as written (checked, not
-    sorted again when it is: the usual case)."""
-    ids = contained["event_id"].combine_chunks()
-    if len(ids) > 1 and not pc.all(pc.greater_equal(ids.slice(1), ids.slice(0, len(ids) - 1))).as_py():
-        contained = contained.take(pc.sort_indices(ids))
-    return contained.combine_chunks()
 
 
 def _remove_dir(path: Path) -> None:

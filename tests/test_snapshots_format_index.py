@@ -200,13 +200,12 @@ def test_the_bucket_of_every_row_is_its_key_s_after_a_patch(tmp_path, monkeypatc
 
 
 def test_the_region_s_own_index_rows_equal_the_whole_snapshot_computation(tmp_path, monkeypatch):
-    """erasure_region._small_index (Python, for a patch's few rows) == node_index (Arrow)."""
+    """snapshot_buckets.small_node_index (Python, for a patch's few rows) == node_index (Arrow)."""
     import random
 
     import numpy as np
 
-    from refold.erasure_region import _small_index
-    from refold.storage.snapshot_buckets import node_index
+    from refold.storage.snapshot_buckets import node_index, small_node_index
 
     monkeypatch.setattr(snapshots, "BUCKET_ROWS", 6)
     mem = _store(tmp_path, _x())
@@ -216,7 +215,7 @@ def test_the_region_s_own_index_rows_equal_the_whole_snapshot_computation(tmp_pa
         part = pa.Table.from_pylist(rng.sample(rows, size))
         placed = np.array([rng.randrange(4) for _ in range(size)], dtype=np.int32)
         want = {r["id"]: r for r in node_index(part, placed).to_pylist()}
-        got = _small_index(part, placed)
+        got = small_node_index(part, placed)
         assert got.keys() == want.keys()
         for n, row in want.items():
             for name in ("in_buckets", "derived_buckets"):
