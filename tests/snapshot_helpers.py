@@ -91,3 +91,15 @@ def folded(steps: Sequence[tuple], *, check_each: Callable[[LiveFold], None] | N
             check_each(live)
     live.refresh()
     return live
+
+
+def check_indexes(live: LiveFold) -> None:
+    """``live``'s derived-edge indexes (``_derived``, ``_by_input``) equal what its graph holds."""
+    derived = {k: ((u, v), tuple(d["inputs"])) for u, v, k, d in live.graph.edges(keys=True, data=True)
+               if d["derivation"] != "extracted"}
+    assert live._derived == derived
+    by_input: dict[str, set[str]] = {}
+    for k, (_, inputs) in derived.items():
+        for i in inputs:
+            by_input.setdefault(i, set()).add(k)
+    assert live._by_input == by_input

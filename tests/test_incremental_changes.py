@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from refold.fold.incremental import LiveFold
 from refold.fold.merge import GraphBuilder, MergeChanges
 from tests.fold_helpers import canonical_graph
-from tests.snapshot_helpers import CountingRules, memory_log, memory_steps, recomputed
+from tests.snapshot_helpers import CountingRules, check_indexes, memory_log, memory_steps, recomputed
 
 step = memory_steps(retract_one_in=4)
 CLOSING = {"valid_to", "superseded_by", "ended_by"}
@@ -26,17 +26,6 @@ CLOSING = {"valid_to", "superseded_by", "ended_by"}
 def _merged(builder: GraphBuilder) -> dict[str, dict]:
     graph = builder.graph
     return {fid: copy.deepcopy(graph.edges[u, v, fid]) for fid, (u, v) in builder._edges.items()}
-
-
-def _check_indexes(live: LiveFold) -> None:
-    derived = {k: ((u, v), tuple(d["inputs"])) for u, v, k, d in live.graph.edges(keys=True, data=True)
-               if d["derivation"] != "extracted"}
-    assert live._derived == derived
-    by_input: dict[str, set[str]] = {}
-    for k, (_, inputs) in derived.items():
-        for i in inputs:
-            by_input.setdefault(i, set()).add(k)
-    assert live._by_input == by_input
 
 
 @settings(max_examples=150, deadline=None)
@@ -89,7 +78,7 @@ def test_refreshes_from_the_change_log_equal_a_full_recompute(steps, data):
         done = cut
         live.refresh()
         assert canonical_graph(live.graph) == canonical_graph(recomputed(live))
-        _check_indexes(live)
+        check_indexes(live)
         assert live.builder.changes == MergeChanges()
 
 
@@ -104,7 +93,7 @@ def _refreshed(steps: list[tuple]) -> list[str]:
         live.apply(e, extractions.get(e.event_id))
         live.refresh()
         assert canonical_graph(live.graph) == canonical_graph(recomputed(live))
-        _check_indexes(live)
+        check_indexes(live)
         states.append(canonical_graph(live.graph))
     return states
 
@@ -137,7 +126,7 @@ def test_closing_an_input_shortens_its_derived_edges_in_place():
     live.apply(events[4], extractions.get(events[4].event_id))
     live.refresh()
     assert canonical_graph(live.graph) == canonical_graph(recomputed(live))
-    _check_indexes(live)
+    check_indexes(live)
 
 
 def test_a_retraction_or_a_backdated_close_that_empties_an_overlap_drops_the_derived_edge():

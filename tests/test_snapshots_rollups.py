@@ -12,20 +12,9 @@ from hypothesis import strategies as st
 
 from refold.fold.incremental import LiveFold
 from tests.fold_helpers import canonical_graph
-from tests.snapshot_helpers import CountingRules, folded, memory_log, memory_steps, recomputed
+from tests.snapshot_helpers import CountingRules, check_indexes, folded, memory_log, memory_steps, recomputed
 
 step = memory_steps()
-
-
-def _check_indexes(live: LiveFold) -> None:
-    derived = {k: ((u, v), tuple(d["inputs"])) for u, v, k, d in live.graph.edges(keys=True, data=True)
-               if d["derivation"] != "extracted"}
-    assert live._derived == derived
-    by_input: dict[str, set[str]] = {}
-    for k, (_, inputs) in derived.items():
-        for i in inputs:
-            by_input.setdefault(i, set()).add(k)
-    assert live._by_input == by_input
 
 
 @settings(max_examples=150, deadline=None)
@@ -54,7 +43,7 @@ def test_refresh_after_removing_and_changing_merged_edges_equals_a_full_recomput
         subjects.add(u)
     live._refresh_rollups(subjects, touched, removed=removed)
     assert canonical_graph(live.graph) == canonical_graph(recomputed(live))
-    _check_indexes(live)
+    check_indexes(live)
 
 
 @settings(max_examples=60, deadline=None)
@@ -72,4 +61,4 @@ def test_partial_refresh_after_more_events_equals_a_full_recompute(steps, cut):
         live.apply(e, extractions.get(e.event_id))
     live.refresh()  # partial unless more than half of the entities were touched
     assert canonical_graph(live.graph) == canonical_graph(recomputed(live))
-    _check_indexes(live)
+    check_indexes(live)
