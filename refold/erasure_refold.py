@@ -116,13 +116,12 @@ def _region(info: SnapshotInfo, read: TableRead) -> Region:
 
 @dataclass(frozen=True)
 class _Found:
-    """What the patch finds in the snapshot before it needs the cache: the region, the nodes an
-    erased event mentioned with their first surviving mentions (see :meth:`Region.first_mentions`),
-    the seqs of the region's merged edges' sources, and the region's graph."""
+    """What the patch finds in the snapshot before it needs the cache: the region, the seqs of
+    the region's merged edges' sources and of the first surviving mentions of the nodes an erased
+    event mentioned (see :meth:`Region.first_mentions`), the region's graph, and the erased ids the
+    snapshot holds."""
 
     region: Region
-    mentioned: set[str]
-    firsts: dict[str, tuple[int, str]]
     seq_of: dict[str, int]
     graph: object
     held: list[str]
@@ -184,7 +183,7 @@ def _find(store: SnapshotStore, info: SnapshotInfo, erased: set[str], held_ready
                 if alive and (n not in firsts or min(alive) < firsts[n]):
                     firsts[n] = min(alive)
     seq_of.update((eid, seq) for seq, eid in firsts.values())
-    return _Found(region, mentioned, firsts, seq_of, region.graph(edges, mentioned), held)
+    return _Found(region, seq_of, region.graph(edges, mentioned), held)
 
 
 class _Part:
@@ -326,8 +325,7 @@ class SnapshotPatcher:
                retractions: "_Part", erased_rows: dict, remaining: Prepared) -> Patch:
         mem = self.mem
         spec_hash = info.spec_hash
-        region, mentioned, firsts, held = found.region, found.mentioned, found.firsts, found.held
-        erased_held = set(held)
+        region, held = found.region, found.held
         seq_of = dict(self._seqs)  # log positions of the events named below, from the edges' source lists
         seq_of.update(found.seq_of)
         # the erased events' rows (read while the snapshot was decoded, when the plan gave their seqs),
