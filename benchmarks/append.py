@@ -252,7 +252,7 @@ def measure(workdir: Path, label: str, size: int, count: int, repeat: int) -> di
 def floors(workdir: Path, batch: list[NewEvent], repeat: int) -> tuple[float, float, float | None]:
     """Best-of seconds for (the 3 SHA-256 per event with hashlib, pyarrow writing the sealed rows,
     the same hashes through storage/_sealhash.c, or None where it was not built)."""
-    table, _ = seal_rows(batch, first_seq=0, prev_link=GENESIS, recorded_at=datetime.now(timezone.utc),
+    table, _, _ = seal_rows(batch, first_seq=0, prev_link=GENESIS, recorded_at=datetime.now(timezone.utc),
                          table_version=1)
     rows = list(table_to_events(table))
     sha = hashlib.sha256

@@ -79,8 +79,11 @@ def write_rows(dt: DeltaTable, rows: pa.Table, props: CommitProperties, *,
 
 
 def encode_file(rows: pa.Table, *, options: dict | None = None,
-                stats_columns: Sequence[str] = STATS_COLUMNS) -> tuple[dict, pa.Buffer]:
+                stats_columns: Sequence[str] = STATS_COLUMNS, stats: str | None = None) -> tuple[dict, pa.Buffer]:
     """``rows`` encoded as a Parquet file under a new name, and the ``add`` action naming it.
+
+    ``stats``: the action's statistics when the caller made them already (``add_stats(rows,
+    stats_columns)``'s text; the sealer makes them while the hashes run), else computed here.
 
     Nothing is written: :func:`store_file` puts the bytes in the table folder, which must happen
     before a commit holding the action lands.
@@ -93,7 +96,7 @@ def encode_file(rows: pa.Table, *, options: dict | None = None,
     name = f"part-00000-{uuid.uuid4()}-c000.parquet"  # delta-rs's pattern, without one codec in it
     add = {"path": name, "partitionValues": {}, "size": data.size,
            "modificationTime": time.time_ns() // 1_000_000, "dataChange": True,
-           "stats": add_stats(rows, stats_columns)}
+           "stats": add_stats(rows, stats_columns) if stats is None else stats}
     return add, data
 
 

@@ -133,16 +133,17 @@ def commit_add(folder: Path, version: int, add: dict, metadata: dict[str, str], 
 
 
 def commit_rows(folder: Path, version: int, rows: pa.Table, metadata: dict[str, str], *,
-                options: dict | None = None, stats_columns: tuple[str, ...] = STATS_COLUMNS) -> dict:
+                options: dict | None = None, stats_columns: tuple[str, ...] = STATS_COLUMNS,
+                stats: str | None = None) -> dict:
     """Append ``rows`` to the table at ``folder`` as one new data file in commit ``version``;
     return the commit's ``add`` action.
 
     The file is written on a worker while the commit file is staged (two file creations at once,
     each 0.2-1 ms on this machine's ext4), and the commit is linked after both. Raises
     ``CommitFailedError`` when another writer took ``version``; its data file is removed then
-    (nobody can reference it). ``options``/``stats_columns``: as :func:`~.datafiles.encode_file`.
+    (nobody can reference it). ``options``/``stats_columns``/``stats``: as :func:`~.datafiles.encode_file`.
     """
-    add, data = encode_file(rows, options=options, stats_columns=stats_columns)
+    add, data = encode_file(rows, options=options, stats_columns=stats_columns, stats=stats)
     stored = store_in_background(folder, add["path"], data)
     try:
         commit_add(folder, version, add, metadata, before_link=stored.result)

@@ -47,7 +47,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pyarrow.dataset as ds
 from deltalake import CommitProperties, DeltaTable
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
@@ -62,7 +61,7 @@ from .hostlock import host_turn
 from . import delta_commit
 from .datafiles import WRITER_PROPERTIES, write_rows
 from .schema import EVENTS_SCHEMA, TABLE_CONFIGURATION
-from .sealing import seal_rows
+from .sealing import Sealed, seal_rows
 
 #: Once this many data files have been added since the last compaction, the append that added the
 #: last one merges them (0: never). delta-rs's commit cost grows with the number of files: a
@@ -201,10 +200,10 @@ class EventLog(LogReader):
                 fresh = [e for e in unique if e.event_id not in existing] if existing else unique
                 if not fresh:
                     return [existing[e.event_id] for e in batch]
-                table, new_head = self._seal_table(fresh, self._last, version + 1, protect=protect)
+                rows, new_head = self._seal_table(fresh, self._last, version + 1, protect=protect)
                 self._added = None
                 try:
-                    self._write(version, table, {HEAD_KEY: json.dumps(new_head.as_json())})
+                    self._write(version, rows, {HEAD_KEY: json.dumps(new_head.as_json())})
                 except CommitFailedError:
                     # Another writer landed first: re-read the head and try again, with jitter so
                     # racing writers spread out.
@@ -365,22 +364,23 @@ class EventLog(LogReader):
                 and not os.path.exists(log_dir / delta_commit.log_name(version + 1)))
 
     # a seam for fault-injection tests (an error after the commit landed)
-    def _write(self, version: int, table: pa.Table, metadata: dict[str, str]) -> None:
-        """Commit ``table`` as table version ``version + 1`` with ``metadata`` in its commitInfo.
+    def _write(self, version: int, rows: Sealed, metadata: dict[str, str]) -> None:
+        """Commit ``rows`` as table version ``version + 1`` with ``metadata`` in its commitInfo.
 
         Raises ``CommitFailedError`` when another commit took that version (the data file of a
         lost race is removed).
         """
         if self._fast:
-            if not table.schema.equals(EVENTS_SCHEMA):  # what the table's schema was checked against
+            if not rows.table.schema.equals(EVENTS_SCHEMA):  # what the table's schema was checked against
                 raise StoreError("internal error: sealed rows do not have the log's schema")
-            self._added = delta_commit.commit_rows(self._folder, version + 1, table, metadata)["path"]
+            self._added = delta_commit.commit_rows(self._folder, version + 1, rows.table, metadata,
+                                                   stats=rows.stats)["path"]
             return
         dt = self._dt
         if dt is None or dt.version() != version:  # moved since _sync: compute again
             raise CommitFailedError(f"the table is no longer at version {version}")
         props = CommitProperties(max_commit_retries=0, custom_metadata=metadata)
-        write_rows(dt, table, props, storage_options=self.storage_options)
+        write_rows(dt, rows.table, props, storage_options=self.storage_options)
 
     def _check_existing(self, batch: Sequence[NewEvent], ids: list[str]) -> dict[str, int]:
         """event_id → seq of the ids in ``batch`` (``ids``, in order) the log holds (a conflicting
@@ -407,16 +407,16 @@ class EventLog(LogReader):
         return new.same_input(old)
 
     def _seal_table(self, fresh: Sequence[NewEvent], head: Head, version: int, *,
-                    protect: bool = True) -> tuple[pa.Table, Head]:
+                    protect: bool = True) -> tuple[Sealed, Head]:
         """Rows for ``fresh`` placed after ``head`` and sealed into the chain, and the new head."""
         # record time never runs backwards along seq, even if clocks differ between writers
         recorded_at = max(datetime.now(timezone.utc), head.recorded_at)
-        table, link = seal_rows(
+        rows = seal_rows(
             fresh, first_seq=head.seq + 1, prev_link=head.link, recorded_at=recorded_at,
             table_version=version,
             protector=self.protector if protect and self.protector is not _plain else None,
         )
-        return table, Head(head.seq + len(fresh), link, recorded_at, version)
+        return rows, Head(head.seq + len(fresh), rows.link, recorded_at, version)
 
     # -- published heads ------------------------------------------------------------------------
 

@@ -23,6 +23,7 @@ from refold.fold.chain import DOMAIN, GENESIS, HEADER_FIELDS, reference_header_b
 from refold.fold.events import Event, Fact, NewEvent
 from refold.storage import sealing
 from refold.storage.schema import EVENTS_SCHEMA, events_to_table, table_to_events
+from refold.storage.datafiles import add_stats
 from refold.storage.sealing import COLUMN_WISE_FROM, _seal_plain, seal_rows
 
 _NASTY = st.sampled_from(['"', "\\", "\\\"", "\u2028", "\u2029", "\x7f", "é", "日本", "🦜", "\n\r\t\b\f",
@@ -74,9 +75,10 @@ def _by_seal(new: list[NewEvent], table, *, first_seq, prev_link, recorded_at, v
 @given(st.lists(_events(), min_size=1, max_size=8), st.integers(0, 10**12), st.integers(0, 10**6),
        _when, st.sampled_from([GENESIS, "ab" * 32, os.urandom(32).hex()]))
 def test_column_wise_sealing_equals_seal(new, first_seq, version, recorded_at, prev_link):
-    table, last = _column_wise(new, first_seq=first_seq, prev_link=prev_link, recorded_at=recorded_at,
-                               table_version=version)
+    table, last, stats = _column_wise(new, first_seq=first_seq, prev_link=prev_link,
+                                      recorded_at=recorded_at, table_version=version)
     assert table.schema == EVENTS_SCHEMA
+    assert stats == add_stats(table)  # made while the hashes ran: what the file's add action states
     expected = _by_seal(new, table, first_seq=first_seq, prev_link=prev_link,
                         recorded_at=recorded_at, version=version)
     assert list(table_to_events(table)) == expected  # every stored field, chain fields included
@@ -86,7 +88,7 @@ def test_column_wise_sealing_equals_seal(new, first_seq, version, recorded_at, p
 
 def test_salts_are_fresh_and_hex_columns_are_lowercase_hex():
     new = [NewEvent(kind="observation", content="same", source="s", event_id=f"e{i}") for i in range(50)]
-    table, _ = seal_rows(new, first_seq=0, prev_link=GENESIS, recorded_at=datetime.now(timezone.utc),
+    table, _, _ = seal_rows(new, first_seq=0, prev_link=GENESIS, recorded_at=datetime.now(timezone.utc),
                          table_version=1)
     salts = table["salt"].to_pylist()
     assert len(set(salts)) == 50 and all(len(s) == 32 for s in salts)
@@ -125,7 +127,7 @@ _SHAPES = {
 def test_each_column_shape_equals_seal():
     for shape, new in _SHAPES.items():
         when = datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=timezone.utc)
-        table, last = _column_wise(new, first_seq=41, prev_link=GENESIS, recorded_at=when, table_version=7)
+        table, last, _ = _column_wise(new, first_seq=41, prev_link=GENESIS, recorded_at=when, table_version=7)
         expected = _by_seal(new, table, first_seq=41, prev_link=GENESIS, recorded_at=when, version=7)
         assert list(table_to_events(table)) == expected, shape
         assert last == expected[-1].link, shape
@@ -144,7 +146,7 @@ def test_seal_rows_takes_either_path_with_the_same_result():
     when = datetime(2026, 1, 2, tzinfo=timezone.utc)
     for n in (1, COLUMN_WISE_FROM - 1, COLUMN_WISE_FROM, 3 * COLUMN_WISE_FROM):
         new = [_plain(i, subjects=("a", f"s{i}"), trace_id=None if i % 2 else "t") for i in range(n)]
-        table, last = seal_rows(new, first_seq=0, prev_link=GENESIS, recorded_at=when, table_version=1)
+        table, last, _ = seal_rows(new, first_seq=0, prev_link=GENESIS, recorded_at=when, table_version=1)
         assert table.schema == EVENTS_SCHEMA and table.num_rows == n
         expected = _by_seal(new, table, first_seq=0, prev_link=GENESIS, recorded_at=when, version=1)
         assert list(table_to_events(table)) == expected and last == expected[-1].link
@@ -218,9 +220,9 @@ def test_the_hashlib_fallback_seals_the_same_bytes(monkeypatch):
     new = [_plain(i, content=f"c{i} \u2028 é\"") for i in range(40)]
     kwargs = dict(first_seq=7, prev_link="ab" * 32, recorded_at=datetime(2026, 1, 2, tzinfo=timezone.utc),
                   table_version=3, salts=os.urandom(16 * len(new)))
-    native, native_head = _seal_plain(new, **kwargs)
+    native, native_head, _ = _seal_plain(new, **kwargs)
     monkeypatch.setattr(sealing, "_sealhash", None)
-    fallback, fallback_head = _seal_plain(new, **kwargs)
+    fallback, fallback_head, _ = _seal_plain(new, **kwargs)
     assert fallback.equals(native) and fallback_head == native_head
     assert native_head == native["link"][-1].as_py()
 

@@ -48,7 +48,7 @@ def _stats(table_dir: str) -> dict:
 
 def test_refold_add_stats_are_delta_rs_stats_with_exact_times(tmp_path):
     when = datetime(2026, 3, 4, 5, 6, 7, 891234, tzinfo=timezone.utc)
-    rows, _ = seal_rows(_events("st", 50), first_seq=10, prev_link=GENESIS, recorded_at=when,
+    rows, _, _ = seal_rows(_events("st", 50), first_seq=10, prev_link=GENESIS, recorded_at=when,
                         table_version=1)
     props = CommitProperties(max_commit_retries=0)
     paths = {}
@@ -130,7 +130,7 @@ def test_refold_and_delta_rs_commits_exclude_each_other(tmp_path, first):
     path = tmp_path / "t"
     DeltaTable.create(str(path), EVENTS_SCHEMA, configuration=TABLE_CONFIGURATION)
     stale = DeltaTable(str(path))  # read at version 0 by the delta-rs writer
-    rows, _ = seal_rows(_events("x", 3), first_seq=0, prev_link=GENESIS,
+    rows, _, _ = seal_rows(_events("x", 3), first_seq=0, prev_link=GENESIS,
                         recorded_at=datetime.now(timezone.utc), table_version=1)
     props = CommitProperties(max_commit_retries=0)
 
