@@ -4,7 +4,7 @@ Two ways, one result (the same rows, stats on the same columns, the same compare
 
 - local tables (:mod:`refold.storage.delta_commit` allows it for every table refold creates):
   pyarrow encodes the Parquet file with :data:`PARQUET_OPTIONS` (:func:`encode_file`,
-  :func:`store_file`; :func:`refold.storage.delta_commit.commit_rows` does both), and refold writes the commit file with its add action itself, whose
+  :class:`StagedFiles`; :func:`refold.storage.delta_commit.commit_rows` does both), and refold writes the commit file with its add action itself, whose
   statistics (:func:`add_stats`) cover only the table's stats columns. delta-rs compresses every
   column with one codec, so it spends ~5 ms of a 10k-event write snappy-compressing the four hex
   columns (salt, commitment, links: random, incompressible); pyarrow can leave just those
@@ -78,58 +78,107 @@ def write_rows(dt: DeltaTable, rows: pa.Table, props: CommitProperties, *,
                     writer_properties=WRITER_PROPERTIES, storage_options=storage_options)
 
 
-def encode_file(rows: pa.Table, *, options: dict | None = None,
+def encode_file(rows: pa.Table, *, name: str, options: dict | None = None,
                 stats_columns: Sequence[str] = STATS_COLUMNS, stats: str | None = None) -> tuple[dict, pa.Buffer]:
-    """``rows`` encoded as a Parquet file under a new name, and the ``add`` action naming it.
+    """``rows`` encoded as a Parquet file, and the ``add`` action naming it ``name``.
 
     ``stats``: the action's statistics when the caller made them already (``add_stats(rows,
     stats_columns)``'s text; the sealer makes them while the hashes run), else computed here.
 
-    Nothing is written: :func:`store_file` puts the bytes in the table folder, which must happen
-    before a commit holding the action lands.
+    Nothing is written: :meth:`StagedFiles.store` puts the bytes in the table folder, which must
+    happen before a commit holding the action lands.
     """
     # encoded in memory, then one write: pyarrow writing to a path resolves a file system and
     # issues a write per page (~0.5 ms of a 1k-event append here)
     sink = pa.BufferOutputStream()
     pq.write_table(rows, sink, **(PARQUET_OPTIONS if options is None else options))
     data = sink.getvalue()
-    name = f"part-00000-{uuid.uuid4()}-c000.parquet"  # delta-rs's pattern, without one codec in it
     add = {"path": name, "partitionValues": {}, "size": data.size,
            "modificationTime": time.time_ns() // 1_000_000, "dataChange": True,
            "stats": add_stats(rows, stats_columns) if stats is None else stats}
     return add, data
 
 
-def store_file(folder: Path, name: str, data: pa.Buffer) -> None:
-    """Create ``folder/name`` holding ``data``; on any failure no file is left.
+_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL  # O_EXCL: a name clash never touches another file
 
-    ``O_EXCL``: a name clash can never overwrite another writer's file.
+
+class StagedFiles:
+    """The two files of one local commit, created empty on the store thread from construction on.
+
+    Creating a file is the slow part of writing a small one on this machine's ext4 (0.02-0.5 ms,
+    the upper end while other writers keep its journal busy), and a commit needs two: its Parquet
+    data file ``folder/data_name`` and its staged commit file ``commit_path`` in ``_delta_log``.
+    Made before the rows are encoded, both exist by the time their contents do.
+
+    Each file's descriptor passes on once: :meth:`store` closes the data file's,
+    :meth:`commit_file` hands the commit file's to :func:`~.delta_commit.commit_add` (which
+    closes and removes it). :meth:`discard` closes what was not handed on and removes both files.
     """
-    path = folder / name
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    try:
-        written = os.write(fd, data)
-        while written < data.size:  # a short write (signals, huge files): write the rest
-            written += os.write(fd, memoryview(data)[written:])
-    except BaseException:
+
+    def __init__(self, folder: Path):
+        self.data_name = f"part-00000-{uuid.uuid4()}-c000.parquet"  # delta-rs's pattern, without one codec in it
+        self.data_path = folder / self.data_name
+        self.commit_path = folder / "_delta_log" / f"_commit_{uuid.uuid4()}.json.tmp"  # delta-rs's staged name
+        self._handed = {"data": False, "commit": False}
+        self._created = _storer().submit(self._create)
+
+    def _create(self) -> tuple[int, int]:
+        data = os.open(self.data_path, _NEW, 0o644)
+        try:
+            return data, os.open(self.commit_path, _NEW, 0o644)
+        except BaseException:
+            os.close(data)
+            self.data_path.unlink(missing_ok=True)
+            raise
+
+    def store(self, data: pa.Buffer) -> Future:
+        """Write ``data`` into the data file on the store thread (the write releases the GIL);
+        the caller waits for the returned future before a commit names the file. A failed write
+        leaves no data file."""
+        self._handed["data"] = True
+        return _storer().submit(self._store, data)
+
+    def _store(self, data: pa.Buffer) -> None:
+        fd = self._created.result()[0]
+        try:
+            written = os.write(fd, data)
+            while written < data.size:  # a short write (signals, huge files): write the rest
+                written += os.write(fd, memoryview(data)[written:])
+        except BaseException:
+            os.close(fd)
+            self.data_path.unlink(missing_ok=True)  # no commit names it yet: no half-written file
+            raise
         os.close(fd)
-        path.unlink(missing_ok=True)  # no commit names it yet: leave no half-written file
-        raise
-    os.close(fd)
+
+    def commit_file(self) -> tuple[Path, int]:
+        """The staged commit file and its open descriptor (the receiver closes and removes it)."""
+        fd = self._created.result()[1]
+        self._handed["commit"] = True
+        return self.commit_path, fd
+
+    def discard(self) -> None:
+        """Remove both files: for a commit that did not land (a lost race) or never started."""
+        try:
+            fds = self._created.result()
+        except Exception:  # noqa: BLE001 - creation failed: it left nothing
+            return
+        for fd, kind in zip(fds, ("data", "commit")):
+            if not self._handed[kind]:
+                os.close(fd)
+        self.data_path.unlink(missing_ok=True)
+        self.commit_path.unlink(missing_ok=True)
 
 
 _STORER: ThreadPoolExecutor | None = None
 _STORER_LOCK = threading.Lock()
 
 
-def store_in_background(folder: Path, name: str, data: pa.Buffer) -> Future:
-    """:func:`store_file` on a worker thread (the write releases the GIL): the caller stages its
-    commit file meanwhile, and waits for the returned future before the commit names the file."""
+def _storer() -> ThreadPoolExecutor:
     global _STORER
     with _STORER_LOCK:
         if _STORER is None:
             _STORER = ThreadPoolExecutor(max_workers=2, thread_name_prefix="refold-store")
-    return _STORER.submit(store_file, folder, name, data)
+        return _STORER
 
 
 def add_stats(rows: pa.Table, stats_columns: Sequence[str] = STATS_COLUMNS) -> str:

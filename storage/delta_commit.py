@@ -52,7 +52,7 @@ from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError
 from deltalake.schema import Schema as DeltaSchema
 
-from .datafiles import encode_file, store_in_background
+from .datafiles import StagedFiles, encode_file
 from .schema import EVENTS_SCHEMA, STATS_COLUMNS
 
 #: refold commits local appends itself (False: every commit through delta-rs; tests flip it)
@@ -99,13 +99,16 @@ def unsupported(dt: DeltaTable, *, schema: pa.Schema = EVENTS_SCHEMA,
 
 
 def commit_add(folder: Path, version: int, add: dict, metadata: dict[str, str], *,
-               before_link: Callable[[], object] | None = None) -> None:
+               before_link: Callable[[], object] | None = None,
+               staged: tuple[Path, int] | None = None) -> None:
     """Create commit ``version`` of the table at ``folder`` holding ``add`` and a commitInfo.
 
     Raises ``CommitFailedError`` when that version exists already (another writer got there
     first); nothing of this call is left in ``_delta_log`` then, nor when ``before_link`` (called
     once the commit file is staged, right before it is published: e.g. waiting for the data file
-    to be written) raises.
+    to be written) raises. ``staged``: an empty file in ``_delta_log`` created for this commit,
+    with its open descriptor (:meth:`~.datafiles.StagedFiles.commit_file`), used instead of
+    creating one; it is closed and removed like one created here.
     """
     millis = int(time.time() * 1000)
     info = {"timestamp": millis, "operation": "WRITE",
@@ -113,16 +116,19 @@ def commit_add(folder: Path, version: int, add: dict, metadata: dict[str, str], 
             "clientVersion": _ENGINE, **metadata}
     text = json.dumps({"commitInfo": info}) + "\n" + json.dumps({"add": add}) + "\n"
     log_dir = folder / "_delta_log"
-    tmp = log_dir / f"_commit_{uuid.uuid4()}.json.tmp"  # the name delta-rs gives its staged commits
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    if staged is None:
+        tmp = log_dir / f"_commit_{uuid.uuid4()}.json.tmp"  # the name delta-rs gives its staged commits
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    else:
+        tmp, fd = staged
     try:
-        os.write(fd, text.encode())
-        # delta-rs finds a version by time from the commit file's modification time, so that
-        # time is the commitInfo timestamp (both end up in history; the link keeps the inode's)
-        os.utime(fd, ns=(millis * 1_000_000, millis * 1_000_000))
-    finally:
-        os.close(fd)
-    try:
+        try:
+            os.write(fd, text.encode())
+            # delta-rs finds a version by time from the commit file's modification time, so that
+            # time is the commitInfo timestamp (both end up in history; the link keeps the inode's)
+            os.utime(fd, ns=(millis * 1_000_000, millis * 1_000_000))
+        finally:
+            os.close(fd)
         if before_link is not None:
             before_link()
         os.link(tmp, log_dir / log_name(version))
@@ -138,17 +144,24 @@ def commit_rows(folder: Path, version: int, rows: pa.Table, metadata: dict[str, 
     """Append ``rows`` to the table at ``folder`` as one new data file in commit ``version``;
     return the commit's ``add`` action.
 
-    The file is written on a worker while the commit file is staged (two file creations at once,
-    each 0.2-1 ms on this machine's ext4), and the commit is linked after both. Raises
-    ``CommitFailedError`` when another writer took ``version``; its data file is removed then
-    (nobody can reference it). ``options``/``stats_columns``/``stats``: as :func:`~.datafiles.encode_file`.
+    Both files are created on a worker while the rows are encoded (:class:`~.datafiles.StagedFiles`),
+    the data file is written there while the commit file is filled, and the commit is linked after
+    both. Raises ``CommitFailedError`` when another writer took ``version``; its data file is
+    removed then (nobody can reference it), as when encoding fails. ``options``/``stats_columns``/
+    ``stats``: as :func:`~.datafiles.encode_file`.
     """
-    add, data = encode_file(rows, options=options, stats_columns=stats_columns, stats=stats)
-    stored = store_in_background(folder, add["path"], data)
+    files = StagedFiles(folder)
     try:
-        commit_add(folder, version, add, metadata, before_link=stored.result)
+        add, data = encode_file(rows, name=files.data_name, options=options, stats_columns=stats_columns,
+                                stats=stats)
+    except BaseException:
+        files.discard()
+        raise
+    stored = files.store(data)
+    try:
+        commit_add(folder, version, add, metadata, before_link=stored.result, staged=files.commit_file())
     except CommitFailedError:  # raised by the link, after the data file was written
-        (folder / add["path"]).unlink(missing_ok=True)
+        files.discard()
         raise
     except BaseException:
         stored.exception()  # never leave the write running behind an ambiguous error

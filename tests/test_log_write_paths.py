@@ -12,6 +12,7 @@ refold's commit off (monkeypatch of ``delta_commit.ENABLED``), nothing else is r
 from __future__ import annotations
 
 import json
+import os
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -26,6 +27,7 @@ from polars.testing import assert_frame_equal
 
 import refold
 from refold.fold.chain import GENESIS
+from refold.fold.errors import StoreError
 from refold.fold.events import NewEvent
 from refold.storage import delta_commit
 from refold.storage.log import EventLog
@@ -201,3 +203,49 @@ def test_both_paths_survive_a_checkpoint_and_keep_the_chain(tmp_path, monkeypatc
     report = mem.verify()
     assert report.ok and report.events == 101
     assert_frame_equal(pl.read_delta(mem.layout.events).sort("seq"), mem.log())
+
+
+def test_a_failed_encode_leaves_neither_staged_file(tmp_path, monkeypatch):
+    """A local commit's data file and commit file are created before its rows are encoded
+    (storage/datafiles.py StagedFiles); when encoding fails, neither stays and nothing landed.
+    The encoder is replaced by one that raises (the failure cannot be provoked otherwise)."""
+    mem = refold.init(tmp_path / "store")
+    mem.log_store.append(_events("first", 20))
+    folder = Path(mem.layout.events)
+    before = sorted(p.relative_to(folder) for p in folder.rglob("*"))
+    calls = []
+
+    def broken(rows, **kwargs):
+        calls.append(kwargs["name"])
+        assert (folder / kwargs["name"]).parent == folder  # the staged file's name, in the table folder
+        raise MemoryError("encoder ran out of memory")
+
+    monkeypatch.setattr(delta_commit, "encode_file", broken)
+    with pytest.raises(StoreError, match="did not land .encoder ran out of memory.; it is safe to retry"):
+        mem.log_store.append(_events("second", 20))
+    assert len(calls) == 2 and sorted(p.relative_to(folder) for p in folder.rglob("*")) == before
+    assert mem.log().height == 20 and mem.verify().ok
+
+
+def test_staged_files_hand_on_each_descriptor_once(tmp_path):
+    """StagedFiles: store() writes and closes the data file, commit_file() hands on the commit
+    file's descriptor, discard() closes only what was not handed on and removes both files."""
+    from refold.storage.datafiles import StagedFiles
+
+    (tmp_path / "_delta_log").mkdir()
+    files = StagedFiles(tmp_path)
+    files.store(pa.py_buffer(b"PAR1 rows")).result()
+    assert (tmp_path / files.data_name).read_bytes() == b"PAR1 rows"
+    path, fd = files.commit_file()
+    assert path.parent.name == "_delta_log" and path.exists()
+    os.close(fd)  # what commit_add does with it
+    files.discard()
+    assert list(tmp_path.rglob("*")) == [tmp_path / "_delta_log"]
+
+    untouched = StagedFiles(tmp_path)
+    untouched.discard()  # nothing handed on: both descriptors closed here, both files removed
+    assert list(tmp_path.rglob("*")) == [tmp_path / "_delta_log"]
+    with pytest.raises(FileNotFoundError):  # creation failed (no such folder): nothing to discard
+        gone = StagedFiles(tmp_path / "missing")
+        gone.discard()
+        gone.commit_file()
