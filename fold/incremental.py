@@ -21,15 +21,14 @@ erased event. Events outside it (empty extractions, system events) left no trace
 
 from __future__ import annotations
 
-import contextlib
-import gc
-from collections.abc import Container, Iterable, Iterator
+from collections.abc import Container, Iterable
 from dataclasses import dataclass, field
 
 import networkx as nx
 
 from .events import Event
 from .extract import Extraction
+from .graph_objects import detached_copy, paused_gc  # noqa: F401 - paused_gc re-exported (its old home)
 from .merge import GraphBuilder, MergeChanges, MergeStats
 from .rollups import apply_rollups, derive, span, summarize
 from .spec import FoldSpec
@@ -37,50 +36,6 @@ from .spec import FoldSpec
 #: Above this share of touched subjects a refresh recomputes every roll-up instead (measured:
 #: a partial refresh of a third of the subjects still cost well under a full one).
 FULL_REFRESH_SHARE = 0.5
-
-
-@contextlib.contextmanager
-def paused_gc() -> Iterator[None]:
-    """Pause the cyclic garbage collector while building a large graph.
-
-    Building 20k edges allocates a few hundred thousand long-lived objects; the collector's
-    passes over them doubled the time of a snapshot load or a full fold (measured). Reference
-    counting still frees everything acyclic; the previous setting is restored on exit.
-
-    On exit the objects made meanwhile go straight to the oldest generation (``gc.freeze()`` then
-    ``gc.unfreeze()``: two list splices, no scan), unless the process keeps frozen objects of its
-    own. Otherwise the first allocation after the pause scanned all of them as young objects
-    (~20-30 ms after a 20k-event snapshot decode, a third of the load; ~0.1 s after a full fold,
-    which then landed in the next small fold), and the next middle-generation pass again. Young
-    cyclic garbage made meanwhile is collected by the next full collection instead.
-    """
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            if gc.get_freeze_count() == 0:
-                gc.freeze()
-                gc.unfreeze()
-            gc.enable()
-
-
-def _copy_value(value):
-    if type(value) is list:
-        return [list(v) if type(v) is list else v for v in value]
-    if type(value) is dict:
-        return {k: _copy_value(v) for k, v in value.items()}
-    return value
-
-
-def detached_copy(graph: nx.MultiDiGraph) -> nx.MultiDiGraph:
-    """A copy of ``graph`` whose attribute dicts, lists and nested lists are all new objects."""
-    out = nx.MultiDiGraph()
-    out.add_nodes_from((n, {k: _copy_value(v) for k, v in d.items()}) for n, d in graph.nodes(data=True))
-    out.add_edges_from((u, v, k, {a: _copy_value(b) for a, b in d.items()})
-                       for u, v, k, d in graph.edges(keys=True, data=True))
-    return out
 
 
 @dataclass
@@ -222,8 +177,13 @@ class LiveFold:
     def _remember(self, fid: str, ends: tuple[str, str], inputs: Iterable[str]) -> None:
         inputs = tuple(inputs)
         self._derived[fid] = (ends, inputs)
+        by_input = self._by_input
         for i in inputs:
-            self._by_input.setdefault(i, set()).add(fid)
+            users = by_input.get(i)
+            if users is None:
+                by_input[i] = {fid}
+            else:
+                users.add(fid)
 
     def _forget(self, fid: str) -> None:
         _, inputs = self._derived.pop(fid)
@@ -235,16 +195,32 @@ class LiveFold:
                     del self._by_input[i]
 
     def _full_rollups(self) -> None:
-        self._partners.clear()
+        """Every roll-up from scratch; the derived-edge indexes and the compose rules' partner
+        lists (see :meth:`_partners_of`) are filled in the same pass over the edges, so the next
+        partial refreshes find every hub's list made (listing an employer's ~600 staff, or walking
+        past its ~600 derived employs edges, cost ~0.3-0.6 ms per hub, in the first small fold
+        after a full one)."""
+        partners = self._partners
+        partners.clear()
         graph = self.graph
         old = [(u, v, k) for u, v, k, d in graph.edges(keys=True, data="derivation") if d != "extracted"]
         graph.remove_edges_from(old)
         self._derived.clear()
         self._by_input.clear()
         apply_rollups(graph, self.spec)
-        for u, v, k, d in graph.edges(keys=True, data=True):
-            if d["derivation"] != "extracted":
-                self._remember(k, (u, v), d["inputs"])
+        compose = self._rule_specs[0].rollups
+        firsts, seconds = {r.inputs[0] for r in compose}, {r.inputs[1] for r in compose}
+        for u, nbrs in graph._succ.items():  # (the adjacency dicts: views cost more than the work)
+            for v, keydict in nbrs.items():
+                for k, d in keydict.items():
+                    if d["derivation"] != "extracted":
+                        self._remember(k, (u, v), d["inputs"])
+                        continue
+                    relation = d["relation"]
+                    if relation in firsts:  # a partner of the second input's edges leaving v
+                        partners.setdefault((v, False), {}).setdefault(relation, {})[k] = d
+                    if relation in seconds:  # a partner of the first input's edges entering u
+                        partners.setdefault((u, True), {}).setdefault(relation, {})[k] = d
 
     def _partial_rollups(self, subjects: set[str], touched: dict[str, tuple[str, str]]) -> None:
         """Roll-ups after merging: ``touched`` are the edges the merge recorded in
@@ -343,9 +319,14 @@ class LiveFold:
             (u, v), inputs = self._derived[fid]
             d = succ[u][v][fid]
             end = d["valid_to"]
-            if end is not None and all(end < succ[a][b][i]["valid_to"] for i in inputs if i in closed
-                                       for a, b in (edges[i],)):
-                continue  # it ended before the inputs closed now end: the same span (its end kept)
+            if end is not None:
+                for i in inputs:
+                    if i in closed:
+                        a, b = edges[i]
+                        if not end < succ[a][b][i]["valid_to"]:
+                            break
+                else:
+                    continue  # it ended before the inputs closed now end: the same span (its end kept)
             when = span([succ[a][b][i] for i in inputs for a, b in (edges[i],)])
             if when is None:
                 self._drop(fid)
