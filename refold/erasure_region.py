@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from refold.arrow_rows import comparable, cut, isin, keep, list_hits, plain, plain_values
 from refold.fold.incremental import LiveFold
 from refold.fold.snapshot_codec import decode_graph, encode_graph
 from refold.storage.snapshot_buckets import INDEX_SCHEMA, bucket_keys, edge_buckets, small_node_index
@@ -27,74 +28,6 @@ __all__ = ["Region", "Splice"]
 
 #: the columns :meth:`Region.first_mentions` and :meth:`Region.outside_all` read of the edges
 _MENTION_COLUMNS = ["subject", "object", "sources", "source_seqs"]
-
-
-def _isin(column: pa.ChunkedArray | pa.Array, values: Iterable[str] | pa.Array) -> np.ndarray:
-    """Boolean per row: is the (string) value among ``values``? (null: no). A dictionary column
-    is tested on its dictionary, then per row by index (a quarter of Arrow's is_in on it)."""
-    if not isinstance(values, (pa.Array, pa.ChunkedArray)):
-        values = pa.array(sorted(values), pa.string())
-    elif pa.types.is_dictionary(values.type):  # (a unique() of a dictionary column)
-        values = values.cast(pa.string())
-    parts = []
-    for chunk in (column.chunks if isinstance(column, pa.ChunkedArray) else [column]):
-        # (is_in gives false, not null, for a null: no fill needed)
-        if not pa.types.is_dictionary(chunk.type):
-            parts.append(np.asarray(pc.is_in(chunk, value_set=values)))
-            continue
-        hit = np.asarray(pc.is_in(chunk.dictionary, value_set=values))
-        if len(hit) == 0:
-            parts.append(np.zeros(len(chunk), dtype=bool))
-        elif chunk.indices.null_count:
-            rows = hit[np.asarray(pc.fill_null(chunk.indices, 0))]
-            parts.append(rows & np.asarray(chunk.indices.is_valid()))
-        else:
-            parts.append(hit[np.asarray(chunk.indices)])
-    return np.concatenate(parts) if parts else np.zeros(0, dtype=bool)
-
-
-def _list_hits(column: pa.ChunkedArray, values: pa.Array) -> np.ndarray:
-    """Boolean per row: does the list in ``column`` hold any of ``values``? (chunk by chunk: a
-    combine would copy every list)"""
-    parts = []
-    for chunk in (column.chunks if isinstance(column, pa.ChunkedArray) else [column]):
-        mask = np.zeros(len(chunk), dtype=bool)
-        rows = pc.filter(pc.list_parent_indices(chunk), pc.is_in(pc.list_flatten(chunk), value_set=values))
-        mask[rows.to_numpy()] = True
-        parts.append(mask)
-    return np.concatenate(parts) if parts else np.zeros(0, dtype=bool)
-
-
-def _comparable(table: pa.Table) -> pa.Table:
-    """``table`` with its timestamp columns as their int64 microseconds (the same equality: the
-    offsets are columns of their own), so that rows compare as Python values without an aware
-    datetime built per value (most of a row's conversion)."""
-    columns = [c.cast(pa.int64()) if pa.types.is_timestamp(c.type) else c for c in table.columns]
-    return pa.table(columns, names=table.column_names)
-
-
-def _cut(table: pa.Table, rows: np.ndarray) -> pa.Table:
-    """``table`` without the (sorted) ``rows``: slices between them, concatenated (zero-copy;
-    a filter copies every column of a bucket to drop a few rows)."""
-    parts, start = [], 0
-    for row in rows.tolist():
-        if row > start:
-            parts.append(table.slice(start, row - start))
-        start = row + 1
-    if start < table.num_rows:
-        parts.append(table.slice(start))
-    return pa.concat_tables(parts) if parts else table.slice(0, 0)
-
-
-def _plain(table: pa.Table) -> pa.Table:
-    """``table`` with its dictionary columns decoded: a few rows picked out of a bucket still
-    carry the bucket's whole dictionary, which decoding would turn into Python strings."""
-    columns = [c.cast(c.type.value_type) if pa.types.is_dictionary(c.type) else c for c in table.columns]
-    return pa.table(columns, names=table.column_names)
-
-
-def _keep(table: pa.Table, mask: np.ndarray) -> pa.Table:
-    return table.filter(pa.array(mask))
 
 
 class Region:
@@ -140,7 +73,7 @@ class Region:
             self.spans[b] = (at, at + table.num_rows)
             at += table.num_rows
             extra_bucket.append(np.full(table.num_rows, b, dtype=np.int32))
-            extra_base.append(_isin(table["derivation"], ["extracted"]))
+            extra_base.append(isin(table["derivation"], ["extracted"]))
         self.edges = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
         self.bucket = np.concatenate([self.bucket, *extra_bucket])
         self.base = np.concatenate([self.base, *extra_base])
@@ -198,8 +131,8 @@ class Region:
     def hits(self, erased: pa.Array) -> pa.Table:
         """Merged edges an erased event is a source of or ended (their subject, relation, object
         and sources). The caller has read the buckets the contained ids' index lists for them."""
-        mask = self.base & (_list_hits(self.edges["sources"], erased) | _isin(self.edges["ended_by"], erased))
-        return _keep(self.edges.select(["subject", "relation", "object", "sources"]), mask)
+        mask = self.base & (list_hits(self.edges["sources"], erased) | isin(self.edges["ended_by"], erased))
+        return keep(self.edges.select(["subject", "relation", "object", "sources"]), mask)
 
     def load(self, hit: pa.Table, erased: set[str]) -> pa.Table:
         """The region's edges for the keys of ``hit``: the merged edges of those (subject,
@@ -213,8 +146,8 @@ class Region:
         subjects = pa.array(sorted(subject_ids), pa.string())
         self._need_at(subject_ids, out=True, derived=True)
         e = self.edges
-        own = self.base & _isin(e["subject"], subjects)
-        picked = _keep(e.select(["subject", "relation", "fact_id", "object", "sources", "ended_by"]), own)
+        own = self.base & isin(e["subject"], subjects)
+        picked = keep(e.select(["subject", "relation", "fact_id", "object", "sources", "ended_by"]), own)
         in_keys = np.array([k in keys for k in zip(picked["subject"].to_pylist(), picked["relation"].to_pylist())],
                            dtype=bool)
         of_keys = picked.filter(pa.array(in_keys))
@@ -225,22 +158,22 @@ class Region:
         if surviving - erased:
             objects = pc.unique(of_keys["object"])
             self._need_at(subject_ids, into=True)
-            self._need_at(_plain_values(objects), out=True)
+            self._need_at(plain_values(objects), out=True)
             e = self.edges
-            own = self.base & _isin(e["subject"], subjects)
-            partners = self.base & (_isin(e["subject"], objects) | _isin(e["object"], subjects))
-        derived = ~self.base & _list_hits(e["inputs"], key_ids)
+            own = self.base & isin(e["subject"], subjects)
+            partners = self.base & (isin(e["subject"], objects) | isin(e["object"], subjects))
+        derived = ~self.base & list_hits(e["inputs"], key_ids)
         return self._take(own | partners | derived)
 
     def pull_in(self, live: LiveFold, nodes: set[str]) -> None:
         """Merged edges pointing at ``nodes`` and every merged out-edge of their subjects."""
         self._need_at(nodes, into=True)
         e = self.edges
-        pointing = self.base & _isin(e["object"], nodes)
-        subjects = pc.unique(_keep(e.select(["subject"]), pointing)["subject"])
-        self._need_at(_plain_values(subjects), out=True)
+        pointing = self.base & isin(e["object"], nodes)
+        subjects = pc.unique(keep(e.select(["subject"]), pointing)["subject"])
+        self._need_at(plain_values(subjects), out=True)
         e = self.edges
-        live.adopt_merged(self._decode(self._take(self.base & _isin(e["subject"], subjects))))
+        live.adopt_merged(self._decode(self._take(self.base & isin(e["subject"], subjects))))
 
     def first_mentions(self, nodes: set[str], erased: set[str]) -> dict[str, tuple[int, str]]:
         """Per node: the earliest surviving (seq, event id) source of its merged edges outside the
@@ -269,7 +202,7 @@ class Region:
         parents = pc.list_parent_indices(lists).to_numpy()
         ids = pc.list_flatten(lists)
         seqs = pc.list_flatten(rows["source_seqs"].combine_chunks()).to_numpy()
-        alive = ~_isin(ids, erased)
+        alive = ~isin(ids, erased)
         node_of, seq_of, item = [], [], []
         for end in ("subject", "object"):
             at = np.asarray(pc.fill_null(pc.index_in(rows[end], value_set=wanted), -1))[parents]
@@ -297,21 +230,21 @@ class Region:
     def _at(self, nodes: set[str]) -> pa.Table:
         """The mention columns of the merged edges outside the region with an end in ``nodes``."""
         e = self.edges
-        at = self.base & ~self.taken & (_isin(e["subject"], nodes) | _isin(e["object"], nodes))
-        return _keep(e.select(_MENTION_COLUMNS), at)
+        at = self.base & ~self.taken & (isin(e["subject"], nodes) | isin(e["object"], nodes))
+        return keep(e.select(_MENTION_COLUMNS), at)
 
     def _take(self, mask: np.ndarray) -> pa.Table:
         """The rows of ``mask`` not in the region yet, which join it (with their end nodes)."""
         mask = mask & ~self.taken
         self.taken |= mask
-        edges = _keep(self.edges, mask)
+        edges = keep(self.edges, mask)
         self.node_ids.update(edges["subject"].to_pylist())
         self.node_ids.update(edges["object"].to_pylist())
         return edges
 
     def _decode(self, edges: pa.Table) -> nx.MultiDiGraph:
         ends = set(edges["subject"].to_pylist()) | set(edges["object"].to_pylist())
-        return decode_graph(_plain(_keep(self.nodes, _isin(self.nodes["id"], ends))), _plain(edges))
+        return decode_graph(plain(keep(self.nodes, isin(self.nodes["id"], ends))), plain(edges))
 
     def graph(self, edges: pa.Table, mentioned: Iterable[str]) -> nx.MultiDiGraph:
         self.node_ids.update(mentioned)
@@ -328,25 +261,25 @@ class Region:
         keys, and the other buckets' rows are not copied at all. An older single-file snapshot:
         the whole edge table. With an index, the new index too (:meth:`_index_after`)."""
         nodes, edges = encode_graph(graph)
-        keep_nodes = ~_isin(self.nodes["id"], self.node_ids)
-        nodes = pa.concat_tables([_keep(self.nodes, keep_nodes).cast(nodes.schema), nodes])
+        keep_nodes = ~isin(self.nodes["id"], self.node_ids)
+        nodes = pa.concat_tables([keep(self.nodes, keep_nodes).cast(nodes.schema), nodes])
         if self.single:
-            whole = pa.concat_tables([_keep(self.edges, ~self.taken).cast(edges.schema), edges])
+            whole = pa.concat_tables([keep(self.edges, ~self.taken).cast(edges.schema), edges])
             return Splice(nodes, whole, whole.num_rows)
         placed = edge_buckets(bucket_keys(edges, among=self._inputs_among(edges, ~self.taken)), count)
         placed = placed.to_numpy(zero_copy_only=False)
         self.need(placed)  # (a bucket that gains a row is rewritten: it must be at hand)
         region = np.flatnonzero(self.taken)
-        old = _keep(self.edges, self.taken).cast(edges.schema)  # (a take would combine the buckets' chunks)
-        before = {r["fact_id"]: r for r in _comparable(old).to_pylist()}  # (tens of rows)
-        after = {r["fact_id"]: r for r in _comparable(edges).to_pylist()}
+        old = keep(self.edges, self.taken).cast(edges.schema)  # (a take would combine the buckets' chunks)
+        before = {r["fact_id"]: r for r in comparable(old).to_pylist()}  # (tens of rows)
+        after = {r["fact_id"]: r for r in comparable(edges).to_pylist()}
         changed = {f for f in before.keys() | after.keys() if before.get(f) != after.get(f)}
         rewrite = {int(self.bucket[row]) for row, f in zip(region, before) if f in changed}
         rewrite |= {int(b) for b, f in zip(placed, after) if f in changed}
         out = {}
         for b in sorted(rewrite):
             lo, hi = self.spans[b]
-            kept = _cut(self.edges.slice(lo, hi - lo), np.flatnonzero(self.taken[lo:hi])).cast(edges.schema)
+            kept = cut(self.edges.slice(lo, hi - lo), np.flatnonzero(self.taken[lo:hi])).cast(edges.schema)
             out[b] = pa.concat_tables([kept, edges.filter(pa.array(placed == b))])
         index = self._index_after(edges, placed, nodes) if self.index is not None else None
         return Splice(nodes, out, self.total - int(self.taken.sum()) + edges.num_rows, index)
@@ -360,7 +293,7 @@ class Region:
         assert self.index is not None
         fresh = small_node_index(edges, placed)
         touched = sorted(self.node_ids | fresh.keys())
-        alive = _isin(pa.array(touched, pa.string()), nodes["id"])  # (a node the patch dropped goes)
+        alive = isin(pa.array(touched, pa.string()), nodes["id"])  # (a node the patch dropped goes)
         touched_alive = [n for n, ok in zip(touched, alive.tolist()) if ok]
         old = self._rows(touched_alive)
         rows = []
@@ -379,12 +312,12 @@ class Region:
                 least = min(candidates) if candidates else None
                 row["first_seq"], row["first_event"] = least if least is not None else (None, None)
             rows.append(row)
-        rest = _keep(self.index, ~_isin(self.index["id"], touched))
+        rest = keep(self.index, ~isin(self.index["id"], touched))
         return pa.concat_tables([rest, pa.Table.from_pylist(rows, schema=INDEX_SCHEMA)])
 
-    def _inputs_among(self, edges: pa.Table, keep: np.ndarray) -> pa.Table:
+    def _inputs_among(self, edges: pa.Table, kept_rows: np.ndarray) -> pa.Table:
         """(fact_id, subject) of the spliced table's rows that :func:`bucket_keys` can meet as a
-        first input of ``edges``: the kept rows that are one, then ``edges``' own — the same
+        first input of ``edges``: the ``kept_rows`` that are one, then ``edges``' own — the same
         answers as the whole spliced table, without hashing every fact id of the snapshot (a
         derived edge of the region is built from the region's edges: its inputs are its own)."""
         inputs = edges["inputs"].combine_chunks()
@@ -394,16 +327,8 @@ class Region:
         own = edges.select(["fact_id", "subject"])
         if pc.all(pc.is_in(firsts, value_set=own["fact_id"])).as_py() is not False:
             return own  # (the usual case: no need to look through the kept rows' fact ids)
-        kept = _keep(self.edges.select(["fact_id", "subject"]), keep & _isin(self.edges["fact_id"], firsts))
+        kept = keep(self.edges.select(["fact_id", "subject"]), kept_rows & isin(self.edges["fact_id"], firsts))
         return pa.concat_tables([kept.cast(own.schema), own])
-
-
-def _plain_values(values: pa.Array | pa.ChunkedArray) -> set[str]:
-    if isinstance(values, pa.ChunkedArray):
-        values = values.combine_chunks()
-    if pa.types.is_dictionary(values.type):
-        values = values.cast(values.type.value_type)
-    return {v for v in values.to_pylist() if v is not None}
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
-"""The erasure patch's region selection (refold.erasure_region): the row masks it builds over
-dictionary-encoded columns (tested on the dictionary, then per row by index) equal a plain
-membership test, with nulls, empty chunks and chunks of different dictionaries."""
+"""The erasure patch's region selection (refold.arrow_rows, used by refold.erasure_region): the
+row masks it builds over dictionary-encoded columns (tested on the dictionary, then per row by
+index) equal a plain membership test, with nulls, empty chunks and chunks of different
+dictionaries."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from refold.erasure_region import _cut, _isin, _list_hits
+from refold.arrow_rows import cut as cut_rows, isin, list_hits
 
 value = st.one_of(st.none(), st.sampled_from(["a", "b", "c", "é"]))
 
@@ -24,9 +25,9 @@ def test_isin_on_dictionary_chunks_equals_plain_membership(values, cuts, wanted)
     expected = np.array([v is not None and v in wanted for v in values], dtype=bool)
     dictionary = pa.chunked_array([c.dictionary_encode() for c in chunks], pa.dictionary(pa.int32(), pa.string()))
     for column in (arr, pa.chunked_array(chunks, pa.string()), dictionary):
-        got = _isin(column, wanted)
+        got = isin(column, wanted)
         assert got.dtype == bool and got.tolist() == expected.tolist()
-    assert _isin(dictionary, pa.array(wanted, pa.string()).dictionary_encode()).tolist() == expected.tolist()
+    assert isin(dictionary, pa.array(wanted, pa.string()).dictionary_encode()).tolist() == expected.tolist()
 
 
 @settings(max_examples=100, deadline=None)
@@ -34,7 +35,7 @@ def test_isin_on_dictionary_chunks_equals_plain_membership(values, cuts, wanted)
 def test_cut_leaves_out_exactly_the_rows_given(n, drop):
     table = pa.table({"i": list(range(n))})
     rows = np.array(sorted(d for d in drop if d < n), dtype=np.int64)
-    assert _cut(table, rows)["i"].to_pylist() == [i for i in range(n) if i not in drop]
+    assert cut_rows(table, rows)["i"].to_pylist() == [i for i in range(n) if i not in drop]
 
 
 @settings(max_examples=150, deadline=None)
@@ -45,4 +46,4 @@ def test_list_hits_by_chunk_equals_plain_membership(rows, cut, wanted):
     cut = min(cut, len(rows))
     column = pa.chunked_array([arr.slice(0, cut), arr.slice(cut)], arr.type)
     expected = [r is not None and any(x in wanted for x in r) for r in rows]
-    assert _list_hits(column, pa.array(wanted, pa.string())).tolist() == expected
+    assert list_hits(column, pa.array(wanted, pa.string())).tolist() == expected
