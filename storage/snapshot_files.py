@@ -24,7 +24,7 @@ from refold.fold.errors import StoreError
 from refold.fold.snapshot_codec import DICTIONARY_COLUMNS
 
 if TYPE_CHECKING:
-    from .snapshots import SnapshotInfo
+    from .snapshot_info import SnapshotInfo
 
 __all__ = ["Prepared", "TableRead", "file_kind", "io_worker", "prepare_contained", "read_file"]
 
@@ -89,7 +89,7 @@ def _sorted_ids(ids: pa.Array | pa.ChunkedArray | Iterable[str]) -> pa.Array:
 
 
 def _ids_digest(ids: pa.Array) -> str:
-    """:func:`contained_digest` of sorted ``ids``, joined in Arrow (no Python string per id)."""
+    """:func:`~.snapshot_info.contained_digest` of sorted ``ids``, joined in Arrow (no Python string per id)."""
     joined = pc.binary_join(pa.ListArray.from_arrays(pa.array([0, len(ids)], pa.int32()), ids), "\n")
     return hashlib.sha256((joined[0].as_py() or "").encode()).hexdigest()
 

@@ -19,21 +19,19 @@ tombstones keep links), and no event in the snapshot's contained set may have be
 :meth:`SnapshotStore.purge` removes every snapshot containing an erased event, plus any temporary
 folder (whose contents are unknown); the erasure procedure calls it.
 
-Only local store roots keep snapshots; on object stores the fold runs without them.
+Only local store roots keep snapshots; on object stores the fold runs without them. The manifest
+as a value is :class:`~refold.storage.snapshot_info.SnapshotInfo`.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
 import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -50,6 +48,7 @@ from .snapshot_files import (Prepared, TableRead, _dictionary_columns, _edge_fil
                              _ids_digest, _on_worker, _sha256, _sorted_ids, _sorted_table, io_worker,
                              prepare_contained, read_file)
 from .layout import Layout
+from .snapshot_info import SnapshotInfo
 
 __all__ = ["Prepared", "SnapshotInfo", "SnapshotStore", "TableRead", "io_worker", "prepare_contained"]
 
@@ -73,55 +72,6 @@ def bucket_count(edges: int) -> int:
 def edge_bucket_count(info: "SnapshotInfo") -> int:
     """How many edge buckets ``info`` has (1 for an older single-file snapshot)."""
     return len(_edge_files(info))
-
-
-def contained_digest(ids: Iterable[str]) -> str:
-    """SHA-256 over the sorted, newline-joined event ids."""
-    return hashlib.sha256("\n".join(sorted(ids)).encode()).hexdigest()
-
-
-@dataclass(frozen=True)
-class SnapshotInfo:
-    """One snapshot's manifest (no personal data: positions, counts and digests)."""
-
-    spec_hash: str
-    last_seq: int
-    link: str
-    path: str
-    stats: dict[str, int] = field(default_factory=dict)
-    nodes: int = 0
-    edges: int = 0
-    contained: int = 0
-    contained_sha256: str = ""
-    created_at: str = ""
-    files: dict[str, str] = field(default_factory=dict)
-    format: str = FORMAT
-
-    @property
-    def events(self) -> int:
-        """Log events covered: seqs 0 … last_seq."""
-        return self.last_seq + 1
-
-    @property
-    def indexed(self) -> bool:
-        """Whether it has the bucket index (format 3: ``index.parquet`` and the contained ids'
-        buckets), so that a patch can read only the buckets it needs."""
-        return self.format == FORMAT and "index" in self.files and "edges" not in self.files
-
-    def as_json(self) -> dict[str, Any]:
-        out = dict(self.__dict__)
-        out["events"] = self.events
-        return out
-
-    @classmethod
-    def from_json(cls, value: dict[str, Any], path: str) -> "SnapshotInfo":
-        if value.get("format") not in FORMATS:
-            raise StoreError(f"snapshot {path} has format {value.get('format')!r}, expected one of {FORMATS}")
-        return cls(spec_hash=value["spec_hash"], last_seq=int(value["last_seq"]), link=value["link"],
-                   path=path, stats=dict(value["stats"]), nodes=int(value["nodes"]),
-                   edges=int(value["edges"]), contained=int(value["contained"]),
-                   contained_sha256=value["contained_sha256"], created_at=value["created_at"],
-                   files=dict(value["files"]), format=value["format"])
 
 
 class SnapshotStore:

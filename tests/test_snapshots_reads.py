@@ -26,6 +26,7 @@ from refold.fold.errors import StoreError
 from refold.storage import delta_io, snapshots
 from refold.storage.delta_io import read_arrow, read_files
 from refold.storage.schema import EVENTS_SCHEMA
+from refold.storage.snapshot_info import contained_digest
 from refold.storage.snapshots import SnapshotStore
 from tests.fold_helpers import fact_event
 from tests.test_erasure_patch import X, _store, _x
@@ -128,9 +129,9 @@ def test_a_file_changed_after_writing_is_refused(tmp_path, name):
 def test_the_contained_digest_joined_in_arrow_is_the_python_one(ids):
     arr = snapshots._sorted_ids(ids)  # Arrow's byte order is Python's code point order
     assert arr.to_pylist() == sorted(ids)
-    assert snapshots._ids_digest(arr) == snapshots.contained_digest(ids)
+    assert snapshots._ids_digest(arr) == contained_digest(ids)
     assert snapshots._ids_digest(snapshots._sorted_ids(pa.chunked_array([sorted(ids)], pa.string()))) == \
-        snapshots.contained_digest(ids)
+        contained_digest(ids)
 
 
 def test_a_table_read_shared_by_a_worker_equals_a_read_on_one_thread(tmp_path):
