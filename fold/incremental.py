@@ -28,7 +28,7 @@ import networkx as nx
 
 from .events import Event
 from .extract import Extraction
-from .graph_objects import detached_copy, paused_gc  # noqa: F401 - paused_gc re-exported (its old home)
+from .graph_objects import detached_copy, paused_gc  # (paused_gc's old home: others import it from here)
 from .merge import GraphBuilder, MergeChanges, MergeStats
 from .rollups import apply_rollups, derive, span, summarize
 from .spec import FoldSpec
@@ -144,17 +144,22 @@ class LiveFold:
         touched = {} if changes is None else {
             fid: edges[fid] for fid in (*changes.added, *changes.grown, *changes.closed)}
         subjects = {u for u, _ in touched.values()}
-        if (self._rebuild or changes is None
-                or len(subjects) > FULL_REFRESH_SHARE * max(graph.number_of_nodes(), 1)):
-            self._full_rollups()
-        else:
-            self._partial_rollups(subjects, touched)
-            nodes = graph._node
-            for fid in changes.added:  # a new node is an end of a new edge; objects get no summary
-                for n in edges[fid]:
-                    data = nodes[n]
-                    if "summary" not in data:
-                        data["summary"], data["summary_sources"] = {}, []
+        # a refresh makes objects that all stay (derived edges, their lists, summaries), and its
+        # working sets (a hub's partners, the derived edges to narrow) point into the whole graph:
+        # each collector pass it triggered walked those references (an organisation's move, ~250
+        # new derived edges, refreshed in ~3.5-5 ms with the collector paused, ~6 ms without)
+        with paused_gc():
+            if (self._rebuild or changes is None
+                    or len(subjects) > FULL_REFRESH_SHARE * max(graph.number_of_nodes(), 1)):
+                self._full_rollups()
+            else:
+                self._partial_rollups(subjects, touched)
+                nodes = graph._node
+                for fid in changes.added:  # a new node is an end of a new edge; objects get no summary
+                    for n in edges[fid]:
+                        data = nodes[n]
+                        if "summary" not in data:
+                            data["summary"], data["summary_sources"] = {}, []
         self.builder.changes = MergeChanges()
         self._stale = self._rebuild = False
         return len(self._derived)

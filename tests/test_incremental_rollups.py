@@ -97,3 +97,32 @@ def test_an_organisation_moving_after_a_full_rollup_uses_the_list_made_there():
                 for u, v, d in live.graph.edges(data=True) if d["relation"] == "works_in"}
     assert works_in == {("Ann", "Oslo", 2, 9), ("Ann", "Rome", 9, None), ("Bo", "Oslo", 3, 5),
                         ("Bo", "Rome", 10, None)}
+
+
+def test_a_refresh_pauses_the_collector_and_restores_its_setting():
+    """The collector is off during a refresh (its objects all stay) and as it was afterwards."""
+    import gc
+
+    spec = CountingRules().default_spec()
+    events = memory_log([("Ann", "works_at", "Acme", 1, False, False), ("Acme", "located_in", "Oslo", 2, False, False),
+                         ("Acme", "located_in", "Rome", 3, False, False)])
+    extractions = {x.event_id: x for x in CountingRules().extract(events, spec)}
+    live = LiveFold.empty(spec)
+    _applied(live, events[:2], extractions)
+    live.refresh()
+    seen = []
+    real = live._partial_rollups
+    live._partial_rollups = lambda *a, **k: (seen.append(gc.isenabled()), real(*a, **k))
+    was = gc.isenabled()
+    try:
+        gc.enable()
+        _applied(live, events[2:], extractions)
+        live.refresh()
+        assert seen == [False] and gc.isenabled()
+        gc.disable()  # a caller that paused it keeps it paused
+        live._stale = True
+        live.refresh()
+        assert not gc.isenabled()
+    finally:
+        (gc.enable if was else gc.disable)()
+    assert canonical_graph(live.graph) == canonical_graph(recomputed(live))
