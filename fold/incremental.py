@@ -144,10 +144,8 @@ class LiveFold:
         touched = {} if changes is None else {
             fid: edges[fid] for fid in (*changes.added, *changes.grown, *changes.closed)}
         subjects = {u for u, _ in touched.values()}
-        # a refresh makes objects that all stay (derived edges, their lists, summaries), and its
-        # working sets (a hub's partners, the derived edges to narrow) point into the whole graph:
-        # each collector pass it triggered walked those references (an organisation's move, ~250
-        # new derived edges, refreshed in ~3.5-5 ms with the collector paused, ~6 ms without)
+        # what a refresh makes all stays, and its working sets point into the whole graph: each
+        # collector pass it triggered walked them (an organisation's move: ~6 ms, paused ~3.5-5)
         with paused_gc():
             if (self._rebuild or changes is None
                     or len(subjects) > FULL_REFRESH_SHARE * max(graph.number_of_nodes(), 1)):
@@ -200,11 +198,9 @@ class LiveFold:
                     del self._by_input[i]
 
     def _full_rollups(self) -> None:
-        """Every roll-up from scratch; the derived-edge indexes and the compose rules' partner
-        lists (see :meth:`_partners_of`) are filled in the same pass over the edges, so the next
-        partial refreshes find every hub's list made (listing an employer's ~600 staff, or walking
-        past its ~600 derived employs edges, cost ~0.3-0.6 ms per hub, in the first small fold
-        after a full one)."""
+        """Every roll-up from scratch. The derived-edge indexes and every compose partner list
+        (:meth:`_partners_of`) are filled in the same pass over the edges: listing a hub's edges
+        later cost ~0.3-0.6 ms per employer, in the first small fold after a full one."""
         partners = self._partners
         partners.clear()
         graph = self.graph
@@ -292,7 +288,7 @@ class LiveFold:
         graph = self.graph
         succ, pred = graph._succ, graph._pred  # the adjacency dicts (views cost more than the work)
         changed = {fid: succ[u][v][fid] for fid, (u, v) in touched.items() if fid not in closed}
-        compose, others, _ = self._rule_specs
+        compose, others = self._rule_specs
         partners: dict[str, dict] = {}
         for rule in compose.rollups:
             first, second = rule.inputs
@@ -374,20 +370,14 @@ class LiveFold:
         self._forget(fid)
 
     @property
-    def _summary_spec(self) -> FoldSpec:
-        """The spec without roll-up rules (:func:`apply_rollups` then only writes node summaries)."""
-        return self._rule_specs[2]
-
-    @property
-    def _rule_specs(self) -> tuple[FoldSpec, FoldSpec, FoldSpec]:
-        """The spec restricted to its compose rules, to its other rules, and to no rule."""
+    def _rule_specs(self) -> tuple[FoldSpec, FoldSpec]:
+        """The spec restricted to its compose rules, and to its other rules."""
         specs = self.__dict__.get("_rule_specs_value")
         if specs is None:
             rules = self.spec.rollups
             specs = self.__dict__["_rule_specs_value"] = (
                 self.spec.with_(rollups=tuple(r for r in rules if r.kind == "compose")),
                 self.spec.with_(rollups=tuple(r for r in rules if r.kind != "compose")),
-                self.spec.with_(rollups=()),
             )
         return specs
 
