@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"incremental, in-process (median of {rounds}): {w:.3f} s (CPU {w.cpu:.3f} s); rounds "
               + ", ".join(f"{t:.3f}" for t in warm))
         print(f"  in-process phases, ms median [range]: {phases.summary()}")
-        print(f"  organisation moves per round (each re-derives works_in for its staff): "
+        print("  organisation moves per round (each re-derives works_in for its staff): "
               + ", ".join(map(str, moves)))
         print(f"incremental, new process from a snapshot (median of {rounds}): {c:.3f} s (CPU {c.cpu:.3f} s), "
               f"resumed from seq {started[-1]}; rounds " + ", ".join(f"{t:.3f}" for t in cold))
