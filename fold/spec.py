@@ -95,7 +95,11 @@ class FoldSpec:
     def canonical_relation(self, relation: str) -> str:
         """Normalise a relation name (lower snake case) and resolve aliases."""
         name = "_".join(relation.strip().lower().replace("-", " ").split())
-        return dict(self.relation_aliases).get(name, name)
+        return self._aliases.get(name, name)
+
+    @functools.cached_property  # a frozen value: built once (extractors and the merge ask per fact)
+    def _aliases(self) -> dict[str, str]:
+        return dict(self.relation_aliases)
 
     def is_single_valued(self, relation: str) -> bool:
         return self.canonical_relation(relation) in self.single_valued

@@ -14,7 +14,7 @@ First person ("I", "my") is the speaker, resolved by :func:`speaker_of` (see the
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ..events import Event
 from ..extract import ExtractedFact, Extraction
@@ -89,16 +89,15 @@ class RulesExtractor:
 
     def extract(self, events: Sequence[Event], spec: FoldSpec) -> list[Extraction]:
         """One :class:`Extraction` per event, in the order given."""
-        canonical: dict[str, str] = {}  # relation as stated → spec.canonical_relation(it), per call
-        return [self._one(event, spec, canonical) for event in events]
+        return [self._one(event, spec) for event in events]
 
-    def _one(self, event: Event, spec: FoldSpec, canonical: dict[str, str]) -> Extraction:
+    def _one(self, event: Event, spec: FoldSpec) -> Extraction:
         if event.content is not None:
             if event.kind == "memory_written":
                 if event.fact is not None:
                     fact = ExtractedFact(
                         subject=event.fact.subject,
-                        relation=_canonical(spec, canonical, event.fact.relation),
+                        relation=spec.canonical_relation(event.fact.relation),
                         object=event.fact.object,
                         valid_from=event.valid_from,
                         valid_to=event.valid_to,
@@ -107,17 +106,17 @@ class RulesExtractor:
                     return Extraction(event_id=event.event_id, spec_hash=spec.hash, facts=(fact,),
                                       engine="rules", meta=(("patterns", ("memory_written",)),))
             elif event.kind in TEXT_KINDS:
-                return self._from_text(event, spec, canonical)
+                return self._from_text(event, spec)
         return Extraction(event_id=event.event_id, spec_hash=spec.hash, engine="rules")
 
-    def _from_text(self, event: Event, spec: FoldSpec, canonical: dict[str, str]) -> Extraction:
+    def _from_text(self, event: Event, spec: FoldSpec) -> Extraction:
         speaker, text = split_speaker(event)
         found = match_text(text, speaker=speaker)
         facts: list[ExtractedFact] = []
         names: list[str] = []
         seen: set[tuple[str, str, str]] = set()
         for pattern, subject, relation, obj in found:
-            relation = _canonical(spec, canonical, relation)
+            relation = spec.canonical_relation(relation)
             key = (subject, relation, obj.lower())
             if key in seen:
                 continue
@@ -133,15 +132,6 @@ class RulesExtractor:
                           meta=(("patterns", tuple(names)), ("speaker", speaker)))
 
 
-def _canonical(spec: FoldSpec, known: dict[str, str], relation: str) -> str:
-    """``spec.canonical_relation(relation)``, remembered in ``known`` (a pure function of the
-    spec, which builds its alias table on every call)."""
-    found = known.get(relation)
-    if found is None:
-        found = known[relation] = spec.canonical_relation(relation)
-    return found
-
-
 def match_text(text: str, *, speaker: str,
                patterns: Sequence[Pattern] = PATTERNS) -> list[tuple[Pattern, str, str, str]]:
     """All ``(pattern, subject, relation, object)`` matches in ``text``.
@@ -154,26 +144,25 @@ def match_text(text: str, *, speaker: str,
     the same as running every pattern on every sentence.
     """
     table = _DEFAULT_TABLE if patterns is PATTERNS else _Prefilter(patterns)
-    out: list[tuple[Pattern, str, str, str]] = []
-    for sentence in _SENTENCE.split(text):
-        sentence = sentence.strip()
-        if not sentence or sentence.endswith("?"):
-            continue
-        for pattern in table.candidates(sentence):
-            _match(pattern, sentence, speaker, out)
-    return out
+    return _scan(text, speaker, table.candidates)
 
 
 def _match_every_pattern(text: str, *, speaker: str,
                          patterns: Sequence[Pattern] = PATTERNS) -> list[tuple[Pattern, str, str, str]]:
     """:func:`match_text` without the pre-filter: every pattern on every sentence (the reference
     the tests compare :func:`match_text` with)."""
+    return _scan(text, speaker, lambda sentence: patterns)
+
+
+def _scan(text: str, speaker: str, candidates: Callable[[str], Sequence[Pattern]]
+          ) -> list[tuple[Pattern, str, str, str]]:
+    """Each sentence's matches of the patterns ``candidates`` names for it (questions skipped)."""
     out: list[tuple[Pattern, str, str, str]] = []
     for sentence in _SENTENCE.split(text):
         sentence = sentence.strip()
         if not sentence or sentence.endswith("?"):
             continue
-        for pattern in patterns:
+        for pattern in candidates(sentence):
             _match(pattern, sentence, speaker, out)
     return out
 
