@@ -27,7 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import networkx as nx  # noqa: E402
 from networkx.readwrite import json_graph  # noqa: E402
 
-from refold.fold.incremental import LiveFold, paused_gc  # noqa: E402
+from refold.fold.graph_objects import paused_gc  # noqa: E402
+from refold.fold.incremental import LiveFold  # noqa: E402
 from refold.fold.snapshot_codec import decode_graph, stats_from_json  # noqa: E402
 from refold.fold.extractors.rules import RulesExtractor  # noqa: E402
 from refold.storage.layout import Layout  # noqa: E402

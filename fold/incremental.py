@@ -28,7 +28,7 @@ import networkx as nx
 
 from .events import Event
 from .extract import Extraction
-from .graph_objects import detached_copy, paused_gc  # (paused_gc's old home: others import it from here)
+from .graph_objects import detached_copy, paused_gc
 from .merge import GraphBuilder, MergeChanges, MergeStats
 from .rollups import apply_rollups, derive, span, summarize
 from .spec import FoldSpec

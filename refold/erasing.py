@@ -101,7 +101,7 @@ def state_digest(graph) -> str:
     order). ~0.1 s for 20k facts where the JSON digest took ~1 s. A graph the codec cannot encode
     (not a folded state) gets the JSON digest."""
     from refold.fold.errors import StoreError
-    from refold.fold.incremental import paused_gc
+    from refold.fold.graph_objects import paused_gc
     from refold.fold.snapshot_codec import encode_graph, table_digest
 
     # no collector passes while encoding: they would walk the whole folded graph (measured

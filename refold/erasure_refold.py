@@ -37,7 +37,8 @@ import pyarrow.compute as pc
 
 from refold.fold.decremental import Inputs, NotDecremental, Patch, remove_events
 from refold.fold.errors import RefoldError
-from refold.fold.incremental import LiveFold, paused_gc
+from refold.fold.graph_objects import paused_gc
+from refold.fold.incremental import LiveFold
 from refold.fold.snapshot_codec import stats_from_json
 from refold.fold.spec import FoldSpec
 from refold.storage.cache import PurgeResult

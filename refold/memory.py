@@ -256,7 +256,7 @@ class Memory:
         Resumes from this process's live fold or the newest valid snapshot at or before the
         prefix's end; the returned graph is a copy that later folds never touch.
         """
-        from refold.fold.incremental import paused_gc
+        from refold.fold.graph_objects import paused_gc
         from refold.fold.snapshot_codec import stats_to_json
         from refold.folding import FoldState
         from refold.projection import DeltaSource, ListSource

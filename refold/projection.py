@@ -29,7 +29,8 @@ import pyarrow.compute as pc
 from refold.fold.errors import ExtractionError
 from refold.fold.events import Event
 from refold.fold.extract import Extraction, Extractor
-from refold.fold.incremental import LiveFold, paused_gc
+from refold.fold.graph_objects import paused_gc
+from refold.fold.incremental import LiveFold
 from refold.fold.spec import FoldSpec
 from refold.folding import extract_missing, needs_extraction
 from refold.storage.delta_io import read_files

@@ -38,7 +38,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from refold.fold.errors import StoreError
-from refold.fold.incremental import LiveFold, paused_gc
+from refold.fold.graph_objects import paused_gc
+from refold.fold.incremental import LiveFold
 from refold.fold.snapshot_codec import (FORMAT, FORMATS, decode_graph, encode_graph,
                                         stats_from_json, stats_to_json)
 from refold.fold.spec import FoldSpec

@@ -6,28 +6,17 @@ Needs ../shared/data/locomo10.zip (the LoCoMo-10 release); skipped with a messag
 
 from __future__ import annotations
 
-import json
 import re
-import zipfile
-from pathlib import Path
 
 import pytest
 
 import refold
 from refold import erasing
 from refold.storage.scan import scan
-
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo10.zip"
-if not DATA.exists():  # the brief's layout: /work/shared next to the repo
-    DATA = Path("/work/shared/data/locomo10.zip")
-
+from tests.locomo_helpers import conversations
 
 def _conversation() -> dict:
-    if not DATA.exists():
-        pytest.skip(f"LoCoMo data not found at {DATA}: put locomo10.zip there to run this test")
-    with zipfile.ZipFile(DATA) as archive:  # one JSON file per conversation (see the data README)
-        name = min(n for n in archive.namelist() if n.endswith(".json"))
-        return json.loads(archive.read(name))
+    return conversations()[0]
 
 
 def _turns(conv: dict) -> list[dict]:

@@ -7,24 +7,16 @@ every LoCoMo turn (real chat text; that part is skipped with a message when
 
 from __future__ import annotations
 
-import json
 import re
 import sys
-import zipfile
-from pathlib import Path
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from refold.fold.extractors import rules
 from refold.fold.extractors.patterns import PATTERNS, RULES_VERSION
 from refold.fold.extractors.rules import _FOLD, _match_every_pattern, match_text
-
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo10.zip"
-if not DATA.exists():  # the brief's layout: /work/shared next to the repo
-    DATA = Path("/work/shared/data/locomo10.zip")
-
+from tests.locomo_helpers import conversations
 
 def named(found) -> list[tuple[str, str, str, str]]:
     return [(pattern.name, subject, relation, obj) for pattern, subject, relation, obj in found]
@@ -162,14 +154,10 @@ def test_the_unmutated_examples_all_match():
 
 
 def _locomo_texts() -> list[str]:
-    if not DATA.exists():
-        pytest.skip(f"LoCoMo data not found at {DATA}: put locomo10.zip there to run this test")
     texts = []
-    with zipfile.ZipFile(DATA) as archive:  # one JSON file per conversation (see the data README)
-        for name in sorted(n for n in archive.namelist() if n.endswith(".json")):
-            conv = json.loads(archive.read(name))
-            for key in sorted(k for k in conv if re.fullmatch(r"session_\d+", k)):
-                texts.extend(turn["text"] for turn in conv[key] if turn.get("text"))
+    for conv in conversations():
+        for key in sorted(k for k in conv if re.fullmatch(r"session_\d+", k)):
+            texts.extend(turn["text"] for turn in conv[key] if turn.get("text"))
     return texts
 
 
