@@ -10,9 +10,15 @@
  *       32 * n bytes: for row i, H(domain || header_i || H(salt_i || content_i)), where salt_i is
  *       salts[16 i : 16 i + 16], content_i a value of an Arrow binary (or string) array given as
  *       its int32 offsets buffer, data buffer and the array's offset, and header_i the
- *       concatenation of header_parts: each either bytes (the same in every row) or an
- *       (offsets, data, start) tuple of such an array (row i's value). The header is assembled
+ *       concatenation of header_parts: each either bytes (the same in every row), an
+ *       (offsets, data, start) tuple of such an array (row i's value), or a (values, start) tuple
+ *       of an int64 array's values buffer (row i's value in decimal, as json.dumps writes it: the
+ *       seq, without a cast to strings first). The header is assembled
  *       here, row by row, instead of by an Arrow join that materializes every row's header.
+ *
+ *   commit(n, salts, content_offsets, content_data, content_start, header_parts, domain, prev)
+ *       with prev (32 bytes): (commitments, chain(prev, commitments)) from one call, the links
+ *       hashed in the same pass without the GIL.
  *
  *   chain(prev, commitments) -> bytes
  *       32 * (n + 1) bytes: prev, then link_i = H(link_{i-1} || commitment_i) for each 32-byte
@@ -96,23 +102,45 @@ static PyObject *openssl_failed(void) {
     return NULL;
 }
 
-/* One piece of every row's header: the same bytes for each row, or one value of a column. */
+/* One piece of every row's header: the same bytes for each row, one value of a string column, or
+ * one value of an int64 column written in decimal (as json.dumps writes an int). */
+enum { CONSTANT, STRINGS, INTEGERS };
 typedef struct {
     int column;
-    Py_buffer offsets, data; /* a column's buffers; a constant's bytes are in data */
+    Py_buffer offsets, data; /* a string column's buffers; a constant's bytes, or an int64 column's values, in data */
     Py_ssize_t start;
 } piece;
 
+#define INT64_DIGITS 20 /* "-9223372036854775808" */
+
+/* value in decimal at out; the number of bytes written */
+static Py_ssize_t write_int64(char *out, int64_t value) {
+    char digits[INT64_DIGITS];
+    uint64_t rest = value < 0 ? (uint64_t)0 - (uint64_t)value : (uint64_t)value;
+    int k = 0;
+    do {
+        digits[k++] = (char)('0' + rest % 10);
+        rest /= 10;
+    } while (rest);
+    Py_ssize_t len = 0;
+    if (value < 0)
+        out[len++] = '-';
+    while (k)
+        out[len++] = digits[--k];
+    return len;
+}
+
 static void release_pieces(piece *pieces, Py_ssize_t count) {
     for (Py_ssize_t k = 0; k < count; k++) {
-        if (pieces[k].column)
+        if (pieces[k].column == STRINGS)
             PyBuffer_Release(&pieces[k].offsets);
         PyBuffer_Release(&pieces[k].data);
     }
     PyMem_Free(pieces);
 }
 
-/* Parse the header parts (bytes, or (offsets, data, start) tuples); NULL with an exception set. */
+/* Parse the header parts (bytes, (offsets, data, start) tuples of string columns, or (values, start)
+ * tuples of int64 columns); NULL with an exception set. */
 static piece *parse_pieces(PyObject *parts, Py_ssize_t n, Py_ssize_t *count) {
     PyObject *seq = PySequence_Fast(parts, "header parts must be a sequence");
     if (seq == NULL)
@@ -128,8 +156,18 @@ static piece *parse_pieces(PyObject *parts, Py_ssize_t n, Py_ssize_t *count) {
     for (Py_ssize_t k = 0; k < m; k++, (*count)++) {
         PyObject *item = PySequence_Fast_GET_ITEM(seq, k);
         piece *p = &pieces[k];
-        if (PyTuple_Check(item)) {
-            p->column = 1;
+        if (PyTuple_Check(item) && PyTuple_GET_SIZE(item) == 2) {
+            p->column = INTEGERS;
+            if (!PyArg_ParseTuple(item, "y*n", &p->data, &p->start))
+                goto fail;
+            if (p->start < 0 || p->data.len < (Py_ssize_t)sizeof(int64_t) * (p->start + n)) {
+                PyErr_Format(PyExc_ValueError, "header int64 column: values buffer too short for %zd rows from %zd",
+                             n, p->start);
+                (*count)++; /* its buffer is held: release it too */
+                goto fail;
+            }
+        } else if (PyTuple_Check(item)) {
+            p->column = STRINGS;
             if (!PyArg_ParseTuple(item, "y*y*n", &p->offsets, &p->data, &p->start))
                 goto fail;
             if (check_offsets("header column", &p->offsets, &p->data, p->start, n)) {
@@ -150,16 +188,20 @@ fail:
 
 static PyObject *commit(PyObject *self, PyObject *args) {
     Py_ssize_t n, cstart, count = 0;
-    Py_buffer salts, coff, cdata, domain;
+    Py_buffer salts, coff, cdata, domain, prev = {0};
     PyObject *parts;
-    if (!PyArg_ParseTuple(args, "ny*y*y*nOy*", &n, &salts, &coff, &cdata, &cstart, &parts, &domain))
+    if (!PyArg_ParseTuple(args, "ny*y*y*nOy*|y*", &n, &salts, &coff, &cdata, &cstart, &parts, &domain, &prev))
         return NULL;
-    PyObject *result = NULL;
+    PyObject *result = NULL, *links = NULL;
     hash_ctx *ctx = NULL;
     piece *pieces = NULL;
     char *scratch = NULL;
     if (n < 0 || salts.len != (Py_ssize_t)SALT * n) {
         PyErr_Format(PyExc_ValueError, "salts: expected %zd bytes for %zd rows, got %zd", SALT * n, n, salts.len);
+        goto done;
+    }
+    if (prev.buf != NULL && prev.len != DIGEST) {
+        PyErr_SetString(PyExc_ValueError, "commit: prev must be 32 bytes");
         goto done;
     }
     if (check_offsets("content", &coff, &cdata, cstart, n) || (pieces = parse_pieces(parts, n, &count)) == NULL)
@@ -170,8 +212,12 @@ static PyObject *commit(PyObject *self, PyObject *args) {
         Py_ssize_t len = 0;
         for (Py_ssize_t k = 0; k < count; k++) {
             const piece *p = &pieces[k];
-            const int32_t *off = (const int32_t *)p->offsets.buf + p->start;
-            len += p->column ? off[i + 1] - off[i] : p->data.len;
+            if (p->column == STRINGS) {
+                const int32_t *off = (const int32_t *)p->offsets.buf + p->start;
+                len += off[i + 1] - off[i];
+            } else {
+                len += p->column == INTEGERS ? INT64_DIGITS : p->data.len;
+            }
         }
         if (len > longest)
             longest = len;
@@ -179,7 +225,12 @@ static PyObject *commit(PyObject *self, PyObject *args) {
     result = PyBytes_FromStringAndSize(NULL, DIGEST * n);
     if (result == NULL || (ctx = ctx_new()) == NULL || (scratch = PyMem_RawMalloc(longest + 1)) == NULL)
         goto fail;
+    if (prev.buf != NULL && (links = PyBytes_FromStringAndSize(NULL, DIGEST * (n + 1))) == NULL)
+        goto fail;
     unsigned char *out = (unsigned char *)PyBytes_AS_STRING(result);
+    unsigned char *link = links == NULL ? NULL : (unsigned char *)PyBytes_AS_STRING(links);
+    if (link != NULL)
+        memcpy(link, prev.buf, DIGEST);
     const int32_t *co = (const int32_t *)coff.buf + cstart;
     const char *cd = cdata.buf, *salt = salts.buf;
     int ok = 1;
@@ -190,10 +241,14 @@ static PyObject *commit(PyObject *self, PyObject *args) {
         char *at = scratch;
         for (Py_ssize_t k = 0; k < count; k++) {
             const piece *p = &pieces[k];
-            if (p->column) {
+            if (p->column == STRINGS) {
                 const int32_t *off = (const int32_t *)p->offsets.buf + p->start;
                 memcpy(at, (const char *)p->data.buf + off[i], off[i + 1] - off[i]);
                 at += off[i + 1] - off[i];
+            } else if (p->column == INTEGERS) {
+                int64_t value;
+                memcpy(&value, (const char *)p->data.buf + sizeof(int64_t) * (p->start + i), sizeof value);
+                at += write_int64(at, value);
             } else {
                 memcpy(at, p->data.buf, p->data.len);
                 at += p->data.len;
@@ -202,10 +257,19 @@ static PyObject *commit(PyObject *self, PyObject *args) {
         ok = digest_parts(ctx, inner, salt + SALT * i, SALT, cd + co[i], co[i + 1] - co[i], NULL, 0)
             && digest_parts(ctx, out + DIGEST * i, domain.buf, domain.len, scratch, at - scratch, inner, DIGEST);
     }
+    /* the links in the same pass without the GIL: between two calls the worker thread would wait
+       for the GIL while the appending thread runs Python (up to the switch interval) */
+    for (Py_ssize_t i = 0; ok && link != NULL && i < n; i++)
+        ok = digest_parts(ctx, link + DIGEST * (i + 1), link + DIGEST * i, DIGEST, out + DIGEST * i, DIGEST, NULL, 0);
     Py_END_ALLOW_THREADS
     if (!ok) {
         Py_CLEAR(result);
+        Py_CLEAR(links);
         openssl_failed();
+    } else if (links != NULL) {
+        PyObject *pair = PyTuple_Pack(2, result, links);
+        Py_DECREF(result);
+        result = pair;
     }
     goto done;
 fail:
@@ -213,11 +277,14 @@ fail:
     if (!PyErr_Occurred())
         PyErr_NoMemory();
 done:
+    Py_XDECREF(links);
     ctx_free(ctx);
     PyMem_RawFree(scratch);
     if (pieces != NULL)
         release_pieces(pieces, count);
     PyBuffer_Release(&salts); PyBuffer_Release(&coff); PyBuffer_Release(&cdata); PyBuffer_Release(&domain);
+    if (prev.buf != NULL)
+        PyBuffer_Release(&prev);
     return result;
 }
 
@@ -313,8 +380,8 @@ static PyMethodDef methods[] = {
      "needs_escaping(data) -> True when data holds a byte a JSON string escapes"},
     {"hexlify", hexlify, METH_O, "hexlify(data) -> lowercase hex of data, as bytes"},
     {"commit", commit, METH_VARARGS,
-     "commit(n, salts, content_offsets, content_data, content_start, header_parts, domain) "
-     "-> 32*n bytes of commitments"},
+     "commit(n, salts, content_offsets, content_data, content_start, header_parts, domain[, prev]) "
+     "-> 32*n bytes of commitments; with prev, (commitments, chain(prev, commitments))"},
     {"chain", chain, METH_VARARGS, "chain(prev, commitments) -> 32*(n+1) bytes: prev, then each link"},
     {NULL, NULL, 0, NULL},
 };

@@ -26,8 +26,9 @@ import time
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
 from collections.abc import Sequence
-from datetime import timezone
+from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -187,20 +188,28 @@ def add_stats(rows: pa.Table, stats_columns: Sequence[str] = STATS_COLUMNS) -> s
     Exact values: timestamps to the microsecond (delta-rs cuts them to the millisecond, which
     makes its maximum smaller than the real one), strings uncut.
     """
+    bounds = {}
+    for name in stats_columns:
+        column = rows[name]
+        low_high = pc.min_max(column)
+        bounds[name] = (low_high["min"].as_py(), low_high["max"].as_py(), column.null_count)
+    return stats_json(rows.num_rows, bounds)
+
+
+def stats_json(num_records: int, bounds: dict[str, tuple[Any, Any, int]]) -> str:
+    """:func:`add_stats`'s text from each stats column's ``(min, max, null count)`` (in column
+    order; ``min is None``: every value null), for a writer that knows them without a scan."""
     mins: dict[str, object] = {}
     maxs: dict[str, object] = {}
     nulls: dict[str, int] = {}
-    for name in stats_columns:
-        column = rows[name]
-        nulls[name] = column.null_count
-        bounds = pc.min_max(column)
-        low, high = bounds["min"].as_py(), bounds["max"].as_py()
+    for name, (low, high, null_count) in bounds.items():
+        nulls[name] = null_count
         if low is None:  # every value null: no bounds to state
             continue
-        if pa.types.is_timestamp(column.type):
+        if isinstance(low, datetime):
             low, high = _json_time(low), _json_time(high)
         mins[name], maxs[name] = low, high
-    return json.dumps({"numRecords": rows.num_rows, "minValues": mins, "maxValues": maxs,
+    return json.dumps({"numRecords": num_records, "minValues": mins, "maxValues": maxs,
                        "nullCount": nulls})
 
 

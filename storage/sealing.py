@@ -1,15 +1,16 @@
 """Rows for new events, numbered after the head and sealed into the hash chain (see fold/chain.py).
 
 Every append seals its events here, so plain events are sealed column by column: their fields
-become Arrow arrays once (the arrays the row table is made of), the canonical header of every row
-is assembled from those arrays with Arrow string kernels, and the three SHA-256 per event
-(content digest, commitment, link) run over the Arrow buffers in one native call per batch
-(storage/_sealhash.c, a loop over OpenSSL; hashlib per value where it was not built), on a worker
-thread while this one makes the columns without hashes and the add action's statistics (the loop
-releases the GIL: at 1k events ~0.6 ms of hashing overlaps ~0.5 ms of that work). A protector
-that changes stored fields (shred mode encrypts content), and a batch too small to repay the
-kernel calls, take the general path: one ``Event`` per row, sealed with :func:`~refold.fold.chain.seal`. Both give
-the same bytes for the same input (tests compare them on random events, escapes and all).
+become Arrow arrays once (storage/event_columns.py; the arrays the row table is made of), the
+canonical header of every row is assembled from those arrays with Arrow string kernels, and the
+three SHA-256 per event (content digest, commitment, link) run over the Arrow buffers in native
+calls (storage/_sealhash.c, a loop over OpenSSL that releases the GIL; hashlib per value where
+it was not built). From 512 events on, a worker thread hashes one slice while this thread makes
+the columns without hashes and the add action's statistics, then hashes its own slice. A
+protector that changes stored fields (shred mode encrypts content), and a batch too small to
+repay the kernel calls, take the general path: one ``Event`` per row, sealed with
+:func:`~refold.fold.chain.seal`. Both give the same bytes for the same input (tests compare them
+on random events, escapes and all).
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ import pyarrow.compute as pc
 
 from refold.fold.chain import DOMAIN, HEADER_FIELDS, canonical_time, seal
 from refold.fold.events import Event, NewEvent
-from .datafiles import add_stats
+from .datafiles import stats_json
+from .event_columns import LISTS, STRINGS, TIMES, TYPES, user_columns
 from .schema import EVENTS_SCHEMA, STATS_COLUMNS, events_to_table
 
 try:  # built at install from storage/_sealhash.c when a C compiler and OpenSSL headers are there
@@ -40,12 +42,6 @@ try:  # built at install from storage/_sealhash.c when a C compiler and OpenSSL 
 except ImportError:  # pragma: no cover - exercised by forcing the fallback in tests
     _sealhash = None
 
-_TYPES = {f.name: f.type for f in EVENTS_SCHEMA}
-#: string columns stored exactly as the NewEvent holds them (all but content are in the header)
-_STRINGS = ("event_id", "kind", "tenant", "source", "content", "trace_id", "justification",
-            "ingestion_run")
-_LISTS = ("subjects", "principals")
-_TIMES = ("valid_from", "valid_to")
 #: bytes that a JSON string keeps as they are: ``encode_basestring`` escapes only the control
 #: characters, the quote and the backslash (UTF-8 continuation bytes are all >= 0x80)
 _KEPT = bytes(b for b in range(0x20, 0x100) if b not in b'"\\')
@@ -97,7 +93,7 @@ def _seal_plain(fresh: Sequence[NewEvent], *, first_seq: int, prev_link: str,
                 recorded_at: datetime, table_version: int, salts: bytes) -> Sealed:
     """Column-wise :func:`seal_rows` for events stored as they are (no cipher, key ids, erasure id)."""
     n = len(fresh)
-    cols, shared = _user_columns(fresh)
+    cols, shared = user_columns(fresh)
     cols["seq"] = pa.array(np.arange(first_seq, first_seq + n, dtype=np.int64))
     facts = [e.fact for e in fresh]
     fact_header: _Json = "null"
@@ -114,16 +110,16 @@ def _seal_plain(fresh: Sequence[NewEvent], *, first_seq: int, prev_link: str,
     values: dict[str, _Json] = {
         "cipher": "null", "erasure_id": "null", "key_ids": "[]", "fact": fact_header,
         "recorded_at": _enc(canonical_time(recorded_at)),
-        "seq": ("", pc.cast(cols["seq"], pa.string()), ""), "table_version": str(int(table_version)),
+        "seq": ("", cols["seq"], ""), "table_version": str(int(table_version)),  # int64: see _header
     }
-    for name in _STRINGS:
+    for name in STRINGS:
         if name in shared:  # one value for every row: constant text, as json.dumps writes it
             values[name] = "null" if shared[name] is None else _enc(shared[name])
         elif name != "content":
             values[name] = _json_strings(cols[name])
-    for name in _LISTS:
+    for name in LISTS:
         values[name] = _json_string_lists(cols[name])
-    for name in _TIMES:  # canonical_time: UTC, ISO-8601, microseconds (Arrow holds them in UTC)
+    for name in TIMES:  # canonical_time: UTC, ISO-8601, microseconds (Arrow holds them in UTC)
         times = cols[name]
         values[name] = "null" if times.null_count == n else _json_strings(
             pc.strftime(times, format="%Y-%m-%dT%H:%M:%S+00:00"))
@@ -133,17 +129,40 @@ def _seal_plain(fresh: Sequence[NewEvent], *, first_seq: int, prev_link: str,
     # the columns that do not hold them, and their add-action statistics
     hashing = _hash_in_background(salts, cols["content"], header, bytes.fromhex(prev_link))
     cols.update(
-        recorded_at=pa.repeat(pa.scalar(recorded_at, _TYPES["recorded_at"]), n),
+        recorded_at=pa.repeat(pa.scalar(recorded_at, TYPES["recorded_at"]), n),
         table_version=pa.repeat(pa.scalar(table_version, pa.int64()), n),
         salt=_hex(salts, n), cipher=pa.nulls(n, pa.string()), erasure_id=pa.nulls(n, pa.string()),
         key_ids=pa.ListArray.from_arrays(pa.repeat(pa.scalar(0, pa.int32()), n + 1), pa.array([], pa.string())),
     )
-    stats = add_stats(pa.table({name: cols[name] for name in STATS_COLUMNS}))
+    stats = _stats(cols, shared, first_seq=first_seq, recorded_at=recorded_at, table_version=table_version)
     commitments, chain = hashing()
     links = _hex(chain, n + 1)
     cols.update(commitment=_hex(commitments, n), prev_link=links.slice(0, n), link=links.slice(1, n))
     table = pa.table([cols[name] for name in EVENTS_SCHEMA.names], schema=EVENTS_SCHEMA)
     return Sealed(table, chain[-32:].hex(), stats)
+
+
+def _stats(cols: dict[str, pa.Array], shared: dict[str, str | None], *, first_seq: int,
+           recorded_at: datetime, table_version: int) -> str:
+    """:func:`~.datafiles.add_stats` of the sealed rows, from what the sealer knows: the seqs are
+    consecutive, every row has the batch's record time and table version, and a shared kind is
+    one value; only the other columns (the event ids) are scanned."""
+    n = len(cols["seq"])
+    known: dict[str, tuple[Any, Any, int]] = {
+        "seq": (first_seq, first_seq + n - 1, 0), "recorded_at": (recorded_at, recorded_at, 0),
+        "table_version": (table_version, table_version, 0),
+    }
+    if "kind" in shared:
+        kind = shared["kind"]
+        known["kind"] = (kind, kind, 0) if kind is not None else (None, None, n)
+    bounds = {}
+    for name in STATS_COLUMNS:
+        if name not in known:
+            column = cols[name]
+            low_high = pc.min_max(column)
+            known[name] = (low_high["min"].as_py(), low_high["max"].as_py(), column.null_count)
+        bounds[name] = known[name]
+    return stats_json(n, bounds)
 
 
 def commit_digests(salts: bytes, contents: pa.Array, header: pa.Array | Sequence[str | bytes | pa.Array]
@@ -152,12 +171,14 @@ def commit_digests(salts: bytes, contents: pa.Array, header: pa.Array | Sequence
 
     ``salts`` holds 16 bytes per row; ``contents`` is a string or binary array without nulls.
     ``header`` is an array of whole headers, or the parts every row's header is made of, in
-    order: text that is the same in every row, or an array with each row's piece (no nulls).
+    order: text that is the same in every row, or an array with each row's piece (no nulls; an
+    integer array stands for its values in decimal).
     """
     n = len(contents)
     parts = [header] if isinstance(header, (pa.Array, pa.ChunkedArray)) else list(header)
     if _sealhash is None:
         sha = hashlib.sha256
+        parts = [_text(p) for p in parts]
         whole = pc.binary_join_element_wise(*parts, "") if len(parts) > 1 else parts[0]
         digests = b"".join(sha(x).digest() for x in _concat(_fixed(salts, 16, n), contents))
         return b"".join(sha(x).digest() for x in _concat(DOMAIN, whole, _fixed(digests, 32, n)))
@@ -183,11 +204,8 @@ def _hash_in_background(salts: bytes, contents: pa.Array, header: Sequence[str |
         done = commitments, chain_links(prev, commitments)
         return lambda: done
     jobs = _native_jobs(salts, contents, list(header))
-    if len(jobs) == 1:
-        def whole() -> tuple[bytes, bytes]:
-            commitments = jobs[0]()
-            return commitments, chain_links(prev, commitments)
-        return _pool().submit(whole).result
+    if len(jobs) == 1:  # commitments and links in one native call: the worker never waits for the GIL
+        return _pool().submit(jobs[0], prev).result
     pending = [_pool().submit(job) for job in jobs[1:]]
 
     def finish() -> tuple[bytes, bytes]:
@@ -200,8 +218,8 @@ def _native_jobs(salts: bytes, contents: pa.Array, parts: list[str | bytes | pa.
                  ) -> list[Callable[[], bytes]]:
     """The native commitment loop over each of :func:`_parts`' row ranges, ready to call."""
     content = _plain_binary(contents)
-    parts = [p.encode() if isinstance(p, str) else p if isinstance(p, bytes) else _plain_binary(p)
-             for p in parts]
+    parts = [p.encode() if isinstance(p, str) else p if isinstance(p, bytes)
+             else _plain_int64(p) if pa.types.is_integer(p.type) else _plain_binary(p) for p in parts]
     return [functools.partial(_native_commit, salts, content, parts, a, b) for a, b in _parts(len(contents))]
 
 
@@ -217,8 +235,11 @@ def chain_links(prev: bytes, commitments: bytes) -> bytes:
     return b"".join(chain)
 
 
-#: rows per thread below which handing a slice to another thread costs more than it saves
-PARALLEL_FROM = 512
+#: rows per thread below which handing a slice to another thread costs more than it saves. A 1k
+#: batch is two slices: the appending thread hashes its own once the other columns are made
+#: (with the add action's statistics taken from what the sealer knows, that is soon; one slice
+#: on the worker left it waiting ~0.3 ms: 1k appends 4.11 -> 3.99 ms, 30 alternating rounds)
+PARALLEL_FROM = 256
 _POOL: ThreadPoolExecutor | None = None
 _POOL_LOCK = threading.Lock()
 
@@ -246,11 +267,16 @@ def _pool() -> ThreadPoolExecutor:
         return _POOL
 
 
-def _native_commit(salts: bytes, content: pa.Array, parts: list[bytes | pa.Array], a: int, b: int) -> bytes:
-    """The native loop over rows ``[a, b)``: arrays are passed as (offsets, data, first row)."""
-    pieces = [p if isinstance(p, bytes) else (*_offsets_and_data(p), p.offset + a) for p in parts]
-    return _sealhash.commit(b - a, salts[16 * a:16 * b], *_offsets_and_data(content), content.offset + a,
-                            pieces, DOMAIN)
+def _native_commit(salts: bytes, content: pa.Array, parts: list[bytes | pa.Array], a: int, b: int,
+                   prev: bytes | None = None) -> Any:
+    """The native loop over rows ``[a, b)``: arrays are passed as (offsets, data, first row).
+
+    Returns the commitments; with ``prev``, ``(commitments, chain_links(prev, commitments))``.
+    """
+    pieces = [p if isinstance(p, bytes) else (p.buffers()[1], p.offset + a) if p.type == pa.int64()
+              else (*_offsets_and_data(p), p.offset + a) for p in parts]
+    args = (b - a, salts[16 * a:16 * b], *_offsets_and_data(content), content.offset + a, pieces, DOMAIN)
+    return _sealhash.commit(*args) if prev is None else _sealhash.commit(*args, prev)
 
 
 def _plain_binary(values: pa.Array) -> pa.Array:
@@ -266,42 +292,30 @@ def _plain_binary(values: pa.Array) -> pa.Array:
     return pc.cast(values, pa.binary())
 
 
+def _plain_int64(values: pa.Array) -> pa.Array:
+    """An integer column as an int64 array without nulls (the native loop writes its values in
+    decimal)."""
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    if values.null_count:
+        raise ValueError("sealing: a hashed column holds nulls")
+    return values if values.type == pa.int64() else pc.cast(values, pa.int64())
+
+
+def _text(part: str | bytes | pa.Array) -> str | bytes | pa.Array:
+    """A header part as text: an integer column's values in decimal (what the native loop writes)."""
+    if isinstance(part, (pa.Array, pa.ChunkedArray)) and pa.types.is_integer(part.type):
+        return pc.cast(part, pa.string())
+    return part
+
+
 def _offsets_and_data(values: pa.Array) -> tuple[pa.Buffer, pa.Buffer | bytes]:
     _, offsets, data = values.buffers()
     return offsets, b"" if data is None else data
 
 
-#: fields a batch mostly holds one value of (one writer's kind, one tenant, one ingestion run)
-_USUALLY_CONSTANT = ("kind", "tenant", "ingestion_run")
-
-
-def _user_columns(fresh: Sequence[NewEvent]) -> tuple[dict[str, pa.Array], dict[str, str | None]]:
-    """The user-supplied fields of ``fresh`` (but the fact) as Arrow arrays; and the value of each
-    of :data:`_USUALLY_CONSTANT` that every event shares.
-
-    Attribute access written out per field: a getattr call per value costs twice as much. A
-    shared value becomes a repeated scalar: one ``list.count`` pass instead of converting every
-    value (a 1k column ~10-20 us instead of ~40), and the header takes it as constant text.
-    """
-    columns, shared = {}, {}
-    for name, values in (
-        ("event_id", [e.event_id for e in fresh]), ("kind", [e.kind for e in fresh]),
-        ("tenant", [e.tenant for e in fresh]), ("source", [e.source for e in fresh]),
-        ("content", [e.content for e in fresh]), ("trace_id", [e.trace_id for e in fresh]),
-        ("justification", [e.justification for e in fresh]),
-        ("ingestion_run", [e.ingestion_run for e in fresh]),
-        ("subjects", [e.subjects for e in fresh]), ("principals", [e.principals for e in fresh]),
-        ("valid_from", [e.valid_from for e in fresh]), ("valid_to", [e.valid_to for e in fresh]),
-    ):
-        if name in _USUALLY_CONSTANT and values.count(values[0]) == len(values):
-            shared[name] = values[0]
-            columns[name] = pa.repeat(pa.scalar(values[0], _TYPES[name]), len(values))
-        else:
-            columns[name] = pa.array(values, _TYPES[name])
-    return columns, shared
-
-
 #: a header field's JSON text: the same for every row, or per row ``prefix + value + suffix``
+#: (an integer column's value in decimal: the native loop writes it, the fallback casts)
 _Json = Union[str, tuple[str, pa.Array, str]]
 
 

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from refold.fold.chain import DOMAIN, GENESIS, HEADER_FIELDS, reference_header_bytes, seal
 from refold.fold.events import Event, Fact, NewEvent
-from refold.storage import sealing
+from refold.storage import event_columns, sealing
 from refold.storage.schema import EVENTS_SCHEMA, events_to_table, table_to_events
 from refold.storage.datafiles import add_stats
 from refold.storage.sealing import COLUMN_WISE_FROM, _seal_plain, seal_rows
@@ -133,13 +133,61 @@ def test_each_column_shape_equals_seal():
         assert last == expected[-1].link, shape
 
 
-def test_values_every_event_shares_are_found_and_still_stored_per_row():
-    columns, shared = sealing._user_columns(_SHAPES["kind and tenant shared, run differs"])
+@pytest.mark.parametrize("convert", [event_columns.user_columns, event_columns.python_columns])
+def test_values_every_event_shares_are_found_and_still_stored_per_row(convert):
+    columns, shared = convert(_SHAPES["kind and tenant shared, run differs"])
     assert shared == {"kind": "observation", "tenant": "t"}  # the run differs, so it is per row
     assert columns["kind"].to_pylist() == ["observation"] * 2 and columns["tenant"].to_pylist() == ["t"] * 2
     assert columns["ingestion_run"].to_pylist() == ["a", None]
-    _, shared = sealing._user_columns([_plain(0), _plain(1)])
+    _, shared = convert([_plain(0), _plain(1)])
     assert shared["ingestion_run"] is None  # shared absence: "null" in every header
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_events(), min_size=1, max_size=12))
+def test_native_columns_equal_pyarrows(new):
+    """storage/_columns.c reads the fields into the Arrow arrays pyarrow makes of them."""
+    columns, shared = event_columns.user_columns(new)
+    expected, expected_shared = event_columns.python_columns(new)
+    assert shared == expected_shared
+    for name, array in expected.items():
+        columns[name].validate(full=True)
+        assert columns[name].equals(array), name
+
+
+class _Loose:
+    """Not a NewEvent: its attributes are read the generic way."""
+
+    def __init__(self, event: NewEvent, **changes):
+        for name in NewEvent.__slots__:
+            setattr(self, name, changes.get(name, getattr(event, name)))
+
+
+@pytest.mark.parametrize("change", [
+    {"content": 5}, {"subjects": ("a", None)}, {"subjects": ["a", "b"]}, {"principals": "ab"},
+    {"source": "\ud800"}, {"subjects": ("\udfff",)}, {"trace_id": b"bytes"}, {"kind": None},
+])
+def test_values_the_native_reader_does_not_take_give_what_pyarrow_gives(change):
+    """A value of an unexpected type, text without UTF-8, or an object of another class: the
+    field goes to pyarrow, which converts it or raises exactly as without the native reader."""
+    new = [_plain(0), _Loose(_plain(1), **change), _plain(2)]
+    try:
+        expected = event_columns.python_columns(new)
+    except Exception as exc:  # noqa: BLE001 - the same error is expected below
+        with pytest.raises(type(exc)):
+            event_columns.user_columns(new)
+        return
+    columns, shared = event_columns.user_columns(new)
+    assert shared == expected[1]
+    for name, array in expected[0].items():
+        assert columns[name].equals(array), name
+
+
+def test_an_unset_slot_raises_attribute_error_either_way():
+    blank = object.__new__(NewEvent)
+    for convert in (event_columns.user_columns, event_columns.python_columns):
+        with pytest.raises(AttributeError):
+            convert([_plain(0), blank])
 
 
 def test_seal_rows_takes_either_path_with_the_same_result():
@@ -262,6 +310,29 @@ def test_header_parts_hash_like_the_joined_header():
     whole = sealing.commit_digests(salts, contents, joined)
     assert sealing.commit_digests(salts, contents, ['{"a":"', a, '","b":', b, "}"]) == whole
     assert sealing._native_commit(salts, contents.cast(pa.binary()), [b'{"a":"', a.cast(pa.binary()), b'","b":', b, b"}"], 0, 2) == whole
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(-2**63, 2**63 - 1), min_size=1, max_size=30), st.integers(0, 3))
+def test_integer_header_parts_hash_as_their_decimal_text(values, cut):
+    """An int64 column in the header (the seq) is written in decimal by the native loop, as
+    json.dumps writes an int: extremes, negatives and sliced arrays (offset > 0) included."""
+    ints = pa.array([0] * cut + values, pa.int64()).slice(cut)
+    contents = pa.array([f"c{i}" for i in range(len(values))])
+    salts = os.urandom(16 * len(values))
+    joined = pa.array([f'{{"seq":{json.dumps(v)}}}' for v in values])
+    whole = sealing.commit_digests(salts, contents, joined)
+    assert sealing.commit_digests(salts, contents, ['{"seq":', ints, "}"]) == whole
+    assert sealing._native_commit(salts, contents, [b'{"seq":', ints, b"}"], 0, len(values)) == whole
+
+
+def test_the_native_loop_rejects_a_short_integer_column():
+    ok = pa.array([b"abc", b"de"], pa.binary())
+    _, offsets, data = ok.buffers()
+    with pytest.raises(ValueError, match="int64 column: values buffer too short"):
+        sealing._sealhash.commit(2, bytes(32), offsets, data, 0, [(bytes(8), 0)], DOMAIN)
+    with pytest.raises(ValueError, match="nulls"):
+        sealing.commit_digests(bytes(32), ok, ["{", pa.array([1, None]), "}"])
 
 
 @pytest.mark.parametrize("cores", [1, 2, 3])
