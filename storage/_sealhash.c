@@ -20,6 +20,10 @@
  *       with prev (32 bytes): (commitments, chain(prev, commitments)) from one call, the links
  *       hashed in the same pass without the GIL.
  *
+ *   start(same arguments as commit) -> job
+ *       commit() on a native thread of its own, which never takes the GIL; job.result() waits
+ *       for it and returns what commit() returns.
+ *
  *   chain(prev, commitments) -> bytes
  *       32 * (n + 1) bytes: prev, then link_i = H(link_{i-1} || commitment_i) for each 32-byte
  *       commitment (link_{-1} = prev).
@@ -34,8 +38,9 @@
  *       '\\'): the header writes a string column's values between quotes as they are unless one
  *       does; scanned in place in the Arrow buffer instead of copied into Python bytes first.
  *
- * commit and chain release the GIL while hashing, and check every offset against the buffers they were
- * given, so a malformed array raises ValueError instead of reading out of bounds.
+ * commit and chain release the GIL while hashing (start's thread never holds it), and check every
+ * offset against the buffers they were given, so a malformed array raises ValueError instead of
+ * reading out of bounds.
  *
  * OpenSSL 3 deprecates SHA256_Init/Update/Final for EVP, but EVP's dispatch costs ~150 ns per
  * hash (measured here: 64-byte input 180 ns low-level vs 320-390 ns EVP), about as much as the
@@ -43,6 +48,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
 #define OPENSSL_SUPPRESS_DEPRECATED /* the low-level SHA256 calls, on purpose: see above */
@@ -186,32 +192,56 @@ fail:
     return NULL;
 }
 
-static PyObject *commit(PyObject *self, PyObject *args) {
-    Py_ssize_t n, cstart, count = 0;
-    Py_buffer salts, coff, cdata, domain, prev = {0};
+/* One commit() call's work: parsed and checked with the GIL (work_prepare), hashed without it and
+ * without touching any Python object (work_run: the outputs are bytes objects allocated before,
+ * written in place), then handed back with the GIL (work_result, work_release). */
+typedef struct {
+    Py_ssize_t n, cstart, count;
+    Py_buffer salts, coff, cdata, domain, prev; /* prev.buf NULL: commitments only */
+    piece *pieces;
+    char *scratch;
+    hash_ctx *ctx;
+    PyObject *commitments, *links;
+    int ok;
+} work;
+
+static void work_release(work *w) {
+    ctx_free(w->ctx);
+    PyMem_RawFree(w->scratch);
+    if (w->pieces != NULL)
+        release_pieces(w->pieces, w->count);
+    PyBuffer_Release(&w->salts); PyBuffer_Release(&w->coff); PyBuffer_Release(&w->cdata);
+    PyBuffer_Release(&w->domain); PyBuffer_Release(&w->prev);
+    Py_CLEAR(w->commitments);
+    Py_CLEAR(w->links);
+    memset(w, 0, sizeof *w);
+}
+
+/* 0, or -1 with an exception set and nothing held. */
+static int work_prepare(work *w, PyObject *args) {
+    memset(w, 0, sizeof *w);
     PyObject *parts;
-    if (!PyArg_ParseTuple(args, "ny*y*y*nOy*|y*", &n, &salts, &coff, &cdata, &cstart, &parts, &domain, &prev))
-        return NULL;
-    PyObject *result = NULL, *links = NULL;
-    hash_ctx *ctx = NULL;
-    piece *pieces = NULL;
-    char *scratch = NULL;
-    if (n < 0 || salts.len != (Py_ssize_t)SALT * n) {
-        PyErr_Format(PyExc_ValueError, "salts: expected %zd bytes for %zd rows, got %zd", SALT * n, n, salts.len);
-        goto done;
+    if (!PyArg_ParseTuple(args, "ny*y*y*nOy*|y*", &w->n, &w->salts, &w->coff, &w->cdata, &w->cstart, &parts,
+                          &w->domain, &w->prev))
+        return -1; /* PyArg_ParseTuple released what it had taken */
+    Py_ssize_t n = w->n;
+    if (n < 0 || w->salts.len != (Py_ssize_t)SALT * n) {
+        PyErr_Format(PyExc_ValueError, "salts: expected %zd bytes for %zd rows, got %zd", SALT * n, n, w->salts.len);
+        goto fail;
     }
-    if (prev.buf != NULL && prev.len != DIGEST) {
+    if (w->prev.buf != NULL && w->prev.len != DIGEST) {
         PyErr_SetString(PyExc_ValueError, "commit: prev must be 32 bytes");
-        goto done;
+        goto fail;
     }
-    if (check_offsets("content", &coff, &cdata, cstart, n) || (pieces = parse_pieces(parts, n, &count)) == NULL)
-        goto done;
+    if (check_offsets("content", &w->coff, &w->cdata, w->cstart, n)
+        || (w->pieces = parse_pieces(parts, n, &w->count)) == NULL)
+        goto fail;
     /* the longest header, so one scratch buffer holds any row's */
     Py_ssize_t longest = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         Py_ssize_t len = 0;
-        for (Py_ssize_t k = 0; k < count; k++) {
-            const piece *p = &pieces[k];
+        for (Py_ssize_t k = 0; k < w->count; k++) {
+            const piece *p = &w->pieces[k];
             if (p->column == STRINGS) {
                 const int32_t *off = (const int32_t *)p->offsets.buf + p->start;
                 len += off[i + 1] - off[i];
@@ -222,25 +252,32 @@ static PyObject *commit(PyObject *self, PyObject *args) {
         if (len > longest)
             longest = len;
     }
-    result = PyBytes_FromStringAndSize(NULL, DIGEST * n);
-    if (result == NULL || (ctx = ctx_new()) == NULL || (scratch = PyMem_RawMalloc(longest + 1)) == NULL)
+    if ((w->commitments = PyBytes_FromStringAndSize(NULL, DIGEST * n)) == NULL
+        || (w->prev.buf != NULL && (w->links = PyBytes_FromStringAndSize(NULL, DIGEST * (n + 1))) == NULL)
+        || (w->ctx = ctx_new()) == NULL || (w->scratch = PyMem_RawMalloc(longest + 1)) == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_NoMemory();
         goto fail;
-    if (prev.buf != NULL && (links = PyBytes_FromStringAndSize(NULL, DIGEST * (n + 1))) == NULL)
-        goto fail;
-    unsigned char *out = (unsigned char *)PyBytes_AS_STRING(result);
-    unsigned char *link = links == NULL ? NULL : (unsigned char *)PyBytes_AS_STRING(links);
-    if (link != NULL)
-        memcpy(link, prev.buf, DIGEST);
-    const int32_t *co = (const int32_t *)coff.buf + cstart;
-    const char *cd = cdata.buf, *salt = salts.buf;
-    int ok = 1;
-    Py_BEGIN_ALLOW_THREADS
+    }
+    return 0;
+fail:
+    work_release(w);
+    return -1;
+}
+
+/* The hashing; no Python API (runs without the GIL, on any thread). */
+static void work_run(work *w) {
+    unsigned char *out = (unsigned char *)PyBytes_AS_STRING(w->commitments);
+    unsigned char *link = w->links == NULL ? NULL : (unsigned char *)PyBytes_AS_STRING(w->links);
+    const int32_t *co = (const int32_t *)w->coff.buf + w->cstart;
+    const char *cd = w->cdata.buf, *salt = w->salts.buf;
     unsigned char inner[DIGEST];
-    for (Py_ssize_t i = 0; ok && i < n; i++) {
+    int ok = 1;
+    for (Py_ssize_t i = 0; ok && i < w->n; i++) {
         /* the header assembled in place, then hashed in one update: dozens of short updates cost more */
-        char *at = scratch;
-        for (Py_ssize_t k = 0; k < count; k++) {
-            const piece *p = &pieces[k];
+        char *at = w->scratch;
+        for (Py_ssize_t k = 0; k < w->count; k++) {
+            const piece *p = &w->pieces[k];
             if (p->column == STRINGS) {
                 const int32_t *off = (const int32_t *)p->offsets.buf + p->start;
                 memcpy(at, (const char *)p->data.buf + off[i], off[i + 1] - off[i]);
@@ -254,38 +291,121 @@ static PyObject *commit(PyObject *self, PyObject *args) {
                 at += p->data.len;
             }
         }
-        ok = digest_parts(ctx, inner, salt + SALT * i, SALT, cd + co[i], co[i + 1] - co[i], NULL, 0)
-            && digest_parts(ctx, out + DIGEST * i, domain.buf, domain.len, scratch, at - scratch, inner, DIGEST);
+        ok = digest_parts(w->ctx, inner, salt + SALT * i, SALT, cd + co[i], co[i + 1] - co[i], NULL, 0)
+            && digest_parts(w->ctx, out + DIGEST * i, w->domain.buf, w->domain.len, w->scratch, at - w->scratch,
+                            inner, DIGEST);
     }
-    /* the links in the same pass without the GIL: between two calls the worker thread would wait
-       for the GIL while the appending thread runs Python (up to the switch interval) */
-    for (Py_ssize_t i = 0; ok && link != NULL && i < n; i++)
-        ok = digest_parts(ctx, link + DIGEST * (i + 1), link + DIGEST * i, DIGEST, out + DIGEST * i, DIGEST, NULL, 0);
-    Py_END_ALLOW_THREADS
-    if (!ok) {
-        Py_CLEAR(result);
-        Py_CLEAR(links);
+    /* the links in the same pass: a second call would need the GIL in between */
+    if (link != NULL) {
+        memcpy(link, w->prev.buf, DIGEST);
+        for (Py_ssize_t i = 0; ok && i < w->n; i++)
+            ok = digest_parts(w->ctx, link + DIGEST * (i + 1), link + DIGEST * i, DIGEST, out + DIGEST * i, DIGEST,
+                              NULL, 0);
+    }
+    w->ok = ok;
+}
+
+/* The commitments, or (commitments, links); NULL with an exception set. Releases the work. */
+static PyObject *work_result(work *w) {
+    PyObject *result = NULL;
+    if (!w->ok)
         openssl_failed();
-    } else if (links != NULL) {
-        PyObject *pair = PyTuple_Pack(2, result, links);
-        Py_DECREF(result);
-        result = pair;
-    }
-    goto done;
-fail:
-    Py_CLEAR(result);
-    if (!PyErr_Occurred())
-        PyErr_NoMemory();
-done:
-    Py_XDECREF(links);
-    ctx_free(ctx);
-    PyMem_RawFree(scratch);
-    if (pieces != NULL)
-        release_pieces(pieces, count);
-    PyBuffer_Release(&salts); PyBuffer_Release(&coff); PyBuffer_Release(&cdata); PyBuffer_Release(&domain);
-    if (prev.buf != NULL)
-        PyBuffer_Release(&prev);
+    else if (w->links == NULL)
+        result = Py_NewRef(w->commitments);
+    else
+        result = PyTuple_Pack(2, w->commitments, w->links);
+    work_release(w);
     return result;
+}
+
+static PyObject *commit(PyObject *self, PyObject *args) {
+    work w;
+    if (work_prepare(&w, args) < 0)
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    work_run(&w);
+    Py_END_ALLOW_THREADS
+    return work_result(&w);
+}
+
+/* A commit() running on a thread of its own, which never takes the GIL: it starts hashing at
+ * once, however busy the calling thread keeps the interpreter (a Python worker thread would
+ * first wait for the GIL to pick the job up, and again to return it). */
+typedef struct {
+    PyObject_HEAD
+    work w;
+    pthread_t thread;
+    enum { IDLE, RUNNING, JOINING } state;
+} HashJob;
+
+static void *hash_job_thread(void *arg) {
+    work_run(&((HashJob *)arg)->w);
+    return NULL;
+}
+
+static PyObject *hash_job_result(PyObject *self, PyObject *unused) {
+    HashJob *job = (HashJob *)self;
+    if (job->state == JOINING) {
+        PyErr_SetString(PyExc_RuntimeError, "another thread is taking this job's result");
+        return NULL;
+    }
+    if (job->w.commitments == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "this job's result was taken already");
+        return NULL;
+    }
+    if (job->state == RUNNING) {
+        job->state = JOINING;
+        Py_BEGIN_ALLOW_THREADS
+        pthread_join(job->thread, NULL);
+        Py_END_ALLOW_THREADS
+        job->state = IDLE;
+    }
+    return work_result(&job->w);
+}
+
+static void hash_job_dealloc(PyObject *self) {
+    HashJob *job = (HashJob *)self;
+    if (job->state == RUNNING) { /* dropped unread: the thread still reads the buffers */
+        Py_BEGIN_ALLOW_THREADS
+        pthread_join(job->thread, NULL);
+        Py_END_ALLOW_THREADS
+    }
+    work_release(&job->w);
+    PyObject_Free(self);
+}
+
+static PyMethodDef hash_job_methods[] = {
+    {"result", hash_job_result, METH_NOARGS, "result() -> what commit() returns, once the thread is done"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject HashJobType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "refold.storage._sealhash.HashJob",
+    .tp_basicsize = sizeof(HashJob),
+    .tp_dealloc = hash_job_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A commit() running on a native thread; result() waits for it.",
+    .tp_methods = hash_job_methods,
+};
+
+static PyObject *start(PyObject *self, PyObject *args) {
+    HashJob *job = PyObject_New(HashJob, &HashJobType);
+    if (job == NULL)
+        return NULL;
+    job->state = IDLE;
+    if (work_prepare(&job->w, args) < 0) {
+        Py_DECREF(job);
+        return NULL;
+    }
+    if (pthread_create(&job->thread, NULL, hash_job_thread, job) == 0) {
+        job->state = RUNNING;
+    } else { /* no thread to be had: hash here, the result is the same */
+        Py_BEGIN_ALLOW_THREADS
+        work_run(&job->w);
+        Py_END_ALLOW_THREADS
+    }
+    return (PyObject *)job;
 }
 
 static PyObject *chain(PyObject *self, PyObject *args) {
@@ -382,6 +502,8 @@ static PyMethodDef methods[] = {
     {"commit", commit, METH_VARARGS,
      "commit(n, salts, content_offsets, content_data, content_start, header_parts, domain[, prev]) "
      "-> 32*n bytes of commitments; with prev, (commitments, chain(prev, commitments))"},
+    {"start", start, METH_VARARGS,
+     "start(same arguments as commit) -> a job hashing on a native thread; job.result() is commit()'s result"},
     {"chain", chain, METH_VARARGS, "chain(prev, commitments) -> 32*(n+1) bytes: prev, then each link"},
     {NULL, NULL, 0, NULL},
 };
@@ -397,5 +519,7 @@ PyMODINIT_FUNC PyInit__sealhash(void) {
         return NULL;
     }
     fill_hex_pairs();
+    if (PyType_Ready(&HashJobType) < 0)
+        return NULL;
     return PyModule_Create(&module);
 }

@@ -16,13 +16,10 @@ on random events, escapes and all).
 from __future__ import annotations
 
 import binascii
-import functools
 import hashlib
 import json
 import os
-import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from json.encoder import encode_basestring as _enc  # the C escaper json.dumps uses
 from typing import Any, NamedTuple, Union
@@ -182,11 +179,11 @@ def commit_digests(salts: bytes, contents: pa.Array, header: pa.Array | Sequence
         whole = pc.binary_join_element_wise(*parts, "") if len(parts) > 1 else parts[0]
         digests = b"".join(sha(x).digest() for x in _concat(_fixed(salts, 16, n), contents))
         return b"".join(sha(x).digest() for x in _concat(DOMAIN, whole, _fixed(digests, 32, n)))
-    jobs = _native_jobs(salts, contents, parts)
-    # rows are independent (only the chain is sequential): the loop releases the GIL, so the
-    # other cores hash their slices while this thread hashes the first
-    pending = [_pool().submit(job) for job in jobs[1:]]
-    return b"".join([jobs[0]()] + [p.result() for p in pending])
+    slices = _native_slices(salts, contents, parts)
+    # rows are independent (only the chain is sequential): native threads hash the other slices
+    # while this thread hashes the first
+    started = [_sealhash.start(*args) for args in slices[1:]]
+    return b"".join([_sealhash.commit(*slices[0])] + [job.result() for job in started])
 
 
 def _hash_in_background(salts: bytes, contents: pa.Array, header: Sequence[str | bytes | pa.Array],
@@ -194,33 +191,33 @@ def _hash_in_background(salts: bytes, contents: pa.Array, header: Sequence[str |
     """Start :func:`commit_digests` and :func:`chain_links` after ``prev``; return the call that
     waits for ``(commitments, chain)``.
 
-    The native loops run on the pool (they release the GIL), so what the caller does before
-    calling back runs alongside; a batch with several slices keeps the first for the caller's
-    thread, as :func:`commit_digests` does. Without the native module (hashlib holds the GIL per
-    hash) everything is done before returning.
+    The hashing runs on native threads that never take the GIL (``_sealhash.start``), so what
+    the caller does before calling back runs alongside, and a busy interpreter does not delay
+    them; a batch with several slices keeps the first for the caller's thread, as
+    :func:`commit_digests` does. Without the native module (hashlib holds the GIL per hash)
+    everything is done before returning.
     """
     if _sealhash is None:
         commitments = commit_digests(salts, contents, header)
         done = commitments, chain_links(prev, commitments)
         return lambda: done
-    jobs = _native_jobs(salts, contents, list(header))
-    if len(jobs) == 1:  # commitments and links in one native call: the worker never waits for the GIL
-        return _pool().submit(jobs[0], prev).result
-    pending = [_pool().submit(job) for job in jobs[1:]]
+    slices = _native_slices(salts, contents, list(header))
+    if len(slices) == 1:  # commitments and links in one job
+        return _sealhash.start(*slices[0], prev).result
+    started = [_sealhash.start(*args) for args in slices[1:]]
 
     def finish() -> tuple[bytes, bytes]:
-        commitments = b"".join([jobs[0]()] + [p.result() for p in pending])
+        commitments = b"".join([_sealhash.commit(*slices[0])] + [job.result() for job in started])
         return commitments, chain_links(prev, commitments)
     return finish
 
 
-def _native_jobs(salts: bytes, contents: pa.Array, parts: list[str | bytes | pa.Array]
-                 ) -> list[Callable[[], bytes]]:
-    """The native commitment loop over each of :func:`_parts`' row ranges, ready to call."""
+def _native_slices(salts: bytes, contents: pa.Array, parts: list[str | bytes | pa.Array]) -> list[tuple]:
+    """The native loop's arguments for each of :func:`_parts`' row ranges."""
     content = _plain_binary(contents)
     parts = [p.encode() if isinstance(p, str) else p if isinstance(p, bytes)
              else _plain_int64(p) if pa.types.is_integer(p.type) else _plain_binary(p) for p in parts]
-    return [functools.partial(_native_commit, salts, content, parts, a, b) for a, b in _parts(len(contents))]
+    return [_slice_args(salts, content, parts, a, b) for a, b in _parts(len(contents))]
 
 
 def chain_links(prev: bytes, commitments: bytes) -> bytes:
@@ -240,8 +237,6 @@ def chain_links(prev: bytes, commitments: bytes) -> bytes:
 #: (with the add action's statistics taken from what the sealer knows, that is soon; one slice
 #: on the worker left it waiting ~0.3 ms: 1k appends 4.11 -> 3.99 ms, 30 alternating rounds)
 PARALLEL_FROM = 256
-_POOL: ThreadPoolExecutor | None = None
-_POOL_LOCK = threading.Lock()
 
 
 def _cores() -> int:
@@ -258,25 +253,17 @@ def _parts(n: int) -> list[tuple[int, int]]:
     return list(zip(bounds, bounds[1:]))
 
 
-def _pool() -> ThreadPoolExecutor:
-    global _POOL
-    with _POOL_LOCK:
-        if _POOL is None:
-            _POOL = ThreadPoolExecutor(max_workers=max(1, min(_cores(), 8) - 1),
-                                       thread_name_prefix="refold-seal")
-        return _POOL
-
-
-def _native_commit(salts: bytes, content: pa.Array, parts: list[bytes | pa.Array], a: int, b: int,
-                   prev: bytes | None = None) -> Any:
-    """The native loop over rows ``[a, b)``: arrays are passed as (offsets, data, first row).
-
-    Returns the commitments; with ``prev``, ``(commitments, chain_links(prev, commitments))``.
-    """
+def _slice_args(salts: bytes, content: pa.Array, parts: list[bytes | pa.Array], a: int, b: int) -> tuple:
+    """The native loop's arguments for rows ``[a, b)``: arrays are passed as (offsets, data, first
+    row), int64 arrays as (values, first row)."""
     pieces = [p if isinstance(p, bytes) else (p.buffers()[1], p.offset + a) if p.type == pa.int64()
               else (*_offsets_and_data(p), p.offset + a) for p in parts]
-    args = (b - a, salts[16 * a:16 * b], *_offsets_and_data(content), content.offset + a, pieces, DOMAIN)
-    return _sealhash.commit(*args) if prev is None else _sealhash.commit(*args, prev)
+    return (b - a, salts[16 * a:16 * b], *_offsets_and_data(content), content.offset + a, pieces, DOMAIN)
+
+
+def _native_commit(salts: bytes, content: pa.Array, parts: list[bytes | pa.Array], a: int, b: int) -> bytes:
+    """The native loop over rows ``[a, b)`` on this thread: their commitments."""
+    return _sealhash.commit(*_slice_args(salts, content, parts, a, b))
 
 
 def _plain_binary(values: pa.Array) -> pa.Array:

@@ -300,6 +300,31 @@ def test_the_native_loop_rejects_malformed_buffers():
         sealing.commit_digests(bytes(32), pa.array([b"a", None]), ok)
 
 
+def test_a_native_hashing_thread_gives_what_the_call_gives():
+    """``start`` runs ``commit`` on a thread of its own: the same bytes (with ``prev``, the links
+    too); its result is taken once; a job dropped unread is waited for, not left reading freed
+    buffers; bad arguments fail at the start, before any thread runs."""
+    contents = pa.array([os.urandom(100 + i) for i in range(300)], pa.binary())
+    headers = pa.array([os.urandom(i % 40) for i in range(300)], pa.binary())
+    salts, prev = os.urandom(16 * 300), os.urandom(32)
+    _, coff, cdata = contents.buffers()
+    _, hoff, hdata = headers.buffers()
+    args = (300, salts, coff, cdata, 0, [b"{", (hoff, hdata, 0), b"}"], DOMAIN)
+    native = sealing._sealhash
+    commitments = native.commit(*args)
+    job = native.start(*args)
+    assert job.result() == commitments
+    with pytest.raises(RuntimeError, match="taken already"):
+        job.result()
+    assert native.start(*args, prev).result() == (commitments, sealing.chain_links(prev, commitments))
+    for _ in range(20):
+        native.start(*args)  # dropped at once: the deallocator joins the thread
+    with pytest.raises(ValueError, match="salts"):
+        native.start(300, salts[:-1], coff, cdata, 0, [], DOMAIN)
+    with pytest.raises(ValueError, match="prev must be 32 bytes"):
+        native.start(*args, prev[:-1])
+
+
 def test_header_parts_hash_like_the_joined_header():
     """A header given as parts (constant text and per-row columns) hashes as their concatenation."""
     a = pa.array(["x", "", "é\u2028"], pa.string()).slice(1)
