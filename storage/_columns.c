@@ -7,10 +7,15 @@
  * (validity bitmap, int32 offsets, UTF-8 data) in one pass; storage/sealing.py wraps them with
  * pa.Array.from_buffers.
  *
- *   strings(objects, name) -> (validity, offsets, data, null_count, same) or None
+ *   strings(objects, name[, bounds]) -> (validity, offsets, data, null_count, same) or None
  *       validity: None when no value is None, else the LSB-first bitmap Arrow uses; offsets:
  *       n + 1 little-endian int32; data: the UTF-8 of the values one after the other; same:
- *       every value equals the first (all None counts).
+ *       every value equals the first (all None counts). With bounds true, two more items: the
+ *       least and the greatest value (by their UTF-8 bytes, as Arrow's min_max orders strings;
+ *       None when every value is None).
+ *
+ *   nones(objects, name) -> int
+ *       how many of the objects hold None in the attribute.
  *
  *   string_lists(objects, name) -> (list_offsets, item_offsets, item_data) or None
  *       for attributes that hold a tuple or list of str (no None items): the list array's
@@ -106,9 +111,16 @@ static const char *utf8_of(PyObject *value, Py_ssize_t *len) {
     return text;
 }
 
+/* memcmp order, then the shorter first: how Arrow orders strings (and Python, for UTF-8) */
+static int compare_text(const char *a, Py_ssize_t alen, const char *b, Py_ssize_t blen) {
+    int c = memcmp(a, b, alen < blen ? alen : blen);
+    return c != 0 ? c : (alen > blen) - (alen < blen);
+}
+
 static PyObject *strings(PyObject *self, PyObject *args) {
     PyObject *objects, *name;
-    if (!PyArg_ParseTuple(args, "OU", &objects, &name))
+    int bounds = 0;
+    if (!PyArg_ParseTuple(args, "OU|p", &objects, &name, &bounds))
         return NULL;
     /* a tuple of its own: an attribute read may run Python code, which could change a list */
     PyObject *seq = PySequence_Tuple(objects);
@@ -120,9 +132,9 @@ static PyObject *strings(PyObject *self, PyObject *args) {
     attribute_init(&attr, name, n ? items[0] : NULL);
     PyObject *offsets = PyBytes_FromStringAndSize(NULL, sizeof(int32_t) * (n + 1));
     growing data = {PyByteArray_FromStringAndSize(NULL, 0), 0};
-    PyObject *validity = NULL, *first = NULL, *result = NULL;
-    const char *first_text = NULL;
-    Py_ssize_t first_len = 0, nulls = 0;
+    PyObject *validity = NULL, *first = NULL, *result = NULL, *low = NULL, *high = NULL; /* bounds: held */
+    const char *first_text = NULL, *low_text = NULL, *high_text = NULL;
+    Py_ssize_t first_len = 0, low_len = 0, high_len = 0, nulls = 0;
     int same = 1, fallback = 0;
     if (offsets == NULL || data.bytes == NULL)
         goto done;
@@ -159,6 +171,16 @@ static PyObject *strings(PyObject *self, PyObject *args) {
             } else if (same && value != first) {
                 same = first_text != NULL && len == first_len && memcmp(text, first_text, len) == 0;
             }
+            if (bounds && (low == NULL || compare_text(text, len, low_text, low_len) < 0)) {
+                Py_XSETREF(low, Py_NewRef(value));
+                low_text = text;
+                low_len = len;
+            }
+            if (bounds && (high == NULL || compare_text(text, len, high_text, high_len) > 0)) {
+                Py_XSETREF(high, Py_NewRef(value));
+                high_text = text;
+                high_len = len;
+            }
         }
         fallback = put_offset(offsets, i + 1, data.used);
         if (i == 0)
@@ -172,9 +194,15 @@ static PyObject *strings(PyObject *self, PyObject *args) {
     }
     if (PyByteArray_Resize(data.bytes, data.used) < 0)
         goto done;
-    result = Py_BuildValue("(OOOnO)", validity ? validity : Py_None, offsets, data.bytes, nulls,
-                           same ? Py_True : Py_False);
+    if (bounds)
+        result = Py_BuildValue("(OOOnOOO)", validity ? validity : Py_None, offsets, data.bytes, nulls,
+                               same ? Py_True : Py_False, low ? low : Py_None, high ? high : Py_None);
+    else
+        result = Py_BuildValue("(OOOnO)", validity ? validity : Py_None, offsets, data.bytes, nulls,
+                               same ? Py_True : Py_False);
 done:
+    Py_XDECREF(low);
+    Py_XDECREF(high);
     Py_XDECREF(first);
     Py_XDECREF(validity);
     Py_XDECREF(offsets);
@@ -257,9 +285,34 @@ done:
     return result;
 }
 
+static PyObject *nones(PyObject *self, PyObject *args) {
+    PyObject *objects, *name;
+    if (!PyArg_ParseTuple(args, "OU", &objects, &name))
+        return NULL;
+    PyObject *seq = PySequence_Tuple(objects);
+    if (seq == NULL)
+        return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(seq), count = 0;
+    attribute attr;
+    attribute_init(&attr, name, n ? PyTuple_GET_ITEM(seq, 0) : NULL);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *value = attribute_get(&attr, PyTuple_GET_ITEM(seq, i));
+        if (value == NULL) {
+            Py_DECREF(seq);
+            return NULL;
+        }
+        count += value == Py_None;
+        Py_DECREF(value);
+    }
+    Py_DECREF(seq);
+    return PyLong_FromSsize_t(count);
+}
+
 static PyMethodDef methods[] = {
     {"strings", strings, METH_VARARGS,
-     "strings(objects, name) -> (validity, offsets, data, null_count, same), or None: convert with pyarrow"},
+     "strings(objects, name[, bounds]) -> (validity, offsets, data, null_count, same[, least, greatest]), "
+     "or None: convert with pyarrow"},
+    {"nones", nones, METH_VARARGS, "nones(objects, name) -> how many objects hold None there"},
     {"string_lists", string_lists, METH_VARARGS,
      "string_lists(objects, name) -> (list_offsets, item_offsets, item_data), or None: convert with pyarrow"},
     {NULL, NULL, 0, NULL},

@@ -13,7 +13,10 @@
  *       concatenation of header_parts: each either bytes (the same in every row), an
  *       (offsets, data, start) tuple of such an array (row i's value), or a (values, start) tuple
  *       of an int64 array's values buffer (row i's value in decimal, as json.dumps writes it: the
- *       seq, without a cast to strings first). The header is assembled
+ *       seq, without a cast to strings first), or a (list_offsets, item_offsets, item_data, start,
+ *       item_start) tuple of a list-of-strings array (row i's list as a JSON array of its items,
+ *       each between quotes as it is: for items that need no escaping, which the caller checks).
+ *       The header is assembled
  *       here, row by row, instead of by an Arrow join that materializes every row's header.
  *
  *   commit(n, salts, content_offsets, content_data, content_start, header_parts, domain, prev)
@@ -110,11 +113,13 @@ static PyObject *openssl_failed(void) {
 
 /* One piece of every row's header: the same bytes for each row, one value of a string column, or
  * one value of an int64 column written in decimal (as json.dumps writes an int). */
-enum { CONSTANT, STRINGS, INTEGERS };
+enum { CONSTANT, STRINGS, INTEGERS, LISTS };
 typedef struct {
     int column;
-    Py_buffer offsets, data; /* a string column's buffers; a constant's bytes, or an int64 column's values, in data */
-    Py_ssize_t start;
+    Py_buffer offsets, data; /* a string column's buffers (a list column's items'); a constant's bytes, or an
+                                int64 column's values, in data */
+    Py_buffer lists;         /* a list column's offsets into its items */
+    Py_ssize_t start, item_start;
 } piece;
 
 #define INT64_DIGITS 20 /* "-9223372036854775808" */
@@ -137,16 +142,53 @@ static Py_ssize_t write_int64(char *out, int64_t value) {
 }
 
 static void release_pieces(piece *pieces, Py_ssize_t count) {
-    for (Py_ssize_t k = 0; k < count; k++) {
-        if (pieces[k].column == STRINGS)
-            PyBuffer_Release(&pieces[k].offsets);
+    for (Py_ssize_t k = 0; k < count; k++) { /* buffers not taken are zeroed: releasing them does nothing */
+        PyBuffer_Release(&pieces[k].offsets);
         PyBuffer_Release(&pieces[k].data);
+        PyBuffer_Release(&pieces[k].lists);
     }
     PyMem_Free(pieces);
 }
 
-/* Parse the header parts (bytes, (offsets, data, start) tuples of string columns, or (values, start)
- * tuples of int64 columns); NULL with an exception set. */
+/* Check a list column's offsets for rows start .. start + n, and its items' offsets and data. */
+static int check_lists(const piece *p, Py_ssize_t n) {
+    if (p->start < 0 || p->item_start < 0 || p->lists.len < (Py_ssize_t)sizeof(int32_t) * (p->start + n + 1)) {
+        PyErr_Format(PyExc_ValueError, "header list column: offsets buffer too short for %zd rows from %zd", n, p->start);
+        return -1;
+    }
+    const int32_t *lo = (const int32_t *)p->lists.buf + p->start;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (lo[i] < 0 || lo[i + 1] < lo[i]) {
+            PyErr_Format(PyExc_ValueError, "header list column: offset of row %zd out of range", i);
+            return -1;
+        }
+    }
+    return check_offsets("header list items", &p->offsets, &p->data, p->item_start + lo[0], lo[n] - lo[0]);
+}
+
+/* Row i of a list column as a JSON array of its items, each between quotes as it is (the
+ * caller checked that no item needs escaping); the bytes written. */
+static Py_ssize_t write_list(char *out, const piece *p, Py_ssize_t i) {
+    const int32_t *lo = (const int32_t *)p->lists.buf + p->start;
+    const int32_t *off = (const int32_t *)p->offsets.buf + p->item_start;
+    const char *data = p->data.buf;
+    char *at = out;
+    *at++ = '[';
+    for (int32_t j = lo[i]; j < lo[i + 1]; j++) {
+        if (j > lo[i])
+            *at++ = ',';
+        *at++ = '"';
+        memcpy(at, data + off[j], off[j + 1] - off[j]);
+        at += off[j + 1] - off[j];
+        *at++ = '"';
+    }
+    *at++ = ']';
+    return at - out;
+}
+
+/* Parse the header parts (bytes, (offsets, data, start) tuples of string columns, (values, start)
+ * tuples of int64 columns, or (list_offsets, item_offsets, item_data, start, item_start) tuples of
+ * list-of-string columns); NULL with an exception set. */
 static piece *parse_pieces(PyObject *parts, Py_ssize_t n, Py_ssize_t *count) {
     PyObject *seq = PySequence_Fast(parts, "header parts must be a sequence");
     if (seq == NULL)
@@ -170,6 +212,14 @@ static piece *parse_pieces(PyObject *parts, Py_ssize_t n, Py_ssize_t *count) {
                 PyErr_Format(PyExc_ValueError, "header int64 column: values buffer too short for %zd rows from %zd",
                              n, p->start);
                 (*count)++; /* its buffer is held: release it too */
+                goto fail;
+            }
+        } else if (PyTuple_Check(item) && PyTuple_GET_SIZE(item) == 5) {
+            p->column = LISTS;
+            if (!PyArg_ParseTuple(item, "y*y*y*nn", &p->lists, &p->offsets, &p->data, &p->start, &p->item_start))
+                goto fail;
+            if (check_lists(p, n)) {
+                (*count)++; /* its buffers are held: release them too */
                 goto fail;
             }
         } else if (PyTuple_Check(item)) {
@@ -245,6 +295,10 @@ static int work_prepare(work *w, PyObject *args) {
             if (p->column == STRINGS) {
                 const int32_t *off = (const int32_t *)p->offsets.buf + p->start;
                 len += off[i + 1] - off[i];
+            } else if (p->column == LISTS) { /* [ ] and, per item, two quotes and a comma */
+                const int32_t *lo = (const int32_t *)p->lists.buf + p->start;
+                const int32_t *off = (const int32_t *)p->offsets.buf + p->item_start;
+                len += 2 + off[lo[i + 1]] - off[lo[i]] + 3 * (Py_ssize_t)(lo[i + 1] - lo[i]);
             } else {
                 len += p->column == INTEGERS ? INT64_DIGITS : p->data.len;
             }
@@ -286,6 +340,8 @@ static void work_run(work *w) {
                 int64_t value;
                 memcpy(&value, (const char *)p->data.buf + sizeof(int64_t) * (p->start + i), sizeof value);
                 at += write_int64(at, value);
+            } else if (p->column == LISTS) {
+                at += write_list(at, p, i);
             } else {
                 memcpy(at, p->data.buf, p->data.len);
                 at += p->data.len;

@@ -31,7 +31,7 @@ import pyarrow.compute as pc
 from refold.fold.chain import DOMAIN, HEADER_FIELDS, canonical_time, seal
 from refold.fold.events import Event, NewEvent
 from .datafiles import stats_json
-from .event_columns import LISTS, STRINGS, TIMES, TYPES, user_columns
+from .event_columns import LISTS, STRINGS, TIMES, TYPES, Columns, Shared, all_none, user_columns
 from .schema import EVENTS_SCHEMA, STATS_COLUMNS, events_to_table
 
 try:  # built at install from storage/_sealhash.c when a C compiler and OpenSSL headers are there
@@ -90,12 +90,12 @@ def _seal_plain(fresh: Sequence[NewEvent], *, first_seq: int, prev_link: str,
                 recorded_at: datetime, table_version: int, salts: bytes) -> Sealed:
     """Column-wise :func:`seal_rows` for events stored as they are (no cipher, key ids, erasure id)."""
     n = len(fresh)
-    cols, shared = user_columns(fresh)
+    cols, shared, bounds = user_columns(fresh)
     cols["seq"] = pa.array(np.arange(first_seq, first_seq + n, dtype=np.int64))
-    facts = [e.fact for e in fresh]
     fact_header: _Json = "null"
     cols["fact"] = pa.nulls(n, pa.string())
-    if facts.count(None) != n:
+    if not all_none(fresh, "fact"):
+        facts = [e.fact for e in fresh]
         cols["fact"] = pa.array([None if f is None else json.dumps(f.as_dict(), sort_keys=True)
                                  for f in facts], pa.string())
         fact_header = ("", pa.array([
@@ -131,7 +131,7 @@ def _seal_plain(fresh: Sequence[NewEvent], *, first_seq: int, prev_link: str,
         salt=_hex(salts, n), cipher=pa.nulls(n, pa.string()), erasure_id=pa.nulls(n, pa.string()),
         key_ids=pa.ListArray.from_arrays(pa.repeat(pa.scalar(0, pa.int32()), n + 1), pa.array([], pa.string())),
     )
-    stats = _stats(cols, shared, first_seq=first_seq, recorded_at=recorded_at, table_version=table_version)
+    stats = _stats(cols, shared, bounds, first_seq=first_seq, recorded_at=recorded_at, table_version=table_version)
     commitments, chain = hashing()
     links = _hex(chain, n + 1)
     cols.update(commitment=_hex(commitments, n), prev_link=links.slice(0, n), link=links.slice(1, n))
@@ -139,11 +139,12 @@ def _seal_plain(fresh: Sequence[NewEvent], *, first_seq: int, prev_link: str,
     return Sealed(table, chain[-32:].hex(), stats)
 
 
-def _stats(cols: dict[str, pa.Array], shared: dict[str, str | None], *, first_seq: int,
+def _stats(cols: Columns, shared: Shared, bounds: dict[str, tuple[Any, Any]], *, first_seq: int,
            recorded_at: datetime, table_version: int) -> str:
     """:func:`~.datafiles.add_stats` of the sealed rows, from what the sealer knows: the seqs are
-    consecutive, every row has the batch's record time and table version, and a shared kind is
-    one value; only the other columns (the event ids) are scanned."""
+    consecutive, every row has the batch's record time and table version, a shared kind is one
+    value, and ``bounds`` holds what reading the events found (the event ids' least and
+    greatest); only the other columns are scanned."""
     n = len(cols["seq"])
     known: dict[str, tuple[Any, Any, int]] = {
         "seq": (first_seq, first_seq + n - 1, 0), "recorded_at": (recorded_at, recorded_at, 0),
@@ -152,6 +153,8 @@ def _stats(cols: dict[str, pa.Array], shared: dict[str, str | None], *, first_se
     if "kind" in shared:
         kind = shared["kind"]
         known["kind"] = (kind, kind, 0) if kind is not None else (None, None, n)
+    for name, (low, high) in bounds.items():
+        known[name] = (low, high, cols[name].null_count)
     bounds = {}
     for name in STATS_COLUMNS:
         if name not in known:
@@ -215,9 +218,25 @@ def _hash_in_background(salts: bytes, contents: pa.Array, header: Sequence[str |
 def _native_slices(salts: bytes, contents: pa.Array, parts: list[str | bytes | pa.Array]) -> list[tuple]:
     """The native loop's arguments for each of :func:`_parts`' row ranges."""
     content = _plain_binary(contents)
-    parts = [p.encode() if isinstance(p, str) else p if isinstance(p, bytes)
-             else _plain_int64(p) if pa.types.is_integer(p.type) else _plain_binary(p) for p in parts]
-    return [_slice_args(salts, content, parts, a, b) for a, b in _parts(len(contents))]
+    return [_slice_args(salts, content, [_native_part(p) for p in parts], a, b) for a, b in _parts(len(contents))]
+
+
+def _native_part(part: str | bytes | pa.Array) -> bytes | pa.Array:
+    """A header part as the native loop takes it: text as UTF-8, arrays in one chunk without
+    nulls, strings as binary, integers as int64."""
+    if isinstance(part, str):
+        return part.encode()
+    if isinstance(part, bytes):
+        return part
+    if isinstance(part, pa.ChunkedArray):
+        part = part.combine_chunks()
+    if part.null_count:
+        raise ValueError("sealing: a hashed column holds nulls")
+    if pa.types.is_integer(part.type):
+        return part if part.type == pa.int64() else pc.cast(part, pa.int64())
+    if pa.types.is_list(part.type):
+        return part
+    return _plain_binary(part)
 
 
 def chain_links(prev: bytes, commitments: bytes) -> bytes:
@@ -254,16 +273,28 @@ def _parts(n: int) -> list[tuple[int, int]]:
 
 
 def _slice_args(salts: bytes, content: pa.Array, parts: list[bytes | pa.Array], a: int, b: int) -> tuple:
-    """The native loop's arguments for rows ``[a, b)``: arrays are passed as (offsets, data, first
-    row), int64 arrays as (values, first row)."""
-    pieces = [p if isinstance(p, bytes) else (p.buffers()[1], p.offset + a) if p.type == pa.int64()
-              else (*_offsets_and_data(p), p.offset + a) for p in parts]
-    return (b - a, salts[16 * a:16 * b], *_offsets_and_data(content), content.offset + a, pieces, DOMAIN)
+    """The native loop's arguments for rows ``[a, b)`` (parts as :func:`_native_part` makes them)."""
+    return (b - a, salts[16 * a:16 * b], *_offsets_and_data(content), content.offset + a,
+            [_piece(p, a) for p in parts], DOMAIN)
+
+
+def _piece(part: bytes | pa.Array, a: int) -> bytes | tuple:
+    """A header part for the native loop from row ``a`` on: text as it is, a string column as
+    (offsets, data, first row), an int64 column as (values, first row), a list column as
+    (list offsets, item offsets, item data, first row, first item)."""
+    if isinstance(part, bytes):
+        return part
+    if part.type == pa.int64():
+        return part.buffers()[1], part.offset + a
+    if pa.types.is_list(part.type):
+        items = part.values
+        return (part.buffers()[1], *_offsets_and_data(items), part.offset + a, items.offset)
+    return (*_offsets_and_data(part), part.offset + a)
 
 
 def _native_commit(salts: bytes, content: pa.Array, parts: list[bytes | pa.Array], a: int, b: int) -> bytes:
     """The native loop over rows ``[a, b)`` on this thread: their commitments."""
-    return _sealhash.commit(*_slice_args(salts, content, parts, a, b))
+    return _sealhash.commit(*_slice_args(salts, _plain_binary(content), [_native_part(p) for p in parts], a, b))
 
 
 def _plain_binary(values: pa.Array) -> pa.Array:
@@ -279,20 +310,14 @@ def _plain_binary(values: pa.Array) -> pa.Array:
     return pc.cast(values, pa.binary())
 
 
-def _plain_int64(values: pa.Array) -> pa.Array:
-    """An integer column as an int64 array without nulls (the native loop writes its values in
-    decimal)."""
-    if isinstance(values, pa.ChunkedArray):
-        values = values.combine_chunks()
-    if values.null_count:
-        raise ValueError("sealing: a hashed column holds nulls")
-    return values if values.type == pa.int64() else pc.cast(values, pa.int64())
-
-
 def _text(part: str | bytes | pa.Array) -> str | bytes | pa.Array:
-    """A header part as text: an integer column's values in decimal (what the native loop writes)."""
+    """A header part as text, as the native loop writes it: an integer column's values in
+    decimal, a list column's lists as JSON arrays of their items between quotes."""
     if isinstance(part, (pa.Array, pa.ChunkedArray)) and pa.types.is_integer(part.type):
         return pc.cast(part, pa.string())
+    if isinstance(part, (pa.Array, pa.ChunkedArray)) and pa.types.is_list(part.type):
+        quoted = pc.binary_join_element_wise('["', pc.binary_join(part, '","'), '"]', "")
+        return pc.if_else(pc.equal(pc.list_value_length(part), 0), "[]", quoted)
     return part
 
 
@@ -341,9 +366,12 @@ def _json_string_lists(lists: pa.Array) -> _Json:
     items = lists.values
     if len(items) == 0:
         return "[]"
-    if not items.null_count and not _needs_escaping(items) and pc.min(pc.list_value_length(lists)).as_py():
-        # every list has an item and no item needs escaping: ["a","b"] is '["' + 'a","b' + '"]'
-        return '["', pc.binary_join(lists, '","'), '"]'
+    if not items.null_count and not _needs_escaping(items):
+        if _sealhash is not None and not lists.null_count:  # the native loop writes ["a","b"] itself
+            return "", lists, ""
+        if pc.min(pc.list_value_length(lists)).as_py():
+            # every list has an item and no item needs escaping: ["a","b"] is '["' + 'a","b' + '"]'
+            return '["', pc.binary_join(lists, '","'), '"]'
     texts = _json_strings(items)
     if isinstance(texts, str):  # every item null
         texts = pa.repeat(pa.scalar(texts), len(items))

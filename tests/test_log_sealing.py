@@ -15,6 +15,7 @@ import os
 from datetime import datetime, timedelta, timezone
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -135,11 +136,11 @@ def test_each_column_shape_equals_seal():
 
 @pytest.mark.parametrize("convert", [event_columns.user_columns, event_columns.python_columns])
 def test_values_every_event_shares_are_found_and_still_stored_per_row(convert):
-    columns, shared = convert(_SHAPES["kind and tenant shared, run differs"])
+    columns, shared, _ = convert(_SHAPES["kind and tenant shared, run differs"])
     assert shared == {"kind": "observation", "tenant": "t"}  # the run differs, so it is per row
     assert columns["kind"].to_pylist() == ["observation"] * 2 and columns["tenant"].to_pylist() == ["t"] * 2
     assert columns["ingestion_run"].to_pylist() == ["a", None]
-    _, shared = convert([_plain(0), _plain(1)])
+    _, shared, _ = convert([_plain(0), _plain(1)])
     assert shared["ingestion_run"] is None  # shared absence: "null" in every header
 
 
@@ -147,12 +148,15 @@ def test_values_every_event_shares_are_found_and_still_stored_per_row(convert):
 @given(st.lists(_events(), min_size=1, max_size=12))
 def test_native_columns_equal_pyarrows(new):
     """storage/_columns.c reads the fields into the Arrow arrays pyarrow makes of them."""
-    columns, shared = event_columns.user_columns(new)
-    expected, expected_shared = event_columns.python_columns(new)
+    columns, shared, bounds = event_columns.user_columns(new)
+    expected, expected_shared, _ = event_columns.python_columns(new)
     assert shared == expected_shared
     for name, array in expected.items():
         columns[name].validate(full=True)
         assert columns[name].equals(array), name
+    for name in event_columns.BOUNDED:  # found while reading: what Arrow's min_max finds
+        low_high = pc.min_max(expected[name])
+        assert bounds[name] == (low_high["min"].as_py(), low_high["max"].as_py()), name
 
 
 class _Loose:
@@ -177,7 +181,7 @@ def test_values_the_native_reader_does_not_take_give_what_pyarrow_gives(change):
         with pytest.raises(type(exc)):
             event_columns.user_columns(new)
         return
-    columns, shared = event_columns.user_columns(new)
+    columns, shared, _ = event_columns.user_columns(new)
     assert shared == expected[1]
     for name, array in expected[0].items():
         assert columns[name].equals(array), name
@@ -349,6 +353,43 @@ def test_integer_header_parts_hash_as_their_decimal_text(values, cut):
     whole = sealing.commit_digests(salts, contents, joined)
     assert sealing.commit_digests(salts, contents, ['{"seq":', ints, "}"]) == whole
     assert sealing._native_commit(salts, contents, [b'{"seq":', ints, b"}"], 0, len(values)) == whole
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.lists(st.text("abc é日🦜-", max_size=4), max_size=3), min_size=1, max_size=20), st.integers(0, 3))
+def test_list_header_parts_hash_as_json_arrays(lists, cut):
+    """A list-of-strings column in the header (subjects, principals) is written by the native loop
+    as the JSON array json.dumps makes of it: empty lists, a sliced list array (offset > 0) and
+    items cut from a longer array (the child's offset) included; the fallback writes the same."""
+    contents = pa.array([f"c{i}" for i in range(len(lists))])
+    salts = os.urandom(16 * len(lists))
+    joined = pa.array(['{"s":' + json.dumps(v, ensure_ascii=False, separators=(",", ":")) + "}" for v in lists])
+    whole = sealing.commit_digests(salts, contents, joined)
+    sliced = pa.array([["pad"]] * cut + lists, pa.list_(pa.string())).slice(cut)
+    items = pa.array(["pad"] * cut + [x for v in lists for x in v], pa.string()).slice(cut)
+    offsets = pa.array([sum(len(v) for v in lists[:i]) for i in range(len(lists) + 1)], pa.int32())
+    from_items = pa.ListArray.from_arrays(offsets, items)
+    for array in (sliced, from_items):
+        assert sealing.commit_digests(salts, contents, ['{"s":', array, "}"]) == whole
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(sealing, "_sealhash", None)
+            assert sealing.commit_digests(salts, contents, ['{"s":', array, "}"]) == whole
+
+
+def test_the_native_loop_rejects_malformed_list_columns():
+    ok = pa.array([b"abc", b"de"], pa.binary())
+    _, offsets, data = ok.buffers()
+    lists = pa.array([["a"], ["b", "c"]], pa.list_(pa.string()))
+    list_offsets = lists.buffers()[1]
+    _, item_offsets, item_data = lists.values.buffers()
+    native = sealing._sealhash
+    with pytest.raises(ValueError, match="list column: offsets buffer too short"):
+        native.commit(2, bytes(32), offsets, data, 0, [(list_offsets, item_offsets, item_data, 1, 0)], DOMAIN)
+    with pytest.raises(ValueError, match="list items: offsets buffer too short"):
+        native.commit(2, bytes(32), offsets, data, 0, [(list_offsets, item_offsets, item_data, 0, 1)], DOMAIN)
+    backwards = pa.py_buffer(bytes(pa.array([0, 2, 1], pa.int32()).buffers()[1]))
+    with pytest.raises(ValueError, match="list column: offset of row 1 out of range"):
+        native.commit(2, bytes(32), offsets, data, 0, [(backwards, item_offsets, item_data, 0, 0)], DOMAIN)
 
 
 def test_the_native_loop_rejects_a_short_integer_column():
