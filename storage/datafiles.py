@@ -24,7 +24,7 @@ import os
 import threading
 import time
 import uuid
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
@@ -132,14 +132,14 @@ class StagedFiles:
             self.data_path.unlink(missing_ok=True)
             raise
 
-    def store(self, data: pa.Buffer) -> Future:
-        """Write ``data`` into the data file on the store thread (the write releases the GIL);
-        the caller waits for the returned future before a commit names the file. A failed write
-        leaves no data file."""
-        self._handed["data"] = True
-        return _storer().submit(self._store, data)
+    def store(self, data: pa.Buffer) -> None:
+        """Write ``data`` into the data file and close it. A failed write leaves no data file.
 
-    def _store(self, data: pa.Buffer) -> None:
+        On the calling thread: handed to the store thread, the write waited for the GIL while
+        the caller filled the commit file (1k events: started ~0.2 ms after the encoding ended,
+        and the commit waited for it; 0.06-0.17 ms per append, alternating rounds).
+        """
+        self._handed["data"] = True
         fd = self._created.result()[0]
         try:
             written = os.write(fd, data)

@@ -44,7 +44,6 @@ import os
 import time
 import uuid
 import warnings
-from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
@@ -99,14 +98,11 @@ def unsupported(dt: DeltaTable, *, schema: pa.Schema = EVENTS_SCHEMA,
 
 
 def commit_add(folder: Path, version: int, add: dict, metadata: dict[str, str], *,
-               before_link: Callable[[], object] | None = None,
                staged: tuple[Path, int] | None = None) -> None:
     """Create commit ``version`` of the table at ``folder`` holding ``add`` and a commitInfo.
 
     Raises ``CommitFailedError`` when that version exists already (another writer got there
-    first); nothing of this call is left in ``_delta_log`` then, nor when ``before_link`` (called
-    once the commit file is staged, right before it is published: e.g. waiting for the data file
-    to be written) raises. ``staged``: an empty file in ``_delta_log`` created for this commit,
+    first); nothing of this call is left in ``_delta_log`` then. ``staged``: an empty file in ``_delta_log`` created for this commit,
     with its open descriptor (:meth:`~.datafiles.StagedFiles.commit_file`), used instead of
     creating one; it is closed and removed like one created here.
     """
@@ -129,8 +125,6 @@ def commit_add(folder: Path, version: int, add: dict, metadata: dict[str, str], 
             os.utime(fd, ns=(millis * 1_000_000, millis * 1_000_000))
         finally:
             os.close(fd)
-        if before_link is not None:
-            before_link()
         os.link(tmp, log_dir / log_name(version))
     except FileExistsError:
         raise CommitFailedError(f"version {version} of {folder} exists: another writer committed first") from None
@@ -145,8 +139,7 @@ def commit_rows(folder: Path, version: int, rows: pa.Table, metadata: dict[str, 
     return the commit's ``add`` action.
 
     Both files are created on a worker while the rows are encoded (:class:`~.datafiles.StagedFiles`),
-    the data file is written there while the commit file is filled, and the commit is linked after
-    both. Raises ``CommitFailedError`` when another writer took ``version``; its data file is
+    then the data file is written and the commit file filled and linked. Raises ``CommitFailedError`` when another writer took ``version``; its data file is
     removed then (nobody can reference it), as when encoding fails. ``options``/``stats_columns``/
     ``stats``: as :func:`~.datafiles.encode_file`.
     """
@@ -157,14 +150,15 @@ def commit_rows(folder: Path, version: int, rows: pa.Table, metadata: dict[str, 
     except BaseException:
         files.discard()
         raise
-    stored = files.store(data)
     try:
-        commit_add(folder, version, add, metadata, before_link=stored.result, staged=files.commit_file())
-    except CommitFailedError:  # raised by the link, after the data file was written
+        files.store(data)
+    except BaseException:  # no data file (store removed it): the staged commit file goes too
         files.discard()
         raise
-    except BaseException:
-        stored.exception()  # never leave the write running behind an ambiguous error
+    try:
+        commit_add(folder, version, add, metadata, staged=files.commit_file())
+    except CommitFailedError:  # raised by the link, after the data file was written
+        files.discard()
         raise
     return add
 

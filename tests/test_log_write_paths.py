@@ -227,6 +227,28 @@ def test_a_failed_encode_leaves_neither_staged_file(tmp_path, monkeypatch):
     assert mem.log().height == 20 and mem.verify().ok
 
 
+def test_a_failed_data_file_write_leaves_neither_staged_file(tmp_path, monkeypatch):
+    """Writing the data file fails (a full disk; provoked by replacing os.write
+    while the append runs): the append fails as safe to retry, and neither the half-written data file
+    nor the staged commit file stays."""
+    from refold.storage import datafiles
+
+    mem = refold.init(tmp_path / "store")
+    mem.log_store.append(_events("first", 20))
+    folder = Path(mem.layout.events)
+    before = sorted(p.relative_to(folder) for p in folder.rglob("*"))
+
+    def full_disk(fd, data):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(datafiles.os, "write", full_disk)
+    with pytest.raises(StoreError, match="did not land .*No space left on device.*; it is safe to retry"):
+        mem.log_store.append(_events("second", 20))
+    monkeypatch.undo()
+    assert sorted(p.relative_to(folder) for p in folder.rglob("*")) == before
+    assert mem.log().height == 20 and mem.verify().ok
+
+
 def test_staged_files_hand_on_each_descriptor_once(tmp_path):
     """StagedFiles: store() writes and closes the data file, commit_file() hands on the commit
     file's descriptor, discard() closes only what was not handed on and removes both files."""
@@ -234,7 +256,7 @@ def test_staged_files_hand_on_each_descriptor_once(tmp_path):
 
     (tmp_path / "_delta_log").mkdir()
     files = StagedFiles(tmp_path)
-    files.store(pa.py_buffer(b"PAR1 rows")).result()
+    files.store(pa.py_buffer(b"PAR1 rows"))
     assert (tmp_path / files.data_name).read_bytes() == b"PAR1 rows"
     path, fd = files.commit_file()
     assert path.parent.name == "_delta_log" and path.exists()
