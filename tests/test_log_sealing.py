@@ -206,13 +206,16 @@ def test_seal_rows_takes_either_path_with_the_same_result():
 
 # -- the native hashing loop (storage/_sealhash.c) ---------------------------------------------------
 
-def test_the_native_hashing_loop_is_built():
-    """The install (setup.py) compiles storage/_sealhash.c where a C compiler and the OpenSSL headers
-    exist, as on every machine this project runs its tests on; without it appends are a few times
-    slower (hashlib per value), so a silent fallback here would hide a broken build."""
+def test_the_native_modules_are_built():
+    """The install (setup.py) compiles storage/_sealhash.c and storage/_columns.c where a C
+    compiler and the OpenSSL headers exist, as on every machine this project runs its tests on;
+    without them appends are slower (hashlib per value, pyarrow converting Python lists), so a
+    silent fallback here would hide a broken build."""
     assert sealing._sealhash is not None, (
         "refold.storage._sealhash was not built: install a C compiler and OpenSSL headers "
         "(Debian: gcc libssl-dev) and reinstall with `pip install -e .`")
+    assert event_columns._columns is not None, (
+        "refold.storage._columns was not built: install a C compiler and reinstall with `pip install -e .`")
 
 
 _bytes = st.binary(max_size=300)
