@@ -54,7 +54,7 @@ import pyarrow.parquet as pq
 import refold
 from refold.fold.chain import DOMAIN, GENESIS, header_bytes
 from refold.fold.events import NewEvent
-from refold.storage import delta_commit, sealing
+from refold.storage import batch_hashing, delta_commit
 from refold.storage.datafiles import PARQUET_OPTIONS
 from refold.storage.group import GroupCommit
 from refold.storage.schema import table_to_events
@@ -271,9 +271,9 @@ def floors(workdir: Path, batch: list[NewEvent], repeat: int) -> tuple[float, fl
         for c in commitments:
             prev = sha(prev + c).digest()
         hashing = min(hashing, time.perf_counter() - start)
-        if sealing._sealhash is not None:
+        if batch_hashing._sealhash is not None:
             start = time.perf_counter()
-            sealing.chain_links(bytes(32), sealing.commit_digests(salts, contents, headers))
+            batch_hashing.chain_links(bytes(32), batch_hashing.commit_digests(salts, contents, headers))
             native = min(native, time.perf_counter() - start)
         start = time.perf_counter()
         pq.write_table(table, workdir / f"floor-{r}.parquet", **PARQUET_OPTIONS)
@@ -367,7 +367,7 @@ def report(results: list[dict]) -> bool:
         total = res["seconds"]["refold"]
         per = 1000 / res["count"]
         print(f"  {res['label']:<12} {total * per:8.2f} ms/batch = seal {seal * per:7.2f}"
-              f" + data file and commit {write * per:7.2f} (commit file, overlapping the data file write, {commit * per:5.2f})"
+              f" + data file and commit {write * per:7.2f} (of which the commit file {commit * per:5.2f})"
               f" + other {(total - seal - write) * per:7.2f}")
         if res["floor"]:
             hashing, writing, native = res["floor"]

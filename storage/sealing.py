@@ -2,21 +2,19 @@
 
 Every append seals its events here, so plain events are sealed column by column: their fields
 become Arrow arrays once (storage/event_columns.py; the arrays the row table is made of), the
-canonical header of every row is assembled from those arrays with Arrow string kernels, and the
-three SHA-256 per event (content digest, commitment, link) run over the Arrow buffers in native
-calls (storage/_sealhash.c, a loop over OpenSSL that releases the GIL; hashlib per value where
-it was not built). From 512 events on, a worker thread hashes one slice while this thread makes
-the columns without hashes and the add action's statistics, then hashes its own slice. A
-protector that changes stored fields (shred mode encrypts content), and a batch too small to
-repay the kernel calls, take the general path: one ``Event`` per row, sealed with
-:func:`~refold.fold.chain.seal`. Both give the same bytes for the same input (tests compare them
-on random events, escapes and all).
+canonical header of every row is prepared from those arrays as parts (constant text between
+columns; Arrow string kernels only where a value needs JSON escaping), and the three SHA-256 per
+event (content digest, commitment, link) run over the Arrow buffers (storage/batch_hashing.py):
+from 512 events on, a native thread hashes one slice while this thread makes the columns
+without hashes and the add action's statistics, then hashes its own. A protector that changes
+stored fields (shred mode encrypts content), and a batch too small to repay the kernel calls,
+take the general path: one ``Event`` per row, sealed with :func:`~refold.fold.chain.seal`. Both
+give the same bytes for the same input (tests compare them on random events, escapes and all).
 """
 
 from __future__ import annotations
 
 import binascii
-import hashlib
 import json
 import os
 from collections.abc import Callable, Sequence
@@ -28,16 +26,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from refold.fold.chain import DOMAIN, HEADER_FIELDS, canonical_time, seal
+from refold.fold.chain import HEADER_FIELDS, canonical_time, seal
 from refold.fold.events import Event, NewEvent
+from . import batch_hashing as hashing
 from .datafiles import stats_json
 from .event_columns import LISTS, STRINGS, TIMES, TYPES, Columns, Shared, all_none, user_columns
 from .schema import EVENTS_SCHEMA, STATS_COLUMNS, events_to_table
-
-try:  # built at install from storage/_sealhash.c when a C compiler and OpenSSL headers are there
-    from . import _sealhash
-except ImportError:  # pragma: no cover - exercised by forcing the fallback in tests
-    _sealhash = None
 
 #: bytes that a JSON string keeps as they are: ``encode_basestring`` escapes only the control
 #: characters, the quote and the backslash (UTF-8 continuation bytes are all >= 0x80)
@@ -124,7 +118,7 @@ def _seal_plain(fresh: Sequence[NewEvent], *, first_seq: int, prev_link: str,
 
     # the hashes run on another core (the native loop releases the GIL) while this thread makes
     # the columns that do not hold them, and their add-action statistics
-    hashing = _hash_in_background(salts, cols["content"], header, bytes.fromhex(prev_link))
+    hashes = hashing.hash_in_background(salts, cols["content"], header, bytes.fromhex(prev_link))
     cols.update(
         recorded_at=pa.repeat(pa.scalar(recorded_at, TYPES["recorded_at"]), n),
         table_version=pa.repeat(pa.scalar(table_version, pa.int64()), n),
@@ -132,7 +126,7 @@ def _seal_plain(fresh: Sequence[NewEvent], *, first_seq: int, prev_link: str,
         key_ids=pa.ListArray.from_arrays(pa.repeat(pa.scalar(0, pa.int32()), n + 1), pa.array([], pa.string())),
     )
     stats = _stats(cols, shared, bounds, first_seq=first_seq, recorded_at=recorded_at, table_version=table_version)
-    commitments, chain = hashing()
+    commitments, chain = hashes()
     links = _hex(chain, n + 1)
     cols.update(commitment=_hex(commitments, n), prev_link=links.slice(0, n), link=links.slice(1, n))
     table = pa.table([cols[name] for name in EVENTS_SCHEMA.names], schema=EVENTS_SCHEMA)
@@ -163,167 +157,6 @@ def _stats(cols: Columns, shared: Shared, bounds: dict[str, tuple[Any, Any]], *,
             known[name] = (low_high["min"].as_py(), low_high["max"].as_py(), column.null_count)
         bounds[name] = known[name]
     return stats_json(n, bounds)
-
-
-def commit_digests(salts: bytes, contents: pa.Array, header: pa.Array | Sequence[str | bytes | pa.Array]
-                   ) -> bytes:
-    """Per row, H(DOMAIN ‖ header ‖ H(salt ‖ content)): 32 bytes each, one after the other.
-
-    ``salts`` holds 16 bytes per row; ``contents`` is a string or binary array without nulls.
-    ``header`` is an array of whole headers, or the parts every row's header is made of, in
-    order: text that is the same in every row, or an array with each row's piece (no nulls; an
-    integer array stands for its values in decimal).
-    """
-    n = len(contents)
-    parts = [header] if isinstance(header, (pa.Array, pa.ChunkedArray)) else list(header)
-    if _sealhash is None:
-        sha = hashlib.sha256
-        parts = [_text(p) for p in parts]
-        whole = pc.binary_join_element_wise(*parts, "") if len(parts) > 1 else parts[0]
-        digests = b"".join(sha(x).digest() for x in _concat(_fixed(salts, 16, n), contents))
-        return b"".join(sha(x).digest() for x in _concat(DOMAIN, whole, _fixed(digests, 32, n)))
-    slices = _native_slices(salts, contents, parts)
-    # rows are independent (only the chain is sequential): native threads hash the other slices
-    # while this thread hashes the first
-    started = [_sealhash.start(*args) for args in slices[1:]]
-    return b"".join([_sealhash.commit(*slices[0])] + [job.result() for job in started])
-
-
-def _hash_in_background(salts: bytes, contents: pa.Array, header: Sequence[str | bytes | pa.Array],
-                        prev: bytes) -> Callable[[], tuple[bytes, bytes]]:
-    """Start :func:`commit_digests` and :func:`chain_links` after ``prev``; return the call that
-    waits for ``(commitments, chain)``.
-
-    The hashing runs on native threads that never take the GIL (``_sealhash.start``), so what
-    the caller does before calling back runs alongside, and a busy interpreter does not delay
-    them; a batch with several slices keeps the first for the caller's thread, as
-    :func:`commit_digests` does. Without the native module (hashlib holds the GIL per hash)
-    everything is done before returning.
-    """
-    if _sealhash is None:
-        commitments = commit_digests(salts, contents, header)
-        done = commitments, chain_links(prev, commitments)
-        return lambda: done
-    slices = _native_slices(salts, contents, list(header))
-    if len(slices) == 1:  # commitments and links in one job
-        return _sealhash.start(*slices[0], prev).result
-    started = [_sealhash.start(*args) for args in slices[1:]]
-
-    def finish() -> tuple[bytes, bytes]:
-        commitments = b"".join([_sealhash.commit(*slices[0])] + [job.result() for job in started])
-        return commitments, chain_links(prev, commitments)
-    return finish
-
-
-def _native_slices(salts: bytes, contents: pa.Array, parts: list[str | bytes | pa.Array]) -> list[tuple]:
-    """The native loop's arguments for each of :func:`_parts`' row ranges."""
-    content = _plain_binary(contents)
-    return [_slice_args(salts, content, [_native_part(p) for p in parts], a, b) for a, b in _parts(len(contents))]
-
-
-def _native_part(part: str | bytes | pa.Array) -> bytes | pa.Array:
-    """A header part as the native loop takes it: text as UTF-8, arrays in one chunk without
-    nulls, strings as binary, integers as int64."""
-    if isinstance(part, str):
-        return part.encode()
-    if isinstance(part, bytes):
-        return part
-    if isinstance(part, pa.ChunkedArray):
-        part = part.combine_chunks()
-    if part.null_count:
-        raise ValueError("sealing: a hashed column holds nulls")
-    if pa.types.is_integer(part.type):
-        return part if part.type == pa.int64() else pc.cast(part, pa.int64())
-    if pa.types.is_list(part.type):
-        return part
-    return _plain_binary(part)
-
-
-def chain_links(prev: bytes, commitments: bytes) -> bytes:
-    """``prev``, then each link H(link before ‖ commitment): 32 bytes each (one more than rows)."""
-    if _sealhash is not None:
-        return _sealhash.chain(prev, commitments)
-    sha = hashlib.sha256
-    chain = [prev]
-    for i in range(0, len(commitments), 32):  # sequential by design: each link covers the one before
-        prev = sha(prev + commitments[i:i + 32]).digest()
-        chain.append(prev)
-    return b"".join(chain)
-
-
-#: rows per thread below which handing a slice to another thread costs more than it saves. A 1k
-#: batch is two slices: the appending thread hashes its own once the other columns are made
-#: (with the add action's statistics taken from what the sealer knows, that is soon; one slice
-#: on the worker left it waiting ~0.3 ms: 1k appends 4.11 -> 3.99 ms, 30 alternating rounds)
-PARALLEL_FROM = 256
-
-
-def _cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
-
-
-def _parts(n: int) -> list[tuple[int, int]]:
-    """``[start, stop)`` row ranges to hash in parallel: one per core, each >= PARALLEL_FROM rows."""
-    k = max(1, min(_cores(), 8, n // PARALLEL_FROM))
-    bounds = [n * i // k for i in range(k + 1)]
-    return list(zip(bounds, bounds[1:]))
-
-
-def _slice_args(salts: bytes, content: pa.Array, parts: list[bytes | pa.Array], a: int, b: int) -> tuple:
-    """The native loop's arguments for rows ``[a, b)`` (parts as :func:`_native_part` makes them)."""
-    return (b - a, salts[16 * a:16 * b], *_offsets_and_data(content), content.offset + a,
-            [_piece(p, a) for p in parts], DOMAIN)
-
-
-def _piece(part: bytes | pa.Array, a: int) -> bytes | tuple:
-    """A header part for the native loop from row ``a`` on: text as it is, a string column as
-    (offsets, data, first row), an int64 column as (values, first row), a list column as
-    (list offsets, item offsets, item data, first row, first item)."""
-    if isinstance(part, bytes):
-        return part
-    if part.type == pa.int64():
-        return part.buffers()[1], part.offset + a
-    if pa.types.is_list(part.type):
-        items = part.values
-        return (part.buffers()[1], *_offsets_and_data(items), part.offset + a, items.offset)
-    return (*_offsets_and_data(part), part.offset + a)
-
-
-def _native_commit(salts: bytes, content: pa.Array, parts: list[bytes | pa.Array], a: int, b: int) -> bytes:
-    """The native loop over rows ``[a, b)`` on this thread: their commitments."""
-    return _sealhash.commit(*_slice_args(salts, _plain_binary(content), [_native_part(p) for p in parts], a, b))
-
-
-def _plain_binary(values: pa.Array) -> pa.Array:
-    """``values`` as a binary array with int32 offsets and no nulls (what the native loop reads)."""
-    if isinstance(values, pa.ChunkedArray):
-        values = values.combine_chunks()
-    if values.null_count:
-        raise ValueError("sealing: a hashed column holds nulls")
-    if values.type == pa.binary():
-        return values
-    if values.type == pa.string():
-        return values.view(pa.binary())  # the same buffers: a cast's kernel dispatch costs ~7 us
-    return pc.cast(values, pa.binary())
-
-
-def _text(part: str | bytes | pa.Array) -> str | bytes | pa.Array:
-    """A header part as text, as the native loop writes it: an integer column's values in
-    decimal, a list column's lists as JSON arrays of their items between quotes."""
-    if isinstance(part, (pa.Array, pa.ChunkedArray)) and pa.types.is_integer(part.type):
-        return pc.cast(part, pa.string())
-    if isinstance(part, (pa.Array, pa.ChunkedArray)) and pa.types.is_list(part.type):
-        quoted = pc.binary_join_element_wise('["', pc.binary_join(part, '","'), '"]', "")
-        return pc.if_else(pc.equal(pc.list_value_length(part), 0), "[]", quoted)
-    return part
-
-
-def _offsets_and_data(values: pa.Array) -> tuple[pa.Buffer, pa.Buffer | bytes]:
-    _, offsets, data = values.buffers()
-    return offsets, b"" if data is None else data
 
 
 #: a header field's JSON text: the same for every row, or per row ``prefix + value + suffix``
@@ -367,7 +200,7 @@ def _json_string_lists(lists: pa.Array) -> _Json:
     if len(items) == 0:
         return "[]"
     if not items.null_count and not _needs_escaping(items):
-        if _sealhash is not None and not lists.null_count:  # the native loop writes ["a","b"] itself
+        if hashing._sealhash is not None and not lists.null_count:  # the native loop writes ["a","b"] itself
             return "", lists, ""
         if pc.min(pc.list_value_length(lists)).as_py():
             # every list has an item and no item needs escaping: ["a","b"] is '["' + 'a","b' + '"]'
@@ -387,20 +220,9 @@ def _needs_escaping(values: pa.Array) -> bool:
     data = values.buffers()[2]
     if data is None:
         return False
-    if _sealhash is not None:
-        return _sealhash.needs_escaping(data)
+    if hashing._sealhash is not None:
+        return hashing._sealhash.needs_escaping(data)
     return bool(data.to_pybytes().translate(None, _KEPT))
-
-
-def _fixed(data: bytes, width: int, n: int) -> pa.Array:
-    """``n`` binary values of ``width`` bytes each, cut from ``data`` without copying."""
-    return pa.FixedSizeBinaryArray.from_buffers(pa.binary(width), n, [None, pa.py_buffer(data)])
-
-
-def _concat(*parts: pa.Array | bytes) -> list[bytes]:
-    """Per row, the bytes of ``parts`` one after the other (strings as UTF-8)."""
-    binary = [p if isinstance(p, bytes) else pc.cast(p, pa.binary()) for p in parts]
-    return pc.binary_join_element_wise(*binary, b"").to_pylist()
 
 
 def _hex(data: bytes, n: int) -> pa.Array:
@@ -408,9 +230,9 @@ def _hex(data: bytes, n: int) -> pa.Array:
 
     The hex text becomes the array's data buffer as it is, with offsets every ``width`` bytes.
     """
-    text = _sealhash.hexlify(data) if _sealhash is not None else binascii.hexlify(data)
+    text = hashing._sealhash.hexlify(data) if hashing._sealhash is not None else binascii.hexlify(data)
     width = len(text) // n
     if len(text) >= 2**31:  # past int32 offsets: let Arrow say so
-        return pc.cast(_fixed(text, width, n), pa.string())
+        return pc.cast(hashing._fixed(text, width, n), pa.string())
     offsets = np.arange(0, width * (n + 1), width, dtype=np.int32)
     return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(text)])

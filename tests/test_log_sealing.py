@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from refold.fold.chain import DOMAIN, GENESIS, HEADER_FIELDS, reference_header_bytes, seal
 from refold.fold.events import Event, Fact, NewEvent
-from refold.storage import event_columns, sealing
+from refold.storage import batch_hashing, event_columns, sealing
 from refold.storage.schema import EVENTS_SCHEMA, events_to_table, table_to_events
 from refold.storage.datafiles import add_stats
 from refold.storage.sealing import COLUMN_WISE_FROM, _seal_plain, seal_rows
@@ -211,7 +211,7 @@ def test_the_native_modules_are_built():
     compiler and the OpenSSL headers exist, as on every machine this project runs its tests on;
     without them appends are slower (hashlib per value, pyarrow converting Python lists), so a
     silent fallback here would hide a broken build."""
-    assert sealing._sealhash is not None, (
+    assert batch_hashing._sealhash is not None, (
         "refold.storage._sealhash was not built: install a C compiler and OpenSSL headers "
         "(Debian: gcc libssl-dev) and reinstall with `pip install -e .`")
     assert event_columns._columns is not None, (
@@ -235,15 +235,15 @@ def test_native_hashes_equal_hashlib(rows, cut, prev):
     for i in range(len(rows)):
         link = sha(link + expected[32 * i:32 * i + 32]).digest()
         links.append(link)
-    assert sealing.commit_digests(salts, contents, headers) == expected
-    assert sealing.chain_links(prev, expected) == b"".join(links)
+    assert batch_hashing.commit_digests(salts, contents, headers) == expected
+    assert batch_hashing.chain_links(prev, expected) == b"".join(links)
 
 
 @settings(max_examples=100, deadline=None)
 @given(st.binary(max_size=700))
 def test_native_hexlify_writes_what_bytes_hex_writes(data):
     """The hex columns' text: lowercase, two digits per byte, from bytes or any buffer."""
-    native = sealing._sealhash
+    native = batch_hashing._sealhash
     assert native.hexlify(data) == data.hex().encode()
     assert native.hexlify(memoryview(data)) == data.hex().encode()
     assert native.hexlify(bytearray(data)) == data.hex().encode()
@@ -255,8 +255,8 @@ def test_native_escape_scan_agrees_with_json(text):
     """needs_escaping is True exactly when json.dumps would escape a byte of ``text``."""
     data = text.encode()
     escaped = json.dumps(text, ensure_ascii=False)[1:-1] != text
-    assert sealing._sealhash.needs_escaping(data) is escaped
-    assert sealing._sealhash.needs_escaping(memoryview(data)) is escaped
+    assert batch_hashing._sealhash.needs_escaping(data) is escaped
+    assert batch_hashing._sealhash.needs_escaping(memoryview(data)) is escaped
 
 
 def test_hex_columns_cut_the_text_into_equal_values(monkeypatch):
@@ -266,7 +266,7 @@ def test_hex_columns_cut_the_text_into_equal_values(monkeypatch):
     native = sealing._hex(data, 5)
     native.validate(full=True)
     assert native.equals(expected)
-    monkeypatch.setattr(sealing, "_sealhash", None)
+    monkeypatch.setattr(batch_hashing, "_sealhash", None)
     assert sealing._hex(data, 5).equals(expected)
 
 
@@ -276,7 +276,7 @@ def test_the_hashlib_fallback_seals_the_same_bytes(monkeypatch):
     kwargs = dict(first_seq=7, prev_link="ab" * 32, recorded_at=datetime(2026, 1, 2, tzinfo=timezone.utc),
                   table_version=3, salts=os.urandom(16 * len(new)))
     native, native_head, _ = _seal_plain(new, **kwargs)
-    monkeypatch.setattr(sealing, "_sealhash", None)
+    monkeypatch.setattr(batch_hashing, "_sealhash", None)
     fallback, fallback_head, _ = _seal_plain(new, **kwargs)
     assert fallback.equals(native) and fallback_head == native_head
     assert native_head == native["link"][-1].as_py()
@@ -287,7 +287,7 @@ def test_the_native_loop_rejects_malformed_buffers():
     wrong kind raise instead of reading out of bounds."""
     ok = pa.array([b"abc", b"de"], pa.binary())
     _, offsets, data = ok.buffers()
-    native = sealing._sealhash
+    native = batch_hashing._sealhash
     short = data.to_pybytes()[:-1]
     with pytest.raises(ValueError, match="content: offset of row 1 out of range"):
         native.commit(2, bytes(32), offsets, short, 0, [b"{}"], DOMAIN)
@@ -304,7 +304,7 @@ def test_the_native_loop_rejects_malformed_buffers():
     with pytest.raises(ValueError, match="32 bytes"):
         native.chain(bytes(31), bytes(32))
     with pytest.raises(ValueError, match="nulls"):
-        sealing.commit_digests(bytes(32), pa.array([b"a", None]), ok)
+        batch_hashing.commit_digests(bytes(32), pa.array([b"a", None]), ok)
 
 
 def test_a_native_hashing_thread_gives_what_the_call_gives():
@@ -317,13 +317,13 @@ def test_a_native_hashing_thread_gives_what_the_call_gives():
     _, coff, cdata = contents.buffers()
     _, hoff, hdata = headers.buffers()
     args = (300, salts, coff, cdata, 0, [b"{", (hoff, hdata, 0), b"}"], DOMAIN)
-    native = sealing._sealhash
+    native = batch_hashing._sealhash
     commitments = native.commit(*args)
     job = native.start(*args)
     assert job.result() == commitments
     with pytest.raises(RuntimeError, match="taken already"):
         job.result()
-    assert native.start(*args, prev).result() == (commitments, sealing.chain_links(prev, commitments))
+    assert native.start(*args, prev).result() == (commitments, batch_hashing.chain_links(prev, commitments))
     for _ in range(20):
         native.start(*args)  # dropped at once: the deallocator joins the thread
     with pytest.raises(ValueError, match="salts"):
@@ -339,9 +339,9 @@ def test_header_parts_hash_like_the_joined_header():
     contents = pa.array(["c1", "c2"])
     salts = os.urandom(32)
     joined = pa.array([b'{"a":"' + x.encode() + b'","b":' + y + b"}" for x, y in zip(a.to_pylist(), b.to_pylist())])
-    whole = sealing.commit_digests(salts, contents, joined)
-    assert sealing.commit_digests(salts, contents, ['{"a":"', a, '","b":', b, "}"]) == whole
-    assert sealing._native_commit(salts, contents.cast(pa.binary()), [b'{"a":"', a.cast(pa.binary()), b'","b":', b, b"}"], 0, 2) == whole
+    whole = batch_hashing.commit_digests(salts, contents, joined)
+    assert batch_hashing.commit_digests(salts, contents, ['{"a":"', a, '","b":', b, "}"]) == whole
+    assert batch_hashing.native_commit(salts, contents.cast(pa.binary()), [b'{"a":"', a.cast(pa.binary()), b'","b":', b, b"}"], 0, 2) == whole
 
 
 @settings(max_examples=100, deadline=None)
@@ -353,9 +353,9 @@ def test_integer_header_parts_hash_as_their_decimal_text(values, cut):
     contents = pa.array([f"c{i}" for i in range(len(values))])
     salts = os.urandom(16 * len(values))
     joined = pa.array([f'{{"seq":{json.dumps(v)}}}' for v in values])
-    whole = sealing.commit_digests(salts, contents, joined)
-    assert sealing.commit_digests(salts, contents, ['{"seq":', ints, "}"]) == whole
-    assert sealing._native_commit(salts, contents, [b'{"seq":', ints, b"}"], 0, len(values)) == whole
+    whole = batch_hashing.commit_digests(salts, contents, joined)
+    assert batch_hashing.commit_digests(salts, contents, ['{"seq":', ints, "}"]) == whole
+    assert batch_hashing.native_commit(salts, contents, [b'{"seq":', ints, b"}"], 0, len(values)) == whole
 
 
 @settings(max_examples=100, deadline=None)
@@ -367,16 +367,16 @@ def test_list_header_parts_hash_as_json_arrays(lists, cut):
     contents = pa.array([f"c{i}" for i in range(len(lists))])
     salts = os.urandom(16 * len(lists))
     joined = pa.array(['{"s":' + json.dumps(v, ensure_ascii=False, separators=(",", ":")) + "}" for v in lists])
-    whole = sealing.commit_digests(salts, contents, joined)
+    whole = batch_hashing.commit_digests(salts, contents, joined)
     sliced = pa.array([["pad"]] * cut + lists, pa.list_(pa.string())).slice(cut)
     items = pa.array(["pad"] * cut + [x for v in lists for x in v], pa.string()).slice(cut)
     offsets = pa.array([sum(len(v) for v in lists[:i]) for i in range(len(lists) + 1)], pa.int32())
     from_items = pa.ListArray.from_arrays(offsets, items)
     for array in (sliced, from_items):
-        assert sealing.commit_digests(salts, contents, ['{"s":', array, "}"]) == whole
+        assert batch_hashing.commit_digests(salts, contents, ['{"s":', array, "}"]) == whole
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(sealing, "_sealhash", None)
-            assert sealing.commit_digests(salts, contents, ['{"s":', array, "}"]) == whole
+            patch.setattr(batch_hashing, "_sealhash", None)
+            assert batch_hashing.commit_digests(salts, contents, ['{"s":', array, "}"]) == whole
 
 
 def test_the_native_loop_rejects_malformed_list_columns():
@@ -385,7 +385,7 @@ def test_the_native_loop_rejects_malformed_list_columns():
     lists = pa.array([["a"], ["b", "c"]], pa.list_(pa.string()))
     list_offsets = lists.buffers()[1]
     _, item_offsets, item_data = lists.values.buffers()
-    native = sealing._sealhash
+    native = batch_hashing._sealhash
     with pytest.raises(ValueError, match="list column: offsets buffer too short"):
         native.commit(2, bytes(32), offsets, data, 0, [(list_offsets, item_offsets, item_data, 1, 0)], DOMAIN)
     with pytest.raises(ValueError, match="list items: offsets buffer too short"):
@@ -399,9 +399,9 @@ def test_the_native_loop_rejects_a_short_integer_column():
     ok = pa.array([b"abc", b"de"], pa.binary())
     _, offsets, data = ok.buffers()
     with pytest.raises(ValueError, match="int64 column: values buffer too short"):
-        sealing._sealhash.commit(2, bytes(32), offsets, data, 0, [(bytes(8), 0)], DOMAIN)
+        batch_hashing._sealhash.commit(2, bytes(32), offsets, data, 0, [(bytes(8), 0)], DOMAIN)
     with pytest.raises(ValueError, match="nulls"):
-        sealing.commit_digests(bytes(32), ok, ["{", pa.array([1, None]), "}"])
+        batch_hashing.commit_digests(bytes(32), ok, ["{", pa.array([1, None]), "}"])
 
 
 @pytest.mark.parametrize("cores", [1, 2, 3])
@@ -411,8 +411,8 @@ def test_hashing_in_parallel_slices_gives_the_same_bytes(monkeypatch, cores):
     contents = pa.array([c for c, _ in rows], pa.binary())
     headers = pa.array([h for _, h in rows], pa.binary())
     salts = os.urandom(16 * len(rows))
-    serial = sealing._native_commit(salts, contents, [headers], 0, len(rows))
-    monkeypatch.setattr(sealing, "PARALLEL_FROM", 10)
-    monkeypatch.setattr(sealing, "_cores", lambda: cores)
-    assert len(sealing._parts(len(rows))) == cores
-    assert sealing.commit_digests(salts, contents, headers) == serial
+    serial = batch_hashing.native_commit(salts, contents, [headers], 0, len(rows))
+    monkeypatch.setattr(batch_hashing, "PARALLEL_FROM", 10)
+    monkeypatch.setattr(batch_hashing, "_cores", lambda: cores)
+    assert len(batch_hashing._parts(len(rows))) == cores
+    assert batch_hashing.commit_digests(salts, contents, headers) == serial
