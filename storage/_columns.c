@@ -72,6 +72,15 @@ static PyObject *attribute_get(const attribute *a, PyObject *obj) {
     return PyObject_GetAttr(obj, a->name);
 }
 
+/* The objects as a tuple of their own (an attribute read may run Python code, which could change
+ * a list being read) and how to read attribute `name` of them; NULL with an exception set. */
+static PyObject *read_plan(PyObject *objects, PyObject *name, attribute *attr) {
+    PyObject *seq = PySequence_Tuple(objects);
+    if (seq != NULL)
+        attribute_init(attr, name, PyTuple_GET_SIZE(seq) ? PyTuple_GET_ITEM(seq, 0) : NULL);
+    return seq;
+}
+
 /* A growing byte buffer (a bytearray: Python over-allocates it, and it is returned as it is). */
 typedef struct {
     PyObject *bytes;
@@ -122,14 +131,12 @@ static PyObject *strings(PyObject *self, PyObject *args) {
     int bounds = 0;
     if (!PyArg_ParseTuple(args, "OU|p", &objects, &name, &bounds))
         return NULL;
-    /* a tuple of its own: an attribute read may run Python code, which could change a list */
-    PyObject *seq = PySequence_Tuple(objects);
+    attribute attr;
+    PyObject *seq = read_plan(objects, name, &attr);
     if (seq == NULL)
         return NULL;
     Py_ssize_t n = PyTuple_GET_SIZE(seq);
     PyObject **items = &PyTuple_GET_ITEM(seq, 0);
-    attribute attr;
-    attribute_init(&attr, name, n ? items[0] : NULL);
     PyObject *offsets = PyBytes_FromStringAndSize(NULL, sizeof(int32_t) * (n + 1));
     growing data = {PyByteArray_FromStringAndSize(NULL, 0), 0};
     PyObject *validity = NULL, *first = NULL, *result = NULL, *low = NULL, *high = NULL; /* bounds: held */
@@ -215,14 +222,12 @@ static PyObject *string_lists(PyObject *self, PyObject *args) {
     PyObject *objects, *name;
     if (!PyArg_ParseTuple(args, "OU", &objects, &name))
         return NULL;
-    /* a tuple of its own: an attribute read may run Python code, which could change a list */
-    PyObject *seq = PySequence_Tuple(objects);
+    attribute attr;
+    PyObject *seq = read_plan(objects, name, &attr);
     if (seq == NULL)
         return NULL;
     Py_ssize_t n = PyTuple_GET_SIZE(seq);
     PyObject **items = &PyTuple_GET_ITEM(seq, 0);
-    attribute attr;
-    attribute_init(&attr, name, n ? items[0] : NULL);
     PyObject *list_offsets = PyBytes_FromStringAndSize(NULL, sizeof(int32_t) * (n + 1));
     growing item_offsets = {PyByteArray_FromStringAndSize(NULL, 0), 0};
     growing data = {PyByteArray_FromStringAndSize(NULL, 0), 0};
@@ -289,12 +294,11 @@ static PyObject *nones(PyObject *self, PyObject *args) {
     PyObject *objects, *name;
     if (!PyArg_ParseTuple(args, "OU", &objects, &name))
         return NULL;
-    PyObject *seq = PySequence_Tuple(objects);
+    attribute attr;
+    PyObject *seq = read_plan(objects, name, &attr);
     if (seq == NULL)
         return NULL;
     Py_ssize_t n = PyTuple_GET_SIZE(seq), count = 0;
-    attribute attr;
-    attribute_init(&attr, name, n ? PyTuple_GET_ITEM(seq, 0) : NULL);
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *value = attribute_get(&attr, PyTuple_GET_ITEM(seq, i));
         if (value == NULL) {

@@ -188,12 +188,13 @@ def add_stats(rows: pa.Table, stats_columns: Sequence[str] = STATS_COLUMNS) -> s
     Exact values: timestamps to the microsecond (delta-rs cuts them to the millisecond, which
     makes its maximum smaller than the real one), strings uncut.
     """
-    bounds = {}
-    for name in stats_columns:
-        column = rows[name]
-        low_high = pc.min_max(column)
-        bounds[name] = (low_high["min"].as_py(), low_high["max"].as_py(), column.null_count)
-    return stats_json(rows.num_rows, bounds)
+    return stats_json(rows.num_rows, {name: column_bounds(rows[name]) for name in stats_columns})
+
+
+def column_bounds(column: pa.Array | pa.ChunkedArray) -> tuple[Any, Any, int]:
+    """``(min, max, null count)`` of ``column``, as :func:`stats_json` takes them."""
+    low_high = pc.min_max(column)
+    return low_high["min"].as_py(), low_high["max"].as_py(), column.null_count
 
 
 def stats_json(num_records: int, bounds: dict[str, tuple[Any, Any, int]]) -> str:

@@ -102,9 +102,10 @@ def commit_add(folder: Path, version: int, add: dict, metadata: dict[str, str], 
     """Create commit ``version`` of the table at ``folder`` holding ``add`` and a commitInfo.
 
     Raises ``CommitFailedError`` when that version exists already (another writer got there
-    first); nothing of this call is left in ``_delta_log`` then. ``staged``: an empty file in ``_delta_log`` created for this commit,
-    with its open descriptor (:meth:`~.datafiles.StagedFiles.commit_file`), used instead of
-    creating one; it is closed and removed like one created here.
+    first); nothing of this call is left in ``_delta_log`` then. ``staged``: an empty file in
+    ``_delta_log`` created for this commit, with its open descriptor
+    (:meth:`~.datafiles.StagedFiles.commit_file`), used instead of creating one; it is closed and
+    removed like one created here.
     """
     millis = int(time.time() * 1000)
     info = {"timestamp": millis, "operation": "WRITE",
@@ -139,8 +140,9 @@ def commit_rows(folder: Path, version: int, rows: pa.Table, metadata: dict[str, 
     return the commit's ``add`` action.
 
     Both files are created on a worker while the rows are encoded (:class:`~.datafiles.StagedFiles`),
-    then the data file is written and the commit file filled and linked. Raises ``CommitFailedError`` when another writer took ``version``; its data file is
-    removed then (nobody can reference it), as when encoding fails. ``options``/``stats_columns``/
+    then the data file is written and the commit file filled and linked. Raises
+    ``CommitFailedError`` when another writer took ``version``; its data file is removed then
+    (nobody can reference it), as when encoding or writing fails. ``options``/``stats_columns``/
     ``stats``: as :func:`~.datafiles.encode_file`.
     """
     files = StagedFiles(folder)

@@ -29,7 +29,7 @@ import pyarrow.compute as pc
 from refold.fold.chain import HEADER_FIELDS, canonical_time, seal
 from refold.fold.events import Event, NewEvent
 from . import batch_hashing as hashing
-from .datafiles import stats_json
+from .datafiles import column_bounds, stats_json
 from .event_columns import LISTS, STRINGS, TIMES, TYPES, Columns, Shared, all_none, user_columns
 from .schema import EVENTS_SCHEMA, STATS_COLUMNS, events_to_table
 
@@ -116,8 +116,8 @@ def _seal_plain(fresh: Sequence[NewEvent], *, first_seq: int, prev_link: str,
             pc.strftime(times, format="%Y-%m-%dT%H:%M:%S+00:00"))
     header = _header(values)
 
-    # the hashes run on another core (the native loop releases the GIL) while this thread makes
-    # the columns that do not hold them, and their add-action statistics
+    # the hashes start on native threads while this thread makes the columns that do not hold
+    # them and their add-action statistics (batch_hashing.py: then it hashes its own slice)
     hashes = hashing.hash_in_background(salts, cols["content"], header, bytes.fromhex(prev_link))
     cols.update(
         recorded_at=pa.repeat(pa.scalar(recorded_at, TYPES["recorded_at"]), n),
@@ -149,14 +149,8 @@ def _stats(cols: Columns, shared: Shared, bounds: dict[str, tuple[Any, Any]], *,
         known["kind"] = (kind, kind, 0) if kind is not None else (None, None, n)
     for name, (low, high) in bounds.items():
         known[name] = (low, high, cols[name].null_count)
-    bounds = {}
-    for name in STATS_COLUMNS:
-        if name not in known:
-            column = cols[name]
-            low_high = pc.min_max(column)
-            known[name] = (low_high["min"].as_py(), low_high["max"].as_py(), column.null_count)
-        bounds[name] = known[name]
-    return stats_json(n, bounds)
+    return stats_json(n, {name: known[name] if name in known else column_bounds(cols[name])
+                          for name in STATS_COLUMNS})
 
 
 #: a header field's JSON text: the same for every row, or per row ``prefix + value + suffix``
