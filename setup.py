@@ -10,6 +10,6 @@ string fields straight into Arrow buffers; without it pyarrow converts them from
 from setuptools import Extension, setup
 
 setup(ext_modules=[
-    Extension("refold.storage._sealhash", ["storage/_sealhash.c"], libraries=["crypto", "pthread"], optional=True),
-    Extension("refold.storage._columns", ["storage/_columns.c"], optional=True),
+    Extension("refold.storage._sealhash", ["refold/storage/_sealhash.c"], libraries=["crypto", "pthread"], optional=True),
+    Extension("refold.storage._columns", ["refold/storage/_columns.c"], optional=True),
 ])
