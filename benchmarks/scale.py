@@ -1,0 +1,277 @@
+"""How the fold scales with the size of the store: 10k, 100k and 1M events.
+
+For each size N, on a fresh store of the synthetic workload (``snapshot_workload.events``: people
+moving and changing jobs, organisations located in cities; rules extractor; appends in batches of
+1,000), with one data subject X whose events (0.1% of the log) are spread over the whole log:
+
+* append           appending the N events (batches of 1,000)
+* fold             ``fold()`` from scratch: extract every event (rules) and merge
+* refold           ``fold(full=True)`` in a fresh process: re-merge every cached extraction
+* incremental      append 1% new events, then ``fold()`` in a fresh process
+* erasure          ``erase("s-x")`` in a fresh process (0.1% of the log): the whole procedure, and
+                   its refold step where the receipt times it; then a fold makes 0 extraction calls
+* read             one subject's current facts (``facts(subject=…, current_only=True)``) in a warm
+                   process: the first read, then the median of 20
+* floor            what any merge must at least do: polars reading the cached extractions and
+                   sorting their facts by (tenant, subject, relation, seq)
+
+Every step runs in its own child process, so "peak RSS" is that process's own high-water mark
+(``ru_maxrss``, interpreter and imports included). Cost per event is relative to the smallest N.
+``--ray`` runs the fold steps a second time through a local Ray runtime with 2 workers and
+prints both. Ratios are printed against the targets of issue #17; nothing is asserted on time.
+
+    python benchmarks/scale.py [--sizes 10000,100000,1000000] [--ray] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+#: the data subject erased by the erasure step, and the share of the log its events make
+SUBJECT = ("s-x", "Xavier Quill")
+ERASED_SHARE = 0.001
+NEW_SHARE = 0.01
+READS = 20
+
+
+# -- the workload ----------------------------------------------------------------------------------
+
+def workload(n: int, *, seed: int, start: int = 0, with_subject: bool = True) -> Iterator:
+    """``n`` workload events; every 1/ERASED_SHARE-th is one of X's (spread over the log)."""
+    from snapshot_workload import events
+
+    step = int(1 / ERASED_SHARE)
+    others = events(n, seed=seed, start=start)
+    mine = events(max(n // step, 1), seed=seed + 1, start=start + n, subject=SUBJECT)
+    for i, event in enumerate(others):
+        if with_subject and i % step == step // 2:
+            yield next(mine, event)
+        else:
+            yield event
+
+
+def _append(mem, stream: Iterator, size: int = 1000) -> int:
+    batch, total = [], 0
+    for event in stream:
+        batch.append(event)
+        if len(batch) == size:
+            mem.append(batch)
+            total, batch = total + len(batch), []
+    if batch:
+        mem.append(batch)
+        total += len(batch)
+    return total
+
+
+# -- the steps (each in a child process) -----------------------------------------------------------
+
+def _fold_options(use_ray: bool) -> dict:
+    """Keyword arguments that make ``Memory.fold`` run its partitions (and extraction) on Ray."""
+    if not use_ray:
+        return {}
+    from refold.jobs.ray_extract import ensure_ray
+
+    ensure_ray(num_cpus=2)
+    return {"ray": True}
+
+
+def step(name: str, root: Path, n: int, use_ray: bool) -> dict:
+    import refold
+    from snapshot_workload import CountingRules
+
+    out: dict = {}
+    start = time.perf_counter()
+    if name == "append":
+        mem = refold.init(root)
+        out["events"] = _append(mem, workload(n, seed=11))
+    elif name == "fold":
+        ext = CountingRules()
+        report = refold.open(root).fold(extractor=ext, **_fold_options(use_ray))
+        out.update(calls=ext.calls, facts=report.facts, derived=report.derived_facts)
+    elif name == "refold":
+        ext = CountingRules()
+        opts = _fold_options(use_ray)
+        start = time.perf_counter()  # Ray's start-up is not the fold's cost
+        report = refold.open(root).fold(extractor=ext, full=True, **opts)
+        out.update(calls=ext.calls, facts=report.facts, derived=report.derived_facts)
+    elif name == "append_new":
+        new = max(int(n * NEW_SHARE), 1)
+        out["events"] = _append(refold.open(root), workload(new, seed=12, start=10 * n, with_subject=False))
+    elif name == "incremental":
+        ext = CountingRules()
+        opts = _fold_options(use_ray)
+        start = time.perf_counter()
+        report = refold.open(root).fold(extractor=ext, **opts)
+        out.update(calls=ext.calls, folded=report.events_folded)
+    elif name == "erase":
+        receipt = refold.open(root).erase(SUBJECT[0])
+        out.update(erased=len(receipt.events), refold_s=_receipt_refold_seconds(receipt))
+        took = time.perf_counter() - start
+        ext = CountingRules()
+        refold.open(root).fold(extractor=ext)
+        out.update(after_calls=ext.calls)
+        out.update(seconds=took, rss=_rss())
+        return out
+    elif name == "read":
+        mem = refold.open(root)
+        name_ = "Person7"
+        t0 = time.perf_counter()
+        first = mem.facts(subject=name_, current_only=True)
+        out["first"] = time.perf_counter() - t0
+        times = []
+        for _ in range(READS):
+            t0 = time.perf_counter()
+            mem.facts(subject=name_, current_only=True)
+            times.append(time.perf_counter() - t0)
+        out.update(median=statistics.median(times), rows=first.height)
+    elif name == "floor":
+        out["rows"] = floor(root)
+    else:
+        raise SystemExit(f"unknown step {name!r}")
+    out.update(seconds=time.perf_counter() - start, rss=_rss())
+    return out
+
+
+def _receipt_refold_seconds(receipt) -> float | None:
+    """The refold step's seconds where the receipt records them (None where it does not)."""
+    for entry in getattr(receipt, "purged", ()):
+        for key in ("refold_seconds", "seconds"):
+            if isinstance(entry, dict) and key in entry:
+                return float(entry[key])
+    return None
+
+
+def floor(root: Path) -> int:
+    """What any merge must do: read the cached extractions' facts and sort them by
+    (tenant, subject, relation, seq). Returns the number of facts sorted."""
+    import polars as pl
+
+    cache = pl.read_delta(str(root / "extractions"), columns=["seq", "facts"])
+    log = pl.read_delta(str(root / "events"), columns=["seq", "tenant"])
+    fact = pl.Struct({"subject": pl.String, "relation": pl.String, "object": pl.String})
+    facts = (cache.filter(pl.col("facts").is_not_null() & (pl.col("facts") != "[]"))
+             .with_columns(pl.col("facts").str.json_decode(pl.List(fact)))
+             .explode("facts").unnest("facts")
+             .join(log, on="seq", how="left")
+             .sort(["tenant", "subject", "relation", "seq"]))
+    return facts.height
+
+
+def _rss() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+
+
+def _du(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.exists() else 0
+
+
+# -- the driver ------------------------------------------------------------------------------------
+
+def run_step(name: str, root: Path, n: int, use_ray: bool) -> dict:
+    cmd = [sys.executable, __file__, "--step", name, "--root", str(root), "--n", str(n)]
+    if use_ray:
+        cmd.append("--ray")
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"step {name} at {n} events failed:\n{done.stdout}{done.stderr}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def measure(n: int, work: Path, use_ray: bool) -> dict:
+    root = work / f"store-{n}-{'ray' if use_ray else 'local'}"
+    shutil.rmtree(root, ignore_errors=True)
+    r = {name: run_step(name, root, n, use_ray) for name in ("append", "fold", "refold")}
+    r["floor"] = run_step("floor", root, n, False)
+    r["read"] = run_step("read", root, n, False)
+    r["state_bytes"] = _du(root / "state") + _du(root / "snapshots")
+    r["append_new"] = run_step("append_new", root, n, False)
+    r["incremental"] = run_step("incremental", root, n, use_ray)
+    r["erase"] = run_step("erase", root, n, use_ray)
+    r["events"] = r["append"]["events"]
+    shutil.rmtree(root, ignore_errors=True)
+    return r
+
+
+def report(label: str, results: dict[int, dict]) -> bool:
+    """Prints one table and the targets; True where every correctness check held."""
+    gib = 1024 ** 3
+    base_n = min(results)
+    per_event = {n: r["refold"]["seconds"] / r["events"] for n, r in results.items()}
+    print(f"\n== {label} ==")
+    print(f"{'events':>9} {'append s':>9} {'fold s':>8} {'refold s':>9} {'refold µs/ev':>13} {'vs base':>8} "
+          f"{'peak RSS GiB':>13} {'incr 1% s':>10} {'erase s':>8} {'read ms':>8} {'floor s':>8} {'state MiB':>10}")
+    ok = True
+    for n in sorted(results):
+        r = results[n]
+        peak = max(r[s]["rss"] for s in ("fold", "refold", "incremental", "erase"))
+        print(f"{r['events']:>9} {r['append']['seconds']:>9.2f} {r['fold']['seconds']:>8.2f} "
+              f"{r['refold']['seconds']:>9.2f} {per_event[n] * 1e6:>13.1f} {per_event[n] / per_event[base_n]:>7.2f}x "
+              f"{peak / gib:>13.2f} {r['incremental']['seconds']:>10.2f} {r['erase']['seconds']:>8.2f} "
+              f"{r['read']['median'] * 1e3:>8.1f} {r['floor']['seconds']:>8.2f} {r['state_bytes'] / 2**20:>10.1f}")
+    for n in sorted(results):
+        r = results[n]
+        refold_s = r["refold"]["seconds"]
+        erase_refold = r["erase"]["refold_s"]
+        checks = {
+            "refold makes 0 extraction calls": r["refold"]["calls"] == 0,
+            "incremental extracts exactly the new events": r["incremental"]["calls"] == r["append_new"]["events"],
+            "erasure leaves 0 extraction calls": r["erase"]["after_calls"] == 0,
+            "erasure erased X's events": r["erase"]["erased"] > 0,
+        }
+        ok &= all(checks.values())
+        print(f"{r['events']} events: refold peak RSS {r['refold']['rss'] / gib:.2f} GiB (target <= 2 GiB at 1M); "
+              f"refold / floor {refold_s / r['floor']['seconds']:.1f}x (target <= 20x); "
+              f"refold / incremental 1% {refold_s / r['incremental']['seconds']:.1f}x (target >= 50x); "
+              f"refold / whole erasure {refold_s / r['erase']['seconds']:.1f}x"
+              + (f", / erasure refold step {refold_s / erase_refold:.1f}x" if erase_refold else "")
+              + " (target >= 100x for the refold step); "
+              f"read one subject: first {r['read']['first'] * 1e3:.1f} ms, median {r['read']['median'] * 1e3:.1f} ms "
+              f"(target <= 50 ms)")
+        print("  checks: " + ", ".join(f"{k}: {'yes' if v else 'NO'}" for k, v in checks.items()))
+    return ok
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default="10000,100000,1000000", help="comma-separated event counts")
+    parser.add_argument("--ray", action="store_true", help="also run the fold steps on a local Ray (2 workers)")
+    parser.add_argument("--quick", action="store_true", help="1,000 and 4,000 events (for the test suite)")
+    parser.add_argument("--step", help=argparse.SUPPRESS)
+    parser.add_argument("--root", help=argparse.SUPPRESS)
+    parser.add_argument("--n", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.step:
+        print(json.dumps(step(args.step, Path(args.root), args.n, args.ray)))
+        return 0
+    sizes = [1000, 4000] if args.quick else [int(s) for s in args.sizes.split(",")]
+    ok = True
+    with tempfile.TemporaryDirectory(prefix="refold-scale-") as tmp:
+        modes = [False, True] if args.ray else [False]
+        for use_ray in modes:
+            results = {}
+            for n in sizes:
+                results[n] = measure(n, Path(tmp), use_ray)
+                print(f"measured {n} events ({'ray' if use_ray else 'local'})", file=sys.stderr, flush=True)
+            ok &= report("Ray, 2 workers" if use_ray else "local, in-process", results)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    random.seed(0)
+    sys.exit(main())

@@ -1,0 +1,29 @@
+"""The scale benchmark keeps working: --quick runs every step at two small sizes in child
+processes and prints its table, the ratios against issue #17's targets and its correctness checks
+(no timing is asserted: the machine is shared)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+def test_scale_benchmark_quick():
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "scale.py"), "--quick"], cwd=REPO,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    assert "== local, in-process ==" in out
+    rows = re.findall(r"^\s+(1000|4000)\s+\d+\.\d+\s+\d+\.\d+\s+\d+\.\d+\s+\d+\.\d+\s+\d+\.\d+x", out, re.M)
+    assert rows == ["1000", "4000"], out
+    checks = re.findall(r"checks: (.*)", out)
+    assert len(checks) == 2 and all("NO" not in c for c in checks), out
+    assert re.search(r"refold / floor \d+\.\dx \(target <= 20x\)", out)
+    assert re.search(r"read one subject: first \d+\.\d ms, median \d+\.\d ms", out)
