@@ -45,7 +45,7 @@ from refold.storage.layout import Layout
 if TYPE_CHECKING:
     from refold.memory import Memory
 
-__all__ = ["IndexReport", "Retriever", "open_index", "purge_index", "search"]
+__all__ = ["IndexReport", "Retriever", "forget_views", "open_index", "purge_index", "search"]
 
 Kind = Literal["facts", "events"]
 EMBED_BATCH = 1024
@@ -223,10 +223,17 @@ def _sync(indexes: dict[str, VectorIndex], state, events, embedder: Embedder,
     return totals
 
 
-def _epoch(mem: "Memory", spec_hash: str, model_id: str, persist: bool) -> Any:
+def _epoch(mem: "Memory", spec_hash: str, model_id: str, persist: bool, erasure: str) -> Any:
+    """What a cached view must have been built under: the index's purge epoch and the store's
+    erasure epoch (``erasure``, read before the view's data; see refold.storage.epoch)."""
     if persist and mem.layout.is_local:
-        return IndexStore(mem.layout).epoch(spec_hash, model_id)
-    return (generation(mem.layout.index), None) if mem.layout.is_local else None
+        return IndexStore(mem.layout).epoch(spec_hash, model_id), erasure
+    return ((generation(mem.layout.index), None) if mem.layout.is_local else None), erasure
+
+
+def forget_views(mem: "Memory") -> None:
+    """Drop every search view ``mem`` holds in memory (its erasure epoch changed)."""
+    _services.pop(mem, None)
 
 
 def open_index(mem: "Memory", *, embedder: str | Embedder | None = None, as_of: int | str | datetime | None = None,
@@ -240,12 +247,13 @@ def open_index(mem: "Memory", *, embedder: str | Embedder | None = None, as_of: 
     emb = get_embedder(embedder)
     tuning = tuning or Tuning()
     persist = persist and mem.layout.is_local
+    erasure = mem.erasure_epoch()  # before any read of the log (refold.storage.epoch)
     if as_of is not None:
-        return _open_past(mem, emb, as_of, backend=backend, persist=persist, tuning=tuning)
+        return _open_past(mem, emb, as_of, backend=backend, persist=persist, tuning=tuning, erasure=erasure)
     svc = _service(mem)
     spec = mem.current_spec()
     head = mem.head()
-    epoch = _epoch(mem, spec.hash, emb.model_id, persist)
+    epoch = _epoch(mem, spec.hash, emb.model_id, persist, erasure)
     cached_epoch, cached = svc.head.get((spec.hash, emb.model_id), (None, None))
     if (cached is not None and cached_epoch == epoch and (cached.last_seq, cached.link) == (head.seq, head.link)
             and backend in (None, cached.backend)):
@@ -278,7 +286,8 @@ def open_index(mem: "Memory", *, embedder: str | Embedder | None = None, as_of: 
     return retriever
 
 
-def _open_past(mem: "Memory", emb: Embedder, as_of, *, backend, persist: bool, tuning: Tuning) -> Retriever:
+def _open_past(mem: "Memory", emb: Embedder, as_of, *, backend, persist: bool, tuning: Tuning,
+               erasure: str) -> Retriever:
     svc = _service(mem)
     spec = mem.current_spec()
     events = mem.events(as_of=as_of)
@@ -286,7 +295,7 @@ def _open_past(mem: "Memory", emb: Embedder, as_of, *, backend, persist: bool, t
     head = open_index(mem, embedder=emb, backend=backend, persist=persist, tuning=tuning)
     if (head.last_seq, head.link) == (seq, link):
         return head
-    key = (spec.hash, emb.model_id, seq, link, head.backend, _epoch(mem, spec.hash, emb.model_id, persist))
+    key = (spec.hash, emb.model_id, seq, link, head.backend, _epoch(mem, spec.hash, emb.model_id, persist, erasure))
     if key in svc.past:
         svc.past.move_to_end(key)
         return svc.past[key]
