@@ -217,7 +217,7 @@ class _Run:
         planned = list(self.plan.key_ids)
         if self.keystore is None:
             return {"destroyed": planned}
-        now = self.keystore.destroy(self.plan.subject_id)
+        now = self.keystore.destroy(self.plan.subject_id, erasure_id=self.erasure_id)
         return {"destroyed": sorted(set(planned) | set(now))}
 
     def _tombstones(self) -> dict:
