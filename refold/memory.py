@@ -322,33 +322,54 @@ class Memory:
             return self._fold_state(spec, None, extractor=extractor, epoch=epoch)
         return self._fold_state(spec, self.events(as_of=as_of), extractor=extractor, epoch=epoch)
 
-    def graph(self, *, as_of: int | str | datetime | None = None) -> nx.MultiDiGraph:
-        """The knowledge graph (networkx MultiDiGraph; edges keyed by fact id) at ``as_of``."""
-        return self.state(as_of=as_of).graph
+    def graph(self, *, as_of: int | str | datetime | None = None, principal: str | None = None) -> nx.MultiDiGraph:
+        """The knowledge graph (networkx MultiDiGraph; edges keyed by fact id) at ``as_of``;
+        with ``principal``, as that principal may see it (:mod:`refold.fold.scoping`; read-only)."""
+        return self._scoped(self.state(as_of=as_of).graph, principal)
+
+    def _scoped(self, graph: nx.MultiDiGraph, principal: str | None) -> nx.MultiDiGraph:
+        if principal is None:
+            return graph
+        from refold.fold.scoping import reader_view
+
+        return reader_view(graph, principal, self._retraction_principals)
+
+    def _retraction_principals(self) -> dict[str, tuple[str, ...]]:
+        """Principals of every retraction event, by event id (what may close a fact)."""
+        rows = self.log_store.rows_of_kinds(["retraction"], columns=["event_id", "principals"])
+        if rows is None:
+            return {}
+        return {i: tuple(p or ()) for i, p in zip(rows["event_id"].to_pylist(), rows["principals"].to_pylist())}
 
     def facts(self, *, subject: str | None = None, relation: str | None = None,
               as_of: int | str | datetime | None = None, valid_at: str | datetime | None = None,
-              tenant: str | None = None, current_only: bool = False) -> pl.DataFrame:
+              tenant: str | None = None, current_only: bool = False, principal: str | None = None) -> pl.DataFrame:
         """Facts as a polars DataFrame: history included (``current`` column) unless ``current_only``.
 
         ``as_of`` is record time (the fold of the log as it stood then); ``valid_at`` is valid time.
+        ``principal``: only facts whose every source event the principal may read, and a fact
+        closed by something the principal may not see shows as open (see refold.fold.scoping).
         """
         from refold.fold.queries import fact_rows, facts_frame
         from refold.folding import parse_time_or_none
 
         when = parse_time_or_none(valid_at)
         relation = self.current_spec().canonical_relation(relation) if relation else None
-        rows = fact_rows(self.state(as_of=as_of).graph, subject=subject, relation=relation,
+        rows = fact_rows(self.graph(as_of=as_of, principal=principal), subject=subject, relation=relation,
                          valid_at=when, tenant=tenant, current_only=current_only)
         return facts_frame(rows)
 
-    def why(self, fact_id: str, *, as_of: int | str | datetime | None = None) -> dict[str, Any]:
-        """Why refold believes ``fact_id``: the fact, its derivation and its source events."""
+    def why(self, fact_id: str, *, as_of: int | str | datetime | None = None,
+            principal: str | None = None) -> dict[str, Any]:
+        """Why refold believes ``fact_id``: the fact, its derivation and its source events.
+
+        With ``principal``, a fact the principal may not see is unknown (NotFoundError), and the
+        answer names no fact or event the principal may not see (refold.fold.scoping)."""
         from refold.fold.queries import why
 
+        graph = self.graph(as_of=as_of, principal=principal)
         by_id = {e.event_id: e for e in self.events()}
-        return why(self.state(as_of=as_of).graph, fact_id,
-                   lambda ids: {i: by_id[i] for i in ids if i in by_id})
+        return why(graph, fact_id, lambda ids: {i: by_id[i] for i in ids if i in by_id})
 
     def audit(self):
         """Re-derive every recorded model request from the log and the spec (input closure)."""

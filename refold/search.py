@@ -17,10 +17,12 @@ Filters, applied to the candidate set *before* ranking:
   (facts valid then) or ``history=True`` (every fact); ``as_of`` chooses the state;
 * ``tenant``: only that tenant's facts and events;
 * ``principal``: only items the principal may read — for a fact, *every* source event must have an
-  empty principals list (the whole tenant may read it) or one that names the principal.
+  empty principals list (the whole tenant may read it) or one that names the principal; and a
+  fact closed by a fact (or retraction) the principal may not see is, for that principal, still
+  open: it counts as current and its ``valid_to`` is not shown (refold.fold.scoping).
 
 ``tenant=None`` and ``principal=None`` mean "no filter" (a trusted caller such as a notebook);
-agent tools always pass their context's tenant.
+agent tools always pass their context's tenant (a tool context without one is refused).
 """
 
 from __future__ import annotations
@@ -90,19 +92,30 @@ def _when(value: str | datetime | None) -> datetime | None:
     return parse_time_or_none(value)
 
 
+def valid_to_for(principal: str | None, *, closers: bool = True) -> pl.Expr:
+    """A fact's ``valid_to`` as ``principal`` sees it: open when the principal may not see what
+    closed it (refold.fold.scoping). ``closers``: whether the metadata has the closer columns."""
+    if principal is None or not closers:
+        return pl.col("valid_to")
+    hidden = pl.col("closer_restricted") & ~pl.col("closer_readers").list.contains(principal)
+    return pl.when(hidden).then(None).otherwise(pl.col("valid_to"))
+
+
 def filter_expr(kind: Kind, *, tenant: str | None, principal: str | None, valid_at: datetime | None,
-                history: bool) -> pl.Expr | None:
-    """The metadata predicate of a search (None when it keeps everything)."""
+                history: bool, closers: bool = False) -> pl.Expr | None:
+    """The metadata predicate of a search (None when it keeps everything). ``closers``: the fact
+    metadata has the closer columns (then a principal's "current" follows refold.fold.scoping)."""
     parts: list[pl.Expr] = []
     if tenant is not None:
         parts.append(pl.col("tenant") == tenant)
     if principal is not None:
         parts.append(~pl.col("restricted") | pl.col("readers").list.contains(principal))
     start = pl.col("valid_from") if kind == "facts" else pl.coalesce("valid_from", "recorded_at")
+    end = valid_to_for(principal, closers=closers and kind == "facts")
     if valid_at is not None:
-        parts.append((start <= valid_at) & (pl.col("valid_to").is_null() | (pl.col("valid_to") > valid_at)))
+        parts.append((start <= valid_at) & (end.is_null() | (end > valid_at)))
     elif kind == "facts" and not history:
-        parts.append(pl.col("valid_to").is_null())
+        parts.append(end.is_null())
     if not parts:
         return None
     expr = parts[0]
@@ -144,7 +157,8 @@ class Retriever:
         if key in self._candidates:
             self._candidates.move_to_end(key)
             return self._candidates[key]
-        expr = filter_expr(kind, tenant=tenant, principal=principal, valid_at=when, history=history)
+        expr = filter_expr(kind, tenant=tenant, principal=principal, valid_at=when, history=history,
+                           closers="closer_readers" in index.meta.columns)
         found = None if expr is None else Candidates(index.meta.filter(expr)["id"].to_numpy())
         self._candidates[key] = found
         if len(self._candidates) > _CANDIDATE_CACHE:
@@ -171,13 +185,17 @@ class Retriever:
         index = self._index(kind)
         cands = self.candidates(kind=kind, tenant=tenant, principal=principal, valid_at=valid_at, history=history)
         queries = _embed_batched(self.embedder, list(texts))
-        return [self._frame(index, kind, hits.ids, hits.scores)
+        return [self._frame(index, kind, hits.ids, hits.scores, principal)
                 for hits in index.search(queries, k, candidates=cands)]
 
     @staticmethod
-    def _frame(index: VectorIndex, kind: str, ids: np.ndarray, scores: np.ndarray) -> pl.DataFrame:
+    def _frame(index: VectorIndex, kind: str, ids: np.ndarray, scores: np.ndarray,
+               principal: str | None = None) -> pl.DataFrame:
         rows = index.rows(ids).with_columns(pl.Series("score", scores.astype(np.float64)))
         if kind == "facts":
+            # a closing the principal may not see is not shown (refold.fold.scoping)
+            rows = rows.with_columns(valid_to_for(principal, closers="closer_readers" in rows.columns)
+                                     .alias("valid_to"))
             return rows.rename({"key": "fact_id"}).select(FACT_RESULT)
         return rows.rename({"key": "event_id"}).select(EVENT_RESULT)
 
@@ -213,7 +231,9 @@ def _empty(embedder: Embedder, backend: str, tuning: Tuning) -> dict[str, Vector
 
 def _sync(indexes: dict[str, VectorIndex], state, events, embedder: Embedder,
           donors: dict[str, VectorIndex] | None = None) -> dict[str, int]:
-    items = {"facts": fact_items(state.graph), "events": event_items(events)}
+    events = list(events)
+    retractions = {e.event_id: e.principals for e in events if e.kind == "retraction"}
+    items = {"facts": fact_items(state.graph, retractions), "events": event_items(events)}
     totals = {"added": 0, "embedded": 0, "removed": 0}
     for kind in KINDS:
         stats = indexes[kind].sync(items[kind], lambda texts: _embed_batched(embedder, texts),
