@@ -20,6 +20,11 @@ What a closer is:
   is visible. (A stated end that happens to coincide with a hidden fact's start is shown open
   too: on that tie the rule errs towards hiding.)
 
+The view is not a refold of the events the reader may read: when a visible fact follows the
+hidden closer (Oslo; Rome, restricted; Paris), both Oslo and Paris show as open. Chasing the chain
+would be more faithful but depends on the reader, which the search index's per-fact metadata
+(:func:`closer_readers`) cannot express, and facts, ``why`` and search must agree.
+
 Derived facts (roll-ups) are visible when all their inputs are; their valid time is recomputed
 from the reader's view of their inputs (:func:`refold.fold.rollups.span`). Entity names and
 aliases are not scoped (a surface form first seen in a restricted event stays the entity's name).
