@@ -201,6 +201,23 @@ class _NotCurrent(Exception):
     """The snapshot taken is not of the current spec (another spec was recorded since)."""
 
 
+def _skipped(mode: str, any_erased: bool) -> PurgeResult:
+    """The patcher's receipt line when it does not try: it must not claim that no snapshot holds
+    the erased events (the snapshot purge that follows may well remove some)."""
+    if not any_erased:
+        return PurgeResult(STORE, 0, ("no erased events: nothing to patch",))
+    return PurgeResult(STORE, 0, (f"not patched: {mode} mode (a patch would need the log decrypted); the "
+                                  "snapshot purge removes every snapshot that holds the erased events, and "
+                                  "the refold resumes from an older one",))
+
+
+def _not_held(info: SnapshotInfo | None) -> PurgeResult:
+    if info is None:
+        return PurgeResult(STORE, 0, ("no snapshot of the current spec: nothing to patch",))
+    return PurgeResult(STORE, 0, (f"the newest snapshot of the current spec ({Path(info.path).name}) holds none "
+                                  "of the erased events: nothing to patch",))
+
+
 class SnapshotPatcher:
     """A derived store for the erasure procedure: ``purge(event_ids)`` patches the newest snapshot.
 
@@ -220,11 +237,14 @@ class SnapshotPatcher:
         event_ids = list(event_ids)
         if seqs is not None:
             self._seqs = dict(zip(event_ids, seqs))
+        if self.mem.mode == "shred" or not event_ids:
+            return _skipped(self.mem.mode, bool(event_ids))
         spec: Future = Future()
         spec.set_result(_current_spec(self.mem))
-        target = self._target(set(event_ids), spec)
+        info = self._snapshot(spec)
+        target = None if info is None else _held(self._store(), info, set(event_ids))
         if target is None:
-            return PurgeResult(STORE, 0, ("no snapshot holds the erased events: nothing to patch",))
+            return _not_held(info)
         return PurgeResult(STORE, 1, (f"patched in place: {Path(target[0].path).name} (the refold resumes "
                                       "from it)",))
 
@@ -232,7 +252,7 @@ class SnapshotPatcher:
         started = time.perf_counter()
         erased = set(event_ids)
         if self.mem.mode == "shred" or not erased:
-            return PurgeResult(STORE, 0, ("no snapshot holds the erased events: nothing to patch",))
+            return _skipped(self.mem.mode, bool(erased))
         # the current spec and every retraction: one read of the log on a thread of its own from the
         # start (the erasure rewrote and cleaned up the log, so its table is loaded again first:
         # ~5 ms of delta-rs with the GIL released, ~17 under load), which the patch needs only after
@@ -245,7 +265,7 @@ class SnapshotPatcher:
     def _purge(self, erased: set[str], spec: "_Part", retractions: "_Part", started: float) -> PurgeResult:
         info = self._snapshot(spec) if self.mem.mode != "shred" else None
         if info is None:
-            return PurgeResult(STORE, 0, ("no snapshot holds the erased events: nothing to patch",))
+            return _not_held(None)
         # The snapshot store's worker thread reads the snapshot's contained ids, the files the
         # patch needs (a few long calls that release the GIL; repetitive strings as dictionaries,
         # see erasure_region) and finds the region there (none of it needs the cache rows), while
@@ -261,7 +281,7 @@ class SnapshotPatcher:
                            if early else {})
             target = held_ready.result()
             if target is None:
-                return PurgeResult(STORE, 0, ("no snapshot holds the erased events: nothing to patch",))
+                return _not_held(info)
             # the contained ids the patched snapshot keeps, encoded here while the worker still
             # looks for the region (the region's graph holds only the erased ids of the set, all
             # remove_events looks at), so that the write after the splice has one file less
@@ -270,12 +290,12 @@ class SnapshotPatcher:
                                                             value_set=pa.array(held, pa.string()))))
             remaining = prepare_contained(remaining if info.indexed else remaining.select(["event_id"]))
             if found.result() is None:
-                return PurgeResult(STORE, 0, ("no snapshot holds the erased events: nothing to patch",))
+                return _not_held(info)
             with paused_gc():  # many small objects, none cyclic: a full collection would dominate
                 patch = self._patch(spec, info, found.result(), erased, retractions, erased_rows, remaining)
         except _NotCurrent:
-            return PurgeResult(STORE, 0, ("no snapshot of the current spec holds the erased events: "
-                                          "nothing to patch",))
+            return PurgeResult(STORE, 0, ("not patched: the newest snapshot is not of the current spec; the "
+                                          "snapshot purge removes every snapshot that holds the erased events",))
         except (NotDecremental, RefoldError, OSError, pa.ArrowException) as exc:
             return PurgeResult(STORE, 0, (f"not patched ({exc}); the snapshot purge removes it and the "
                                           "refold starts from an older snapshot",))

@@ -19,6 +19,7 @@ from refold.fold.events import (
 )
 from refold.fold.extract import Extractor
 from refold.fold.spec import FoldSpec
+from refold.storage.epoch import read_epoch
 from refold.storage.layout import Layout, Mode, read_settings, write_settings
 from refold.storage.log import EventLog, Head
 from refold.storage.verify import VerifyReport, verify
@@ -56,6 +57,26 @@ class Memory:
         self._spec_at: tuple[int, FoldSpec] | None = None  # (log version, current spec) last seen
         self._fold_lock = threading.RLock()  # the live fold is advanced by one caller at a time
         self._recorded_specs: set[str] = set()  # specs known to be in the log (never erased)
+        self._seen_epoch = read_epoch(self.layout)  # the erasure epoch this object's caches belong to
+
+    def erasure_epoch(self) -> str:
+        """The store's erasure epoch (:mod:`refold.storage.epoch`), read now; when it differs
+        from the one this object last saw, every state this object holds in memory (folded and
+        as-of states, the live fold, search views) is dropped first, because an erasure — here
+        or in another process — rewrote the past they were built from. Every read calls it
+        before reading data; a cache keyed by the returned value never serves a state from
+        before an erasure."""
+        now = read_epoch(self.layout)
+        if now != self._seen_epoch:
+            from refold.search import forget_views
+
+            with self._fold_lock:
+                self._states = {}
+                self._live = {}
+                self._spec_at = None
+                forget_views(self)
+                self._seen_epoch = now
+        return now
 
     @property
     def root(self) -> str:
@@ -229,6 +250,7 @@ class Memory:
         """
         from refold.projection import project
 
+        self.erasure_epoch()  # drops a live fold from before an erasure
         with self._fold_lock:
             done = project(self, spec, extractor=extractor, live=self._live.get(spec.hash), **options)
             self._keep_live(done.live)
@@ -250,22 +272,26 @@ class Memory:
         return ExtractionCache(self.layout, storage_options=self.storage_options)
 
     def _fold_state(self, spec: FoldSpec, events: list[Event] | None, *, full: bool = False,
-                    extractor: Extractor | None = None) -> "FoldState":
+                    extractor: Extractor | None = None, epoch: str | None = None) -> "FoldState":
         """State of ``spec`` over ``events`` (a log prefix; None: the head, read incrementally).
 
         Resumes from this process's live fold or the newest valid snapshot at or before the
-        prefix's end; the returned graph is a copy that later folds never touch.
+        prefix's end; the returned graph is a copy that later folds never touch. ``epoch``: the
+        erasure epoch read before ``events`` were (default: read now); it keys the cached state.
         """
         from refold.fold.graph_objects import paused_gc
         from refold.fold.snapshot_codec import stats_to_json
         from refold.folding import FoldState
         from refold.projection import DeltaSource, ListSource
 
+        if epoch is None:
+            epoch = self.erasure_epoch()
+        # the epoch is part of the key: an erasure keeps seqs and links (tombstones) but not content
         if events is None:
             head = self.head()
-            key, source = (spec.hash, head.seq, head.link), DeltaSource(self.log_store)
+            key, source = (spec.hash, head.seq, head.link, epoch), DeltaSource(self.log_store)
         else:
-            key = (spec.hash, events[-1].seq if events else -1, events[-1].link if events else "")
+            key = (spec.hash, events[-1].seq if events else -1, events[-1].link if events else "", epoch)
             source = ListSource(events)
         cached = self._states.get(key)
         if cached is not None:
@@ -289,39 +315,61 @@ class Memory:
         """
         from refold.fold.extractors import get_extractor
 
+        epoch = self.erasure_epoch()  # before any read: see refold.storage.epoch
         spec = spec or self.current_spec()
         extractor = get_extractor("rules") if spec.extractor == "rules" else None
         if as_of is None and self.mode != "shred":
-            return self._fold_state(spec, None, extractor=extractor)
-        return self._fold_state(spec, self.events(as_of=as_of), extractor=extractor)
+            return self._fold_state(spec, None, extractor=extractor, epoch=epoch)
+        return self._fold_state(spec, self.events(as_of=as_of), extractor=extractor, epoch=epoch)
 
-    def graph(self, *, as_of: int | str | datetime | None = None) -> nx.MultiDiGraph:
-        """The knowledge graph (networkx MultiDiGraph; edges keyed by fact id) at ``as_of``."""
-        return self.state(as_of=as_of).graph
+    def graph(self, *, as_of: int | str | datetime | None = None, principal: str | None = None) -> nx.MultiDiGraph:
+        """The knowledge graph (networkx MultiDiGraph; edges keyed by fact id) at ``as_of``;
+        with ``principal``, as that principal may see it (:mod:`refold.fold.scoping`; read-only)."""
+        return self._scoped(self.state(as_of=as_of).graph, principal)
+
+    def _scoped(self, graph: nx.MultiDiGraph, principal: str | None) -> nx.MultiDiGraph:
+        if principal is None:
+            return graph
+        from refold.fold.scoping import reader_view
+
+        return reader_view(graph, principal, self._retraction_principals)
+
+    def _retraction_principals(self) -> dict[str, tuple[str, ...]]:
+        """Principals of every retraction event, by event id (what may close a fact)."""
+        rows = self.log_store.rows_of_kinds(["retraction"], columns=["event_id", "principals"])
+        if rows is None:
+            return {}
+        return {i: tuple(p or ()) for i, p in zip(rows["event_id"].to_pylist(), rows["principals"].to_pylist())}
 
     def facts(self, *, subject: str | None = None, relation: str | None = None,
               as_of: int | str | datetime | None = None, valid_at: str | datetime | None = None,
-              tenant: str | None = None, current_only: bool = False) -> pl.DataFrame:
+              tenant: str | None = None, current_only: bool = False, principal: str | None = None) -> pl.DataFrame:
         """Facts as a polars DataFrame: history included (``current`` column) unless ``current_only``.
 
         ``as_of`` is record time (the fold of the log as it stood then); ``valid_at`` is valid time.
+        ``principal``: only facts whose every source event the principal may read, and a fact
+        closed by something the principal may not see shows as open (see refold.fold.scoping).
         """
         from refold.fold.queries import fact_rows, facts_frame
         from refold.folding import parse_time_or_none
 
         when = parse_time_or_none(valid_at)
         relation = self.current_spec().canonical_relation(relation) if relation else None
-        rows = fact_rows(self.state(as_of=as_of).graph, subject=subject, relation=relation,
+        rows = fact_rows(self.graph(as_of=as_of, principal=principal), subject=subject, relation=relation,
                          valid_at=when, tenant=tenant, current_only=current_only)
         return facts_frame(rows)
 
-    def why(self, fact_id: str, *, as_of: int | str | datetime | None = None) -> dict[str, Any]:
-        """Why refold believes ``fact_id``: the fact, its derivation and its source events."""
+    def why(self, fact_id: str, *, as_of: int | str | datetime | None = None,
+            principal: str | None = None) -> dict[str, Any]:
+        """Why refold believes ``fact_id``: the fact, its derivation and its source events.
+
+        With ``principal``, a fact the principal may not see is unknown (NotFoundError), and the
+        answer names no fact or event the principal may not see (refold.fold.scoping)."""
         from refold.fold.queries import why
 
+        graph = self.graph(as_of=as_of, principal=principal)
         by_id = {e.event_id: e for e in self.events()}
-        return why(self.state(as_of=as_of).graph, fact_id,
-                   lambda ids: {i: by_id[i] for i in ids if i in by_id})
+        return why(graph, fact_id, lambda ids: {i: by_id[i] for i in ids if i in by_id})
 
     def audit(self):
         """Re-derive every recorded model request from the log and the spec (input closure)."""

@@ -17,10 +17,12 @@ Filters, applied to the candidate set *before* ranking:
   (facts valid then) or ``history=True`` (every fact); ``as_of`` chooses the state;
 * ``tenant``: only that tenant's facts and events;
 * ``principal``: only items the principal may read — for a fact, *every* source event must have an
-  empty principals list (the whole tenant may read it) or one that names the principal.
+  empty principals list (the whole tenant may read it) or one that names the principal; and a
+  fact closed by a fact (or retraction) the principal may not see is, for that principal, still
+  open: it counts as current and its ``valid_to`` is not shown (refold.fold.scoping).
 
 ``tenant=None`` and ``principal=None`` mean "no filter" (a trusted caller such as a notebook);
-agent tools always pass their context's tenant.
+agent tools always pass their context's tenant (a tool context without one is refused).
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ from refold.storage.layout import Layout
 if TYPE_CHECKING:
     from refold.memory import Memory
 
-__all__ = ["IndexReport", "Retriever", "open_index", "purge_index", "search"]
+__all__ = ["IndexReport", "Retriever", "forget_views", "open_index", "purge_index", "search"]
 
 Kind = Literal["facts", "events"]
 EMBED_BATCH = 1024
@@ -90,19 +92,30 @@ def _when(value: str | datetime | None) -> datetime | None:
     return parse_time_or_none(value)
 
 
+def valid_to_for(principal: str | None, *, closers: bool = True) -> pl.Expr:
+    """A fact's ``valid_to`` as ``principal`` sees it: open when the principal may not see what
+    closed it (refold.fold.scoping). ``closers``: whether the metadata has the closer columns."""
+    if principal is None or not closers:
+        return pl.col("valid_to")
+    hidden = pl.col("closer_restricted") & ~pl.col("closer_readers").list.contains(principal)
+    return pl.when(hidden).then(None).otherwise(pl.col("valid_to"))
+
+
 def filter_expr(kind: Kind, *, tenant: str | None, principal: str | None, valid_at: datetime | None,
-                history: bool) -> pl.Expr | None:
-    """The metadata predicate of a search (None when it keeps everything)."""
+                history: bool, closers: bool = False) -> pl.Expr | None:
+    """The metadata predicate of a search (None when it keeps everything). ``closers``: the fact
+    metadata has the closer columns (then a principal's "current" follows refold.fold.scoping)."""
     parts: list[pl.Expr] = []
     if tenant is not None:
         parts.append(pl.col("tenant") == tenant)
     if principal is not None:
         parts.append(~pl.col("restricted") | pl.col("readers").list.contains(principal))
     start = pl.col("valid_from") if kind == "facts" else pl.coalesce("valid_from", "recorded_at")
+    end = valid_to_for(principal, closers=closers and kind == "facts")
     if valid_at is not None:
-        parts.append((start <= valid_at) & (pl.col("valid_to").is_null() | (pl.col("valid_to") > valid_at)))
+        parts.append((start <= valid_at) & (end.is_null() | (end > valid_at)))
     elif kind == "facts" and not history:
-        parts.append(pl.col("valid_to").is_null())
+        parts.append(end.is_null())
     if not parts:
         return None
     expr = parts[0]
@@ -144,7 +157,8 @@ class Retriever:
         if key in self._candidates:
             self._candidates.move_to_end(key)
             return self._candidates[key]
-        expr = filter_expr(kind, tenant=tenant, principal=principal, valid_at=when, history=history)
+        expr = filter_expr(kind, tenant=tenant, principal=principal, valid_at=when, history=history,
+                           closers="closer_readers" in index.meta.columns)
         found = None if expr is None else Candidates(index.meta.filter(expr)["id"].to_numpy())
         self._candidates[key] = found
         if len(self._candidates) > _CANDIDATE_CACHE:
@@ -171,13 +185,17 @@ class Retriever:
         index = self._index(kind)
         cands = self.candidates(kind=kind, tenant=tenant, principal=principal, valid_at=valid_at, history=history)
         queries = _embed_batched(self.embedder, list(texts))
-        return [self._frame(index, kind, hits.ids, hits.scores)
+        return [self._frame(index, kind, hits.ids, hits.scores, principal)
                 for hits in index.search(queries, k, candidates=cands)]
 
     @staticmethod
-    def _frame(index: VectorIndex, kind: str, ids: np.ndarray, scores: np.ndarray) -> pl.DataFrame:
+    def _frame(index: VectorIndex, kind: str, ids: np.ndarray, scores: np.ndarray,
+               principal: str | None = None) -> pl.DataFrame:
         rows = index.rows(ids).with_columns(pl.Series("score", scores.astype(np.float64)))
         if kind == "facts":
+            # a closing the principal may not see is not shown (refold.fold.scoping)
+            rows = rows.with_columns(valid_to_for(principal, closers="closer_readers" in rows.columns)
+                                     .alias("valid_to"))
             return rows.rename({"key": "fact_id"}).select(FACT_RESULT)
         return rows.rename({"key": "event_id"}).select(EVENT_RESULT)
 
@@ -213,7 +231,9 @@ def _empty(embedder: Embedder, backend: str, tuning: Tuning) -> dict[str, Vector
 
 def _sync(indexes: dict[str, VectorIndex], state, events, embedder: Embedder,
           donors: dict[str, VectorIndex] | None = None) -> dict[str, int]:
-    items = {"facts": fact_items(state.graph), "events": event_items(events)}
+    events = list(events)
+    retractions = {e.event_id: e.principals for e in events if e.kind == "retraction"}
+    items = {"facts": fact_items(state.graph, retractions), "events": event_items(events)}
     totals = {"added": 0, "embedded": 0, "removed": 0}
     for kind in KINDS:
         stats = indexes[kind].sync(items[kind], lambda texts: _embed_batched(embedder, texts),
@@ -223,10 +243,17 @@ def _sync(indexes: dict[str, VectorIndex], state, events, embedder: Embedder,
     return totals
 
 
-def _epoch(mem: "Memory", spec_hash: str, model_id: str, persist: bool) -> Any:
+def _epoch(mem: "Memory", spec_hash: str, model_id: str, persist: bool, erasure: str) -> Any:
+    """What a cached view must have been built under: the index's purge epoch and the store's
+    erasure epoch (``erasure``, read before the view's data; see refold.storage.epoch)."""
     if persist and mem.layout.is_local:
-        return IndexStore(mem.layout).epoch(spec_hash, model_id)
-    return (generation(mem.layout.index), None) if mem.layout.is_local else None
+        return IndexStore(mem.layout).epoch(spec_hash, model_id), erasure
+    return ((generation(mem.layout.index), None) if mem.layout.is_local else None), erasure
+
+
+def forget_views(mem: "Memory") -> None:
+    """Drop every search view ``mem`` holds in memory (its erasure epoch changed)."""
+    _services.pop(mem, None)
 
 
 def open_index(mem: "Memory", *, embedder: str | Embedder | None = None, as_of: int | str | datetime | None = None,
@@ -240,12 +267,13 @@ def open_index(mem: "Memory", *, embedder: str | Embedder | None = None, as_of: 
     emb = get_embedder(embedder)
     tuning = tuning or Tuning()
     persist = persist and mem.layout.is_local
+    erasure = mem.erasure_epoch()  # before any read of the log (refold.storage.epoch)
     if as_of is not None:
-        return _open_past(mem, emb, as_of, backend=backend, persist=persist, tuning=tuning)
+        return _open_past(mem, emb, as_of, backend=backend, persist=persist, tuning=tuning, erasure=erasure)
     svc = _service(mem)
     spec = mem.current_spec()
     head = mem.head()
-    epoch = _epoch(mem, spec.hash, emb.model_id, persist)
+    epoch = _epoch(mem, spec.hash, emb.model_id, persist, erasure)
     cached_epoch, cached = svc.head.get((spec.hash, emb.model_id), (None, None))
     if (cached is not None and cached_epoch == epoch and (cached.last_seq, cached.link) == (head.seq, head.link)
             and backend in (None, cached.backend)):
@@ -278,7 +306,8 @@ def open_index(mem: "Memory", *, embedder: str | Embedder | None = None, as_of: 
     return retriever
 
 
-def _open_past(mem: "Memory", emb: Embedder, as_of, *, backend, persist: bool, tuning: Tuning) -> Retriever:
+def _open_past(mem: "Memory", emb: Embedder, as_of, *, backend, persist: bool, tuning: Tuning,
+               erasure: str) -> Retriever:
     svc = _service(mem)
     spec = mem.current_spec()
     events = mem.events(as_of=as_of)
@@ -286,7 +315,7 @@ def _open_past(mem: "Memory", emb: Embedder, as_of, *, backend, persist: bool, t
     head = open_index(mem, embedder=emb, backend=backend, persist=persist, tuning=tuning)
     if (head.last_seq, head.link) == (seq, link):
         return head
-    key = (spec.hash, emb.model_id, seq, link, head.backend, _epoch(mem, spec.hash, emb.model_id, persist))
+    key = (spec.hash, emb.model_id, seq, link, head.backend, _epoch(mem, spec.hash, emb.model_id, persist, erasure))
     if key in svc.past:
         svc.past.move_to_end(key)
         return svc.past[key]

@@ -112,7 +112,9 @@ def openai_tools() -> list[dict[str, Any]]:
 class ToolContext:
     """What the application, not the model, decides for every tool call.
 
-    ``tenant`` scopes reads and writes. ``principal`` is whose access rules searches obey (None:
+    ``tenant`` scopes reads and writes, and must name one: ``None`` (which would let a search
+    see every tenant) or an empty name is refused with :class:`refold.ValidationError` when the
+    context is built; a single-tenant application passes ``"default"``. ``principal`` is whose access rules searches obey (None:
     no principal filter, for trusted single-user agents). ``source`` and ``trace_id`` are recorded
     with writes (an input ``trace_id`` overrides the context's). ``readers`` become the written
     events' ``principals`` (empty: everyone in the tenant may read them) and ``subjects`` their
@@ -127,6 +129,14 @@ class ToolContext:
     readers: tuple[str, ...] = ()
     embedder: Any = None
     subjects: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.tenant, str) or not self.tenant.strip():
+            raise ValidationError(
+                f"ToolContext.tenant must name a tenant, got {self.tenant!r}: an agent's searches and "
+                "writes are scoped to one tenant (None would search every tenant); pass tenant='default' "
+                "for a single-tenant store"
+            )
 
 
 _VALIDATORS = {name: Draft202012Validator(schema, format_checker=Draft202012Validator.FORMAT_CHECKER)
@@ -227,20 +237,17 @@ def _search(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
     return {"kind": kind, "results": _json(frame.select(keep).to_dicts())}
 
 
-def _visible(d: Mapping[str, Any], principal: str | None) -> bool:
-    return principal is None or all(not p or principal in p for p in d["source_principals"])
-
-
 def _why(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
     from refold.fold.queries import find_edge
 
     fact_id = args["fact_id"].strip()
-    graph = ctx.memory.graph()
+    # the principal's view: facts it may not read are absent, closings it may not see undone
+    graph = ctx.memory.graph(principal=ctx.principal)
     try:
         edge = find_edge(graph, fact_id)
     except NotFoundError:
         edge = None
     # a fact of another tenant, or one the principal may not read, is reported as unknown
-    if edge is None or edge["tenant"] != ctx.tenant or not _visible(edge, ctx.principal):
+    if edge is None or edge["tenant"] != ctx.tenant:
         raise NotFoundError(f"why: no fact with id {fact_id!r} in this memory; use an id returned by search_memory")
-    return _json(ctx.memory.why(fact_id))
+    return _json(ctx.memory.why(fact_id, principal=ctx.principal))

@@ -9,8 +9,8 @@ import pytest
 import refold
 from refold.fold.errors import IntegrityError
 from refold.fold.events import Event, Fact, NewEvent
-from refold.storage.crypto import CIPHER, TENANT_PREFIX, encrypt_event, open_event
-from refold.storage.keys import FileKeyStore, MemoryKeyStore
+from refold.storage.crypto import CIPHER, encrypt_event, open_event
+from refold.storage.keys import FileKeyStore, KeyOwner, MemoryKeyStore
 
 
 def _stored(new: NewEvent, overrides: dict) -> Event:
@@ -55,11 +55,25 @@ def test_events_without_subjects_use_the_tenant_key():
     ks = MemoryKeyStore()
     new = _event(subjects=(), tenant="acme")
     over = encrypt_event(new, ks)
-    assert list(over["key_ids"]) == ks.key_ids(TENANT_PREFIX + "acme")
+    assert list(over["key_ids"]) == ks.key_ids(KeyOwner.tenant("acme"))
     stored = _stored(new, over)
     assert open_event(stored, ks).content == new.content
-    ks.destroy(TENANT_PREFIX + "acme")
+    ks.destroy(KeyOwner.tenant("acme"))
     assert open_event(stored, ks) is None
+
+
+def test_a_subject_named_like_a_tenant_key_has_its_own_key():
+    """Issue #16 item 8: subject id "tenant:acme" and tenant acme's subject-less events used to
+    share one key (one name space), so erasing the subject shredded the tenant's events."""
+    ks = MemoryKeyStore()
+    tenant_event = _event(subjects=(), tenant="acme")
+    subject_event = _event(subjects=("tenant:acme",), tenant="acme")
+    tenant_stored = _stored(tenant_event, encrypt_event(tenant_event, ks))
+    subject_stored = _stored(subject_event, encrypt_event(subject_event, ks))
+    assert set(tenant_stored.key_ids).isdisjoint(subject_stored.key_ids)
+    ks.destroy("tenant:acme")
+    assert open_event(subject_stored, ks) is None
+    assert open_event(tenant_stored, ks).content == tenant_event.content
 
 
 def test_associated_data_binds_event_id_and_subjects():
@@ -93,3 +107,17 @@ def test_shred_store_encrypts_on_append_and_verifies_without_keys(tmp_path):
     FileKeyStore(mem.layout.keys).destroy("s-q")
     assert mem.events()[0].content is None
     assert mem.verify().ok
+
+
+def test_erasing_a_subject_named_tenant_colon_keeps_the_tenants_events(tmp_path):
+    """Issue #16 item 8, in a real shred store: erasing subject "tenant:acme" leaves tenant
+    acme's subject-less events readable."""
+    mem = refold.init(tmp_path / "s", mode="shred")
+    mem.append([{"kind": "observation", "content": "acme-wide note", "source": "obs#1", "tenant": "acme",
+                 "event_id": "ev-tenant"},
+                {"kind": "observation", "content": "about the odd subject", "source": "obs#2", "tenant": "acme",
+                 "event_id": "ev-subject", "subjects": ["tenant:acme"]}])
+    receipt = mem.erase("tenant:acme")
+    assert [e["event_id"] for e in receipt.events] == ["ev-subject"]
+    by_id = {e.event_id: e for e in mem.events()}
+    assert by_id["ev-tenant"].content == "acme-wide note" and by_id["ev-subject"].content is None

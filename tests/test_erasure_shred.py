@@ -60,14 +60,21 @@ def test_shred_erasure(store, tmp_path):
     assert erasing.verify_receipt(store, receipt, needles=H.NEEDLES).ok
 
 
-def test_y_keeps_its_own_key_and_later_events_about_x_get_a_new_key(store):
+def test_y_keeps_its_own_key_and_later_events_about_x_are_refused(store):
+    """After the erasure X's erased marker stays: a later event about X is refused, naming the
+    erasure, and nothing is written (issue #16 item 7; it used to get a fresh key)."""
+    from refold.fold.errors import ErasedSubjectError
+
     y_key = FileKeyStore(store.layout.keys).key_ids(H.Y)
-    erasing.erase(store, H.X, include_mentions=True)
+    receipt = erasing.erase(store, H.X, include_mentions=True)
     keys = FileKeyStore(store.layout.keys)
     assert keys.key_ids(H.Y) == y_key
-    store.append({"kind": "chat_turn", "content": "new text about x", "source": "chat#99", "subjects": [H.X]})
-    assert store.events()[-1].content == "new text about x"
-    assert keys.key_ids(H.X) and keys.key_ids(H.X)[0] not in y_key
+    head = store.head()
+    with pytest.raises(ErasedSubjectError, match=receipt.erasure_id):
+        store.append({"kind": "chat_turn", "content": "new text about x", "source": "chat#99", "subjects": [H.X]})
+    assert store.head() == head and keys.key_ids(H.X) == []
+    store.append({"kind": "chat_turn", "content": "new text about y", "source": "chat#98", "subjects": [H.Y]})
+    assert store.events()[-1].content == "new text about y"
 
 
 def test_twice_is_a_noop_and_unknown_subject_fails(store):

@@ -7,8 +7,8 @@ import stat
 
 import pytest
 
-from refold.fold.errors import StoreError
-from refold.storage.keys import KEY_BYTES, FileKeyStore, KeyStore, MemoryKeyStore
+from refold.fold.errors import ErasedSubjectError, StoreError
+from refold.storage.keys import KEY_BYTES, FileKeyStore, KeyOwner, KeyStore, MemoryKeyStore
 
 
 class KeyStoreContract:
@@ -51,13 +51,30 @@ class KeyStoreContract:
         assert ks.destroy("s-a") == []
         assert ks.destroy("never-seen") == []
 
-    def test_a_destroyed_subject_gets_a_new_key(self, tmp_path):
+    def test_a_destroyed_subject_gets_no_new_key(self, tmp_path):
+        """Issue #16 item 7: a fresh key after the destruction would leave an append racing the
+        erasure readable. The erased marker stays and names the erasure."""
         ks = self.make(tmp_path)
-        old_id, old = ks.get_or_create("s-a")
-        ks.destroy("s-a")
-        new_id, new = ks.get_or_create("s-a")
-        assert new_id != old_id and new != old
-        assert ks.get(old_id) is None
+        old_id, _ = ks.get_or_create("s-a")
+        assert ks.erased("s-a") is None
+        ks.destroy("s-a", erasure_id="er-1")
+        assert ks.erased("s-a") == "er-1"
+        with pytest.raises(ErasedSubjectError, match="er-1.*new subject id"):
+            ks.get_or_create("s-a")
+        assert ks.get(old_id) is None and ks.key_ids("s-a") == []
+        ks.destroy("s-a")  # a rerun keeps the erasure's name
+        assert ks.erased("s-a") == "er-1"
+        assert ks.get_or_create("s-b")[0]  # other owners are unaffected
+
+    def test_subject_and_tenant_owners_never_share_a_key(self, tmp_path):
+        """Issue #16 item 8: subject "tenant:acme" is not tenant acme."""
+        ks = self.make(tmp_path)
+        tenant_id, tenant_key = ks.get_or_create(KeyOwner.tenant("acme"))
+        subject_id, _ = ks.get_or_create("tenant:acme")
+        assert subject_id != tenant_id
+        assert ks.get_or_create(KeyOwner.subject("tenant:acme"))[0] == subject_id
+        ks.destroy("tenant:acme")
+        assert ks.get(tenant_id) == tenant_key and ks.key_ids(KeyOwner.tenant("acme")) == [tenant_id]
 
     def test_unknown_key_is_none(self, tmp_path):
         assert self.make(tmp_path).get("00" * 16) is None
@@ -77,10 +94,29 @@ class TestFileKeyStore(KeyStoreContract):
         path = tmp_path / "keys" / "ids" / key_id
         assert path.read_bytes() == key
         assert stat.S_IMODE(path.stat().st_mode) == 0o600
-        ks.destroy("s-a")
+        ks.destroy("s-a", erasure_id="er-1")
         assert not path.exists()
         leftovers = [p for p in (tmp_path / "keys").rglob("*") if p.is_file() and p.name != ".lock"]
-        assert leftovers == []
+        # only the erased marker: a hash for a name, the erasure id for content (no key bytes)
+        assert [p.parent.name for p in leftovers] == ["erased"]
+        assert leftovers[0].read_bytes() == b"er-1"
+
+    def test_keys_under_legacy_names_are_listed_and_destroyed_never_reused(self, tmp_path):
+        """Stores made before typed owners named a subject's key file sha256(subject id)."""
+        import hashlib
+
+        root = tmp_path / "keys"
+        (root / "ids").mkdir(parents=True)
+        (root / "subjects").mkdir()
+        legacy_id = "ab" * 16
+        (root / "ids" / legacy_id).write_bytes(b"k" * KEY_BYTES)
+        (root / "subjects" / hashlib.sha256(b"s-old").hexdigest()).write_text(legacy_id + "\n")
+        ks = FileKeyStore(root)
+        assert ks.key_ids("s-old") == [legacy_id] and ks.get(legacy_id) == b"k" * KEY_BYTES
+        new_id, _ = ks.get_or_create("s-old")  # new writes: a key under the typed name
+        assert new_id != legacy_id and set(ks.key_ids("s-old")) == {legacy_id, new_id}
+        assert set(ks.destroy("s-old")) == {legacy_id, new_id}
+        assert ks.get(legacy_id) is None and not (root / "subjects" / hashlib.sha256(b"s-old").hexdigest()).exists()
 
     def test_survives_reopening(self, tmp_path):
         key_id, key = self.make(tmp_path).get_or_create("s-a")

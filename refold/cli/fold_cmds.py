@@ -68,12 +68,15 @@ def fold(store: str, extractor: str, options: tuple[str, ...], full: bool, use_r
 @click.option("--valid-at", "valid_at", help="Valid time (ISO-8601): facts true then.")
 @click.option("--tenant")
 @click.option("--current", "current_only", is_flag=True, help="Only facts that are still open.")
+@click.option("--principal", help="Only what this principal may read (a fact closed by something it "
+                                  "may not see shows as open).")
 @click.option("--format", "fmt", type=click.Choice(["table", "jsonl"]), default="table", show_default=True)
 @json_option
-def facts(store: str, subject, relation, as_of, valid_at, tenant, current_only, fmt, as_json) -> None:
+def facts(store: str, subject, relation, as_of, valid_at, tenant, current_only, principal, fmt, as_json) -> None:
     """List facts (with validity intervals and derivation)."""
     frame = open_store(store).facts(subject=subject, relation=relation, as_of=as_of,
-                                    valid_at=valid_at, tenant=tenant, current_only=current_only)
+                                    valid_at=valid_at, tenant=tenant, current_only=current_only,
+                                    principal=principal)
     if as_json or fmt == "jsonl":
         for row in frame.to_dicts():
             click.echo(json.dumps(row, default=str, ensure_ascii=False))
@@ -99,10 +102,11 @@ def _t(value) -> str:
 @store_argument
 @click.argument("fact_id")
 @click.option("--as-of", "as_of", help="Record time: a table VERSION or an ISO-8601 TIME.")
+@click.option("--principal", help="Answer as this principal may see it (unknown if it may not read the fact).")
 @json_option
-def why(store: str, fact_id: str, as_of: str | None, as_json: bool) -> None:
+def why(store: str, fact_id: str, as_of: str | None, principal: str | None, as_json: bool) -> None:
     """Explain FACT_ID: its derivation and the events it came from."""
-    answer = open_store(store).why(fact_id, as_of=as_of)
+    answer = open_store(store).why(fact_id, as_of=as_of, principal=principal)
     if as_json:
         emit_json(answer)
         return

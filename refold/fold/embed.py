@@ -15,7 +15,7 @@ re-worded items are embedded; items that left the state are removed.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
 import networkx as nx
@@ -108,6 +108,9 @@ FACT_SCHEMA = {
     "valid_from": pl.Datetime("us", "UTC"), "valid_to": pl.Datetime("us", "UTC"),
     "recorded_seq": pl.Int64, "derivation": pl.Utf8, "sources": pl.List(pl.Utf8),
     "restricted": pl.Boolean, "readers": pl.List(pl.Utf8),
+    # who may see what closed the fact (refold.fold.scoping): to a principal who may not, the fact
+    # is open (an index written before these columns existed lacks them until its next sync)
+    "closer_restricted": pl.Boolean, "closer_readers": pl.List(pl.Utf8),
 }
 EVENT_SCHEMA = {
     "id": pl.Int64, "key": pl.Utf8, "tenant": pl.Utf8, "kind": pl.Utf8, "source": pl.Utf8,
@@ -118,18 +121,25 @@ EVENT_SCHEMA = {
 }
 
 
-def fact_items(graph: nx.MultiDiGraph) -> pl.DataFrame:
+def fact_items(graph: nx.MultiDiGraph, retraction_principals: Mapping[str, Sequence[str]] | None = None
+               ) -> pl.DataFrame:
     """One row per fact (edge) of a folded graph, history and derived facts included.
 
     Filtering (current only, valid time, tenant, principal) happens at search time on these
     columns, so a fact whose ``valid_to`` changes needs new metadata, not a new vector.
+    ``retraction_principals``: the principals of the log's retraction events, by id (who may see
+    a closing; :func:`refold.fold.scoping.closer_readers`).
     """
+    from .scoping import closer_readers
+
     names = graph.nodes
+    closers = closer_readers(graph, retraction_principals or {})
     rows = []
     for _, _, d in graph.edges(data=True):
         subject, obj = names[d["subject"]]["name"], names[d["object"]]["name"]
         text = fact_sentence(subject, d["relation"], obj)
         restricted, readers = readers_of(d["source_principals"])
+        closer_restricted, closer = closers.get(d["fact_id"], (False, frozenset()))
         rows.append({
             "id": stable_id(d["fact_id"]), "key": d["fact_id"], "tenant": d["tenant"],
             "subject": subject, "relation": d["relation"], "object": obj,
@@ -137,6 +147,7 @@ def fact_items(graph: nx.MultiDiGraph) -> pl.DataFrame:
             "valid_from": d["valid_from"], "valid_to": d["valid_to"],
             "recorded_seq": d["recorded_seq"], "derivation": d["derivation"],
             "sources": list(d["sources"]), "restricted": restricted, "readers": readers,
+            "closer_restricted": closer_restricted, "closer_readers": sorted(closer),
         })
     return _frame(rows, FACT_SCHEMA)
 

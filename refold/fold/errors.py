@@ -69,3 +69,8 @@ class NotFoundError(RefoldError, KeyError):
 
     def __str__(self) -> str:  # KeyError quotes its message; we want it plain.
         return str(self.args[0]) if self.args else ""
+
+
+class ErasedSubjectError(ErasureError):
+    """A write needs the key of a data subject (or tenant) that an erasure destroyed; record
+    new data about that person under a new subject id."""

@@ -13,10 +13,11 @@ concerns that subject unreadable, including events shared with other subjects (t
 goes too: it was about the erased person as well). Putting the event id in ``info`` gives every
 event its own key, so random 96-bit nonces never repeat under one key.
 
-Events without subjects are encrypted under a per-tenant key (subject id ``tenant:<tenant>`` in
-the key store): erasing ``tenant:acme`` shreds every subject-less event of that tenant, and there
-is no per-event key to lose or to keep in sync. Subject-bearing events do not depend on the tenant
-key.
+Events without subjects are encrypted under a per-tenant key (key owner
+``KeyOwner.tenant(tenant)`` in the key store, a name space of its own: a subject id
+``"tenant:acme"`` is a subject, never tenant acme): destroying it shreds every subject-less event
+of that tenant, and there is no per-event key to lose or to keep in sync. Subject-bearing events
+do not depend on the tenant key.
 
 Associated data binds the ciphertext to its row: cipher version, event id, subjects, tenant and
 key ids (canonical JSON). Moving a ciphertext to another row, or editing its subjects, makes
@@ -40,19 +41,22 @@ from typing import Any
 
 from refold.fold.errors import IntegrityError, StoreError
 from refold.fold.events import Event, Fact, NewEvent
-from .keys import FileKeyStore, KeyStore
+from .keys import FileKeyStore, KeyOwner, KeyStore
 from .layout import Layout
 
 CIPHER = "aes256gcm-v1"
 SCHEMA_VERSION = 1
 NONCE_BYTES = 12
+#: the prefix stores made before typed key owners used for tenant keys (legacy names only)
 TENANT_PREFIX = "tenant:"
 _INFO = b"refold/event-key/v1\x00"
 
 
-def key_subjects(subjects: Sequence[str], tenant: str) -> list[str]:
-    """The key-store subjects an event's keys belong to: its subjects, or its tenant's key."""
-    return sorted(set(subjects)) if subjects else [TENANT_PREFIX + tenant]
+def key_subjects(subjects: Sequence[str], tenant: str) -> list[KeyOwner]:
+    """The key owners an event's keys belong to: its subjects, or its tenant."""
+    if subjects:
+        return [KeyOwner.subject(s) for s in sorted(set(subjects))]
+    return [KeyOwner.tenant(tenant)]
 
 
 def event_key(keys: Sequence[tuple[str, bytes]], event_id: str) -> bytes:

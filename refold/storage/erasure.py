@@ -15,6 +15,8 @@ scrub_log          vacuum, orphan removal, checkpoint + log cleanup of the event
 purge              ``purge(event_ids)`` on every derived store (cache, snapshots, index …; the
                    plan first calls ``preview(event_ids, seqs=...)`` on each, seqs = log positions)
 scrub_derived      the same scrub for every other Delta table under the store
+epoch              bump the store's erasure epoch: every process drops what it cached
+                   before this erasure (see :mod:`refold.storage.epoch`)
 refold             rebuild derived state; the receipt keeps its spec hash and state digest
 registry           remove the subject from ``subjects.json``
 scan               residue scan of every file for the subject's names and caller canaries
@@ -63,7 +65,7 @@ __all__ = ["CRASH_ENV", "STEPS", "ErasurePlan", "RefoldOutcome", "erase", "load_
 
 CRASH_ENV = "REFOLD_ERASE_CRASH_AT"
 STEPS = ("erasure_event", "destroy_keys", "tombstones", "scrub_log", "purge", "scrub_derived",
-         "refold", "registry", "scan", "receipt")
+         "epoch", "refold", "registry", "scan", "receipt")
 
 
 def _now() -> str:
@@ -215,7 +217,7 @@ class _Run:
         planned = list(self.plan.key_ids)
         if self.keystore is None:
             return {"destroyed": planned}
-        now = self.keystore.destroy(self.plan.subject_id)
+        now = self.keystore.destroy(self.plan.subject_id, erasure_id=self.erasure_id)
         return {"destroyed": sorted(set(planned) | set(now))}
 
     def _tombstones(self) -> dict:
@@ -282,6 +284,13 @@ class _Run:
             out[_rel(self.layout.root, str(table))] = scrub_table(
                 table, erased_ids=self.plan.event_ids, orphan_grace_hours=self.grace)
         return out
+
+    def _epoch(self) -> dict:
+        # after the last rewrite readers could see (log, keys, snapshots, index), before the
+        # refold: the refold itself must not resume from this process's pre-erasure caches
+        from .epoch import bump_epoch
+
+        return {"epoch": bump_epoch(self.layout, self.erasure_id)}
 
     def _refold(self) -> dict:
         if self.refold is None:

@@ -14,10 +14,23 @@ Contract (:class:`KeyStore`):
   32-byte key the first time; concurrent callers for one subject get the same key.
 * ``key_ids(subject_id)`` lists the subject's live key ids without creating one.
 * ``get(key_id)`` returns the key bytes, or ``None`` once the key is destroyed (or never existed).
-* ``destroy(subject_id)`` destroys every key of the subject and returns their ids; idempotent
-  (an unknown or already destroyed subject returns ``[]``). A later ``get_or_create`` makes a
-  *new* key: erasure erases the past, not the future.
+* ``destroy(subject_id, erasure_id=None)`` first records a durable *erased* marker for the
+  subject (naming the erasure), then destroys every key of the subject and returns their ids;
+  idempotent (an unknown or already destroyed subject returns ``[]``). The marker stays: a later
+  ``get_or_create`` for that subject raises :class:`~refold.fold.errors.ErasedSubjectError`
+  naming the erasure, so an append racing the erasure (or coming after it) can never get a fresh
+  key and stay readable. New data about the person goes under a new subject id.
+* ``erased(subject_id)`` is the erasure id of that marker (``""`` when none was named), or None.
 * ``exists(key_id)`` is ``get(key_id) is not None`` without reading the key.
+
+Key owners. A key belongs to a data subject or to a tenant (the key of the tenant's subject-less
+events). Every method takes a :class:`KeyOwner`; a plain string means ``KeyOwner.subject(str)``.
+The two kinds never share a name: an owner is stored under the SHA-256 of its kind and id,
+length-prefixed (:meth:`KeyOwner.digest`), so a subject id ``"tenant:acme"`` is not tenant acme.
+(Stores written before used ``sha256(subject id)`` and ``sha256("tenant:" + tenant)``, one name
+space for both; those *legacy* files are still read and destroyed with the owner whose old name
+they carry, and new keys are only ever made under the new names — see docs/erasure.md, "Key
+owners".)
 
 Key ids are opaque random strings, never derived from the subject id, so a key id in a stored
 event row says nothing about who the event is about.
@@ -32,25 +45,61 @@ import os
 import secrets
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Literal, Protocol, runtime_checkable
 
-from refold.fold.errors import StoreError
+from refold.fold.errors import ErasedSubjectError, StoreError
 
 KEY_BYTES = 32
+_LEGACY_TENANT_PREFIX = "tenant:"  # the old, shared name space (see KeyOwner.legacy_name)
+
+
+@dataclass(frozen=True)
+class KeyOwner:
+    """Whose key: a data subject's, or a tenant's (for the tenant's subject-less events)."""
+
+    kind: Literal["subject", "tenant"]
+    id: str
+
+    @classmethod
+    def subject(cls, subject_id: str) -> "KeyOwner":
+        return cls("subject", subject_id)
+
+    @classmethod
+    def tenant(cls, tenant: str) -> "KeyOwner":
+        return cls("tenant", tenant)
+
+    def digest(self) -> str:
+        """The owner's storage name: SHA-256 of a versioned, typed, length-prefixed encoding
+        (no two owners share it, whatever characters their ids hold)."""
+        kind, ident = self.kind.encode("ascii"), self.id.encode("utf-8")
+        raw = b"refold-key-owner/v2\x00" + len(kind).to_bytes(4, "big") + kind + len(ident).to_bytes(8, "big") + ident
+        return hashlib.sha256(raw).hexdigest()
+
+    def legacy_digest(self) -> str:
+        """The name stores made before key owners were typed used: ``sha256(subject id)`` or
+        ``sha256("tenant:" + tenant)`` (ambiguous: subject ``tenant:acme`` = tenant ``acme``)."""
+        name = self.id if self.kind == "subject" else _LEGACY_TENANT_PREFIX + self.id
+        return hashlib.sha256(name.encode("utf-8")).hexdigest()
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.id!r}"
 
 
 @runtime_checkable
 class KeyStore(Protocol):
-    """Port: per-subject keys whose destruction is real (see the module docstring)."""
+    """Port: per-owner keys whose destruction is real (see the module docstring)."""
 
-    def get_or_create(self, subject_id: str) -> tuple[str, bytes]: ...
+    def get_or_create(self, subject_id: "str | KeyOwner") -> tuple[str, bytes]: ...
 
-    def key_ids(self, subject_id: str) -> list[str]: ...
+    def key_ids(self, subject_id: "str | KeyOwner") -> list[str]: ...
 
     def get(self, key_id: str) -> bytes | None: ...
 
-    def destroy(self, subject_id: str) -> list[str]: ...
+    def destroy(self, subject_id: "str | KeyOwner", *, erasure_id: str | None = None) -> list[str]: ...
+
+    def erased(self, subject_id: "str | KeyOwner") -> str | None: ...
 
     def exists(self, key_id: str) -> bool: ...
 
@@ -59,9 +108,24 @@ def _new_key_id() -> str:
     return secrets.token_hex(16)
 
 
-def _check_subject(subject_id: str) -> None:
-    if not isinstance(subject_id, str) or not subject_id:
-        raise StoreError("a subject id must be a non-empty string")
+def owner_of(subject_id: "str | KeyOwner") -> KeyOwner:
+    """``subject_id`` as a :class:`KeyOwner` (a plain string is a subject id); checks it."""
+    owner = subject_id if isinstance(subject_id, KeyOwner) else KeyOwner.subject(subject_id)
+    if owner.kind not in ("subject", "tenant") or not isinstance(owner.id, str) or not owner.id:
+        raise StoreError(f"a key owner needs a kind (subject or tenant) and a non-empty id, got {subject_id!r}")
+    return owner
+
+
+def _check_subject(subject_id: "str | KeyOwner") -> KeyOwner:
+    return owner_of(subject_id)
+
+
+def _refuse(owner: KeyOwner, erasure_id: str) -> ErasedSubjectError:
+    by = f" by erasure {erasure_id}" if erasure_id else ""
+    return ErasedSubjectError(
+        f"{owner} was erased{by}: its key is destroyed and no new one is made, so this write is "
+        "refused (nothing was written); record new data about this person under a new subject id"
+    )
 
 
 def _fsync_dir(path: Path) -> None:
@@ -76,7 +140,8 @@ class FileKeyStore:
     """Keys as files under ``root`` (a store's ``keys/``)::
 
         root/ids/<key_id>          the 32 key bytes, mode 0600
-        root/subjects/<sha256(subject_id)>   the subject's key ids, one per line
+        root/subjects/<KeyOwner.digest()>   the owner's key ids, one per line
+        root/erased/<KeyOwner.digest()>     erased marker: the erasure id (no key, no name)
         root/.lock                 serialises creation and destruction across processes
 
     Writes go to a temp file, are fsync'd, renamed into place, and the directory is fsync'd, so
@@ -87,19 +152,24 @@ class FileKeyStore:
     (full-disk encryption covers it); no refold file can reach the key again.
 
     Subject files are named by a hash only to keep arbitrary subject ids filesystem-safe; they
-    are unlinked with the keys.
+    are unlinked with the keys. Erased markers are written (durably) before the keys go, and
+    checked under the lock before a key is made.
     """
 
     def __init__(self, root: str | os.PathLike):
         self.root = Path(root)
         self._ids = self.root / "ids"
         self._subjects = self.root / "subjects"
+        self._erased = self.root / "erased"
         self._thread_lock = threading.Lock()
 
     # -- paths and locking ------------------------------------------------------------------------
 
-    def _subject_file(self, subject_id: str) -> Path:
-        return self._subjects / hashlib.sha256(subject_id.encode("utf-8")).hexdigest()
+    def _subject_file(self, owner: KeyOwner) -> Path:
+        return self._subjects / owner.digest()
+
+    def _legacy_file(self, owner: KeyOwner) -> Path:
+        return self._subjects / owner.legacy_digest()
 
     def _key_file(self, key_id: str) -> Path:
         if not key_id or not all(c in "0123456789abcdef" for c in key_id):
@@ -131,18 +201,35 @@ class FileKeyStore:
         os.replace(tmp, folder / name)
         _fsync_dir(folder)
 
-    def _read_ids(self, subject_id: str) -> list[str]:
+    @staticmethod
+    def _ids_in(path: Path) -> list[str]:
         try:
-            text = self._subject_file(subject_id).read_text(encoding="ascii")
+            text = path.read_text(encoding="ascii")
         except FileNotFoundError:
             return []
         return [line for line in text.splitlines() if line]
 
+    def _read_ids(self, owner: KeyOwner) -> list[str]:
+        """Key ids under the owner's name (newest last)."""
+        return self._ids_in(self._subject_file(owner))
+
+    def _legacy_ids(self, owner: KeyOwner) -> list[str]:
+        return self._ids_in(self._legacy_file(owner))
+
     # -- the port ---------------------------------------------------------------------------------
 
-    def key_ids(self, subject_id: str) -> list[str]:
-        _check_subject(subject_id)
-        return [k for k in self._read_ids(subject_id) if self.exists(k)]
+    def key_ids(self, subject_id: "str | KeyOwner") -> list[str]:
+        """Live key ids of the owner, those under its old (legacy) name included."""
+        owner = _check_subject(subject_id)
+        ids = dict.fromkeys([*self._legacy_ids(owner), *self._read_ids(owner)])
+        return [k for k in ids if self.exists(k)]
+
+    def erased(self, subject_id: "str | KeyOwner") -> str | None:
+        owner = _check_subject(subject_id)
+        try:
+            return (self._erased / owner.digest()).read_text(encoding="ascii").strip()
+        except FileNotFoundError:
+            return None
 
     def get(self, key_id: str) -> bytes | None:
         try:
@@ -156,45 +243,53 @@ class FileKeyStore:
     def exists(self, key_id: str) -> bool:
         return self._key_file(key_id).exists()
 
-    def get_or_create(self, subject_id: str) -> tuple[str, bytes]:
-        _check_subject(subject_id)
-        found = self._current(subject_id)
+    def get_or_create(self, subject_id: "str | KeyOwner") -> tuple[str, bytes]:
+        """The owner's current key under its typed name (made the first time). A key under the
+        owner's legacy name is never handed out for new writes: under that name a subject and a
+        tenant could share it. Raises :class:`ErasedSubjectError` once the owner was erased."""
+        owner = _check_subject(subject_id)
+        found = self._current(owner)
         if found is not None:
             return found
         with self._locked():
-            found = self._current(subject_id)  # another process may have created it meanwhile
+            erased = self.erased(owner)
+            if erased is not None:
+                raise _refuse(owner, erased)
+            found = self._current(owner)  # another process may have created it meanwhile
             if found is not None:
                 return found
             key_id, key = _new_key_id(), secrets.token_bytes(KEY_BYTES)
             self._write_file(self._ids, key_id, key)
             # the subject file is written last: a crash before it leaves an unused key, never a
             # used key the subject file does not name (which destroy would then miss)
-            live = [k for k in self._read_ids(subject_id) if self.exists(k)]
-            self._write_file(self._subjects, self._subject_file(subject_id).name,
+            live = [k for k in self._read_ids(owner) if self.exists(k)]
+            self._write_file(self._subjects, self._subject_file(owner).name,
                              ("\n".join([*live, key_id]) + "\n").encode("ascii"))
             return key_id, key
 
-    def _current(self, subject_id: str) -> tuple[str, bytes] | None:
-        for key_id in reversed(self._read_ids(subject_id)):
+    def _current(self, owner: KeyOwner) -> tuple[str, bytes] | None:
+        for key_id in reversed(self._read_ids(owner)):
             key = self.get(key_id)
             if key is not None:
                 return key_id, key
         return None
 
-    def destroy(self, subject_id: str) -> list[str]:
-        _check_subject(subject_id)
-        if not self._subject_file(subject_id).exists():
-            return []
+    def destroy(self, subject_id: "str | KeyOwner", *, erasure_id: str | None = None) -> list[str]:
+        """Mark the owner erased (durably, first), then destroy its keys, legacy ones included."""
+        owner = _check_subject(subject_id)
         with self._locked():
-            ids = self._read_ids(subject_id)
+            self._erased.mkdir(parents=True, exist_ok=True)
+            if self.erased(owner) is None or erasure_id:
+                self._write_file(self._erased, owner.digest(), (erasure_id or "").encode("ascii"))
             destroyed = []
-            for key_id in ids:
+            for key_id in dict.fromkeys([*self._legacy_ids(owner), *self._read_ids(owner)]):
                 path = self._key_file(key_id)
                 if path.exists():
                     path.unlink()
                     destroyed.append(key_id)
             _fsync_dir(self._ids)
-            self._subject_file(subject_id).unlink(missing_ok=True)
+            self._subject_file(owner).unlink(missing_ok=True)
+            self._legacy_file(owner).unlink(missing_ok=True)
             _fsync_dir(self._subjects)
             return destroyed
 
@@ -208,23 +303,29 @@ class MemoryKeyStore:
 
     def __init__(self) -> None:
         self._keys: dict[str, bytes] = {}
-        self._by_subject: dict[str, list[str]] = {}
+        self._by_subject: dict[KeyOwner, list[str]] = {}
+        self._erased: dict[KeyOwner, str] = {}
         self._lock = threading.Lock()
 
-    def get_or_create(self, subject_id: str) -> tuple[str, bytes]:
-        _check_subject(subject_id)
+    def get_or_create(self, subject_id: "str | KeyOwner") -> tuple[str, bytes]:
+        owner = _check_subject(subject_id)
         with self._lock:
-            for key_id in reversed(self._by_subject.get(subject_id, [])):
+            for key_id in reversed(self._by_subject.get(owner, [])):
                 if key_id in self._keys:
                     return key_id, self._keys[key_id]
+            if owner in self._erased:
+                raise _refuse(owner, self._erased[owner])
             key_id = _new_key_id()
             self._keys[key_id] = secrets.token_bytes(KEY_BYTES)
-            self._by_subject.setdefault(subject_id, []).append(key_id)
+            self._by_subject.setdefault(owner, []).append(key_id)
             return key_id, self._keys[key_id]
 
-    def key_ids(self, subject_id: str) -> list[str]:
-        _check_subject(subject_id)
-        return [k for k in self._by_subject.get(subject_id, []) if k in self._keys]
+    def key_ids(self, subject_id: "str | KeyOwner") -> list[str]:
+        owner = _check_subject(subject_id)
+        return [k for k in self._by_subject.get(owner, []) if k in self._keys]
+
+    def erased(self, subject_id: "str | KeyOwner") -> str | None:
+        return self._erased.get(_check_subject(subject_id))
 
     def get(self, key_id: str) -> bytes | None:
         return self._keys.get(key_id)
@@ -232,8 +333,10 @@ class MemoryKeyStore:
     def exists(self, key_id: str) -> bool:
         return key_id in self._keys
 
-    def destroy(self, subject_id: str) -> list[str]:
-        _check_subject(subject_id)
+    def destroy(self, subject_id: "str | KeyOwner", *, erasure_id: str | None = None) -> list[str]:
+        owner = _check_subject(subject_id)
         with self._lock:
-            ids = self._by_subject.pop(subject_id, [])
+            if owner not in self._erased or erasure_id:
+                self._erased[owner] = erasure_id or ""
+            ids = self._by_subject.pop(owner, [])
             return [k for k in ids if self._keys.pop(k, None) is not None]
