@@ -29,7 +29,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from refold.fold.events import Event
-from refold.fold.extractors import get_extractor
+from refold.extractors import get_extractor
 from refold.fold.spec import FoldSpec
 
 DEFAULT_DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "locomo10.zip"

@@ -167,7 +167,7 @@ class _ExtractBatch:
 
     def __init__(self, *, extractor: str | Extractor, options: Mapping[str, Any], spec: FoldSpec):
         if isinstance(extractor, str):
-            from refold.fold.extractors import get_extractor
+            from refold.extractors import get_extractor
 
             extractor = get_extractor(extractor, **dict(options))
         self.extractor = extractor
@@ -293,7 +293,7 @@ class RayRunner:
         error instead of as dying actors (adapters load models lazily: this is cheap)."""
         ext = self.extractor
         if isinstance(ext, str):
-            from refold.fold.extractors import get_extractor
+            from refold.extractors import get_extractor
 
             ext = get_extractor(ext, **dict(self.options))
         if self.spec is None:
@@ -352,7 +352,7 @@ def ray_runner(extractor_name: str | Extractor, options: Mapping[str, Any] | Non
     if extractor_name == "vllm":
         # vLLM engines are Ray Data LLM stages themselves: one processor over all events, not an
         # actor pool of extractors (each would start its own engines)
-        from refold.fold.extractors import get_extractor
+        from refold.extractors import get_extractor
         from refold.jobs.ray_llm import vllm_runner
 
         spec = spec or spec_for(get_extractor("vllm", **dict(options or {})))
