@@ -35,7 +35,7 @@ from refold.fold.events import Event
 from refold.fold.extract import Extraction, ModelRequest
 from refold.fold.spec import FoldSpec
 
-from .ray_extract import CacheWriter, RunStats, drain, ensure_ray
+from .ray_stream import CacheWriter, RunStats, drain, ensure_ray
 
 __all__ = ["ProcessorRunner", "http_processor", "http_runner", "vllm_runner"]
 
@@ -114,7 +114,7 @@ class ProcessorRunner:
     ``make_processor`` builds the processor (on the driver, once per call); ``extractor`` is the
     adapter whose extraction builder turns answers into cache rows (``OpenAIExtractor`` for HTTP,
     ``VLLMExtractor`` for the engine). Parsing runs in Ray tasks; the driver writes the cache
-    while the run goes (:class:`~refold.jobs.ray_extract.CacheWriter`).
+    while the run goes (:class:`~refold.jobs.ray_stream.CacheWriter`).
     """
 
     make_processor: Callable[[], Any]
