@@ -16,13 +16,13 @@ import os
 
 import pytest
 
-from refold.fold.errors import ExtractionError
 from refold.extractors import get_extractor
 from refold.extractors.vllm import (
     VLLMExtractor, build_processor, build_processor_config, engine_kwargs, http_postprocess_row,
     http_preprocess_row, postprocess_row, preprocess_row, preprocess_row_unstructured,
     run_processor, sampling_params,
 )
+from refold.fold.errors import ExtractionError
 from refold.fold.parse import parse_output
 from refold.fold.prompts import build_request, canonical_json, default_model_spec, fact_schema
 from refold.fold.spec import FoldSpec

@@ -11,9 +11,9 @@ from datetime import datetime, timezone
 
 import pytest
 
+from refold.extractors import _REGISTRY, available_extractors, get_extractor
 from refold.fold.errors import ExtractionError, ValidationError
 from refold.fold.events import Event, Fact
-from refold.extractors import _REGISTRY, available_extractors, get_extractor
 from refold.fold.extractors.patterns import MAX_OBJECT_CHARS, PATTERNS, RULES_VERSION, clean_object
 from refold.fold.extractors.rules import MAX_FACTS_PER_EVENT, RulesExtractor, speaker_of
 from refold.fold.spec import FoldSpec
