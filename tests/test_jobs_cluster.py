@@ -184,8 +184,8 @@ def _assert_uploaded_layout(head: Head) -> None:
     for folder in unpacked:
         names = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()}
         assert expected <= names, sorted(expected - names)
-        tops = {name.split("/")[0] for name in names}
-        assert not tops & {"fold", "storage", "jobs", ".venv", ".git"}, sorted(tops & {"fold", "storage", "jobs", ".venv", ".git"})
+        unwanted = {name.split("/")[0] for name in names} & {"fold", "storage", "jobs", ".venv", ".git"}
+        assert not unwanted, sorted(unwanted)
 
 
 def test_jobs_on_a_head_node(head, tmp_path):

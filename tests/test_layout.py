@@ -56,8 +56,9 @@ def _refold_imports(path: Path):
         if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").split(".")[0] == "refold"):
             if node.level and _optional_native(node, path):
                 continue
+            source = "." * node.level + (node.module or "")
             for alias in node.names:
-                yield alias.lineno, alias.col_offset + len(alias.name), f"from {'.' * node.level}{node.module or ''} import {alias.name}"
+                yield alias.lineno, alias.col_offset + len(alias.name), f"from {source} import {alias.name}"
         elif isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.name.split(".")[0] == "refold":
@@ -114,7 +115,7 @@ def test_every_refold_module_is_found_without_the_editable_finder():
     modules = set()
     for path in PACKAGE.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").startswith("refold"):
+            if isinstance(node, ast.ImportFrom) and not node.level and node.module.split(".")[0] == "refold":
                 modules.add(node.module)
             elif isinstance(node, ast.Import):
                 modules.update(a.name for a in node.names if a.name.split(".")[0] == "refold")
@@ -140,8 +141,8 @@ def test_the_wheel_ships_the_subpackages_py_typed_and_data(tmp_path):
     (wheel,) = out.glob("refold-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
 
-    expected = {f"refold/{p.relative_to(PACKAGE).as_posix()}" for layer in (*LAYERS, "extractors", "fold/extractors")
-                for p in (PACKAGE / layer).glob("*.py")}
+    expected = {f"refold/{p.relative_to(PACKAGE).as_posix()}"
+                for layer in (*LAYERS, "extractors", "fold/extractors") for p in (PACKAGE / layer).glob("*.py")}
     expected |= {f"refold/data/{p.name}" for p in (PACKAGE / "data").glob("*.jsonl")}
     expected |= {"refold/py.typed", "refold/__init__.py", "refold/cli/__init__.py"}
     assert len(expected) > 60 and not expected - names, sorted(expected - names)
@@ -154,7 +155,8 @@ def test_the_wheel_ships_the_subpackages_py_typed_and_data(tmp_path):
 # -- import contracts ------------------------------------------------------------------------------
 
 def _lint_imports(root: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
+    search = [str(root), os.environ.get("PYTHONPATH")]  # `root`'s refold first
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, search))}
     return subprocess.run([str(Path(sys.executable).parent / "lint-imports"), "--no-cache", "--no-logo"],
                           cwd=root, env=env, capture_output=True, text=True, timeout=300)
 
@@ -170,12 +172,12 @@ def test_the_contracts_name_every_front_door_module():
     config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]
     contracts = {c["id"]: c for c in config["contracts"]}
     front_door = {f"refold.{p.stem}" for p in PACKAGE.glob("*.py") if p.stem != "__init__"}
-    front_door |= {f"refold.{p.parent.name}" for p in PACKAGE.glob("*/__init__.py") if p.parent.name not in LAYERS}
+    front_door |= {f"refold.{p.parent.name}" for p in PACKAGE.glob("*/__init__.py")
+                   if p.parent.name not in LAYERS}
     assert {"refold.memory", "refold.cli", "refold.extractors"} <= front_door
-    core = set(contracts["core"]["forbidden_modules"])
-    storage = set(contracts["storage"]["forbidden_modules"])
-    assert core == front_door | {"refold.storage", "refold.jobs"}, sorted(front_door ^ (core - {"refold.storage", "refold.jobs"}))
-    assert storage == front_door | {"refold.jobs"}, sorted(front_door ^ (storage - {"refold.jobs"}))
+    for contract, layers_below in (("core", {"refold.storage", "refold.jobs"}), ("storage", {"refold.jobs"})):
+        forbidden = set(contracts[contract]["forbidden_modules"])
+        assert forbidden == front_door | layers_below, (contract, sorted(front_door ^ (forbidden - layers_below)))
     assert contracts["acyclic"]["ancestors"] == ["refold"]
 
 
@@ -238,8 +240,8 @@ def test_no_machine_specific_paths_in_tracked_files():
             text = path.read_text()
         except UnicodeDecodeError:  # binary (none today): no path literals to read
             continue
-        offending += [f"{name}:{number}: {row.strip()[:160]}" for number, row in enumerate(text.splitlines(), 1)
-                      if _MACHINE_PATH.search(row)]
+        offending += [f"{name}:{number}: {row.strip()[:160]}"
+                      for number, row in enumerate(text.splitlines(), start=1) if _MACHINE_PATH.search(row)]
     assert not offending, "machine-specific paths (use a path relative to the repo root, or an "\
         "environment variable):\n" + "\n".join(offending)
 
