@@ -24,8 +24,8 @@ import sys
 import time
 from datetime import datetime, timezone
 
+from refold.extractors import get_extractor
 from refold.fold.events import Event, Fact
-from refold.fold.extractors import get_extractor
 from refold.fold.spec import FoldSpec
 
 _NAMES = ["Caroline", "Melanie", "Dave", "Anna", "Jon", "Priya", "Tomas", "Ines"]

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 import refold
-from refold.fold.extractors import get_extractor
+from refold.extractors import get_extractor
 from refold.jobs.ray_extract import ensure_ray, ray_runner, spec_for
 
 _PEOPLE = ("Caroline", "Melanie", "Dave", "Anna", "Jon", "Priya")

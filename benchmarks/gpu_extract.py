@@ -13,7 +13,7 @@ batch is excluded from timing.
 
 ``--dry-run`` prints the plan, one request and the sampling parameters without importing vLLM
 (works anywhere). ``--engine ray`` runs the same requests through refold's Ray Data LLM processor
-(``refold.fold.extractors.vllm``); its times include engine start-up.
+(``refold.extractors.vllm``); its times include engine start-up.
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ def run_offline(args, prefix_caching: bool) -> list[dict]:
     from vllm import LLM, SamplingParams
     from vllm.sampling_params import StructuredOutputsParams
 
-    from refold.fold.extractors.vllm import engine_kwargs, sampling_params
+    from refold.extractors.vllm import engine_kwargs, sampling_params
 
     spec = make_spec(args)
     events = make_events(args.events)
@@ -126,7 +126,7 @@ def run_offline(args, prefix_caching: bool) -> list[dict]:
 
 def run_ray(args, prefix_caching: bool) -> list[dict]:
     """Both structured modes through refold's Ray Data LLM processor (times include start-up)."""
-    from refold.fold.extractors.vllm import build_processor, build_processor_config, run_processor
+    from refold.extractors.vllm import build_processor, build_processor_config, run_processor
 
     spec = make_spec(args)
     events = make_events(args.events)
@@ -170,7 +170,7 @@ def _ratios(rows: list[dict]) -> dict:
 
 
 def _dry_run(args) -> int:
-    from refold.fold.extractors.vllm import engine_kwargs, sampling_params
+    from refold.extractors.vllm import engine_kwargs, sampling_params
 
     spec = make_spec(args)
     request = build_request(make_events(1)[0], spec)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import os
 import re
 import sys
 import time
@@ -28,11 +29,13 @@ import zipfile
 from datetime import datetime, timezone
 from pathlib import Path
 
+from refold.extractors import get_extractor
 from refold.fold.events import Event
-from refold.fold.extractors import get_extractor
 from refold.fold.spec import FoldSpec
 
-DEFAULT_DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "locomo10.zip"
+# $REFOLD_LOCOMO_DIR (set by .ci/run) or ../shared/data beside the repository root
+DEFAULT_DATA = Path(os.environ.get("REFOLD_LOCOMO_DIR")
+                    or Path(__file__).resolve().parents[1].parent / "shared" / "data") / "locomo10.zip"
 _SESSION = re.compile(r"session_(\d+)")
 
 

@@ -160,7 +160,7 @@ def _live_digest(mem: "Memory", spec) -> str:
     """:func:`state_digest` of ``mem``'s fold of ``spec`` at the head, brought up to date as
     :meth:`Memory.state` does (resume from its live fold or the newest valid snapshot, then the
     log's tail) but digested in place."""
-    from refold.fold.extractors import get_extractor
+    from refold.extractors import get_extractor
     from refold.projection import DeltaSource
 
     extractor = get_extractor("rules") if spec.extractor == "rules" else None

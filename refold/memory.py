@@ -189,7 +189,7 @@ class Memory:
         ``index`` (True, or an embedder name such as ``"minilm"``) also brings the vector index up
         to date with the new state (embedding only new or changed texts).
         """
-        from refold.fold.extractors import get_extractor
+        from refold.extractors import get_extractor
         from refold.folding import FoldReport, record_spec
 
         ext = get_extractor(extractor, **options) if isinstance(extractor, str) else extractor
@@ -219,7 +219,7 @@ class Memory:
         (the existing one when that position is already snapshotted; None for an empty log or a
         store that keeps no snapshots).
         """
-        from refold.fold.extractors import get_extractor
+        from refold.extractors import get_extractor
         from refold.storage.snapshots import SnapshotStore
 
         spec = spec or self.current_spec()
@@ -313,7 +313,7 @@ class Memory:
         the rules spec; for model specs run :meth:`fold` first. Resumes from the newest valid
         state at or before that position (see :meth:`fold`); never writes snapshots.
         """
-        from refold.fold.extractors import get_extractor
+        from refold.extractors import get_extractor
 
         epoch = self.erasure_epoch()  # before any read: see refold.storage.epoch
         spec = spec or self.current_spec()

@@ -31,9 +31,9 @@ from datetime import datetime, timezone
 
 import pytest
 
+from refold.extractors import get_extractor
 from refold.fold.events import Event, Fact
 from refold.fold.extract import ExtractedFact, Extraction, Extractor
-from refold.fold.extractors import get_extractor
 from refold.fold.spec import FoldSpec
 
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=timezone.utc)

@@ -6,6 +6,11 @@ in ~/.ray, and the loopback test cluster needs none). Teardown stops exactly the
 test started (the ``ray start`` process group), never every Ray on the machine as ``ray stop``
 would. Four submits: an interrupted projection, the same projection again, a full refold, and an
 erasure backfill in which one subject fails.
+
+Every submit passes ``--working-dir .`` (the checkout), and the job runs ``python -m refold.jobs.…``
+in the folder Ray unpacked it to: ``python -m`` puts that folder first on ``sys.path``, so the
+layout that Ray uploaded (refold/ with its subpackages; ``.rayignore`` leaves out the top-level
+symlinks, which Ray would follow and copy) is the code that runs, not an installed copy.
 """
 
 from __future__ import annotations
@@ -47,6 +52,12 @@ _CITIES = ("Lisbon", "Porto", "Berlin", "Oslo", "Quito")
 class Head:
     address: str  # the job API (dashboard) URL
     env: dict
+    temp: Path  # the node's --temp-dir
+
+    def working_dirs(self) -> list[Path]:
+        """The working dirs this node unpacked for submitted jobs (one per distinct upload)."""
+        files = self.temp / "session_latest" / "runtime_resources" / "working_dir_files"
+        return sorted(p for p in files.glob("_ray_pkg_*") if p.is_dir())  # not the downloaded zips
 
 
 def _free_ports(n: int) -> list[int]:
@@ -107,7 +118,7 @@ def head():
             except OSError:
                 assert time.monotonic() < deadline, "the head node's dashboard never came up"
                 time.sleep(0.5)
-        yield Head(address=f"http://127.0.0.1:{dash}", env=env)
+        yield Head(address=f"http://127.0.0.1:{dash}", env=env, temp=Path(temp))
     finally:
         _stop_group(proc)
         log.close()
@@ -162,6 +173,21 @@ def _facts(mem) -> pl.DataFrame:
     return mem.facts().sort("fact_id")
 
 
+def _assert_uploaded_layout(head: Head) -> None:
+    """What the jobs ran: refold/ with every module of its subpackages, once; no top-level
+    symlinked copies (.rayignore), no virtualenv or VCS folder (Ray's default excludes)."""
+    unpacked = head.working_dirs()
+    assert unpacked, f"no working dir under {head.temp}"
+    expected = {f"refold/{p.relative_to(REPO / 'refold').as_posix()}"
+                for layer in ("fold", "fold/extractors", "storage", "jobs", "extractors", "cli")
+                for p in (REPO / "refold" / layer).glob("*.py")}
+    for folder in unpacked:
+        names = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()}
+        assert expected <= names, sorted(expected - names)
+        unwanted = {name.split("/")[0] for name in names} & {"fold", "storage", "jobs", ".venv", ".git"}
+        assert not unwanted, sorted(unwanted)
+
+
 def test_jobs_on_a_head_node(head, tmp_path):
     store = tmp_path / "store"  # absolute: the job runs in a copy of the working dir
     mem = refold.open(store)
@@ -203,6 +229,7 @@ def test_jobs_on_a_head_node(head, tmp_path):
     frame = refold.open(store).cache.frame()
     assert frame.height == frame["event_id"].n_unique() == N_EVENTS  # no duplicates
     assert _facts(refold.open(store)).equals(_facts(reference))
+    _assert_uploaded_layout(head)
 
     # 3. a full refold: nothing to extract, same state
     done = _submit(head, "refold.jobs.refold", str(store), "--no-progress")

@@ -130,7 +130,7 @@ def test_erase_makes_missing_model_extractions_then_resumes(tmp_path, capsys):
     """Under a model spec, the refold after an erasure needs every surviving event extracted; the
     job extracts the missing one with the configured extractor and resumes the erasure. The model
     server is the scripted stub of tests/llm_server.py (no model can be made to answer on cue)."""
-    from refold.fold.extractors.openai import OpenAIExtractor
+    from refold.extractors.openai import OpenAIExtractor
     from tests.llm_server import StubServer
 
     stub = StubServer()

@@ -10,10 +10,10 @@ from dataclasses import replace
 
 import pytest
 
+from refold.extractors import get_extractor
+from refold.extractors.llamacpp import LlamaCppExtractor, chat_kwargs
 from refold.fold.errors import ExtractionError
 from refold.fold.events import Fact
-from refold.fold.extractors import get_extractor
-from refold.fold.extractors.llamacpp import LlamaCppExtractor, chat_kwargs
 from refold.fold.parse import parse_output
 from refold.fold.prompts import build_request, default_model_spec, fact_schema
 from refold.fold.spec import FoldSpec

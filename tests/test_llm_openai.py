@@ -13,9 +13,9 @@ import socket
 
 import pytest
 
+from refold.extractors import get_extractor
+from refold.extractors.openai import OpenAIExtractor, postprocess, preprocess
 from refold.fold.errors import ExtractionError
-from refold.fold.extractors import get_extractor
-from refold.fold.extractors.openai import OpenAIExtractor, postprocess, preprocess
 from refold.fold.parse import parse_output
 from refold.fold.prompts import build_request
 from refold.models import DEFAULT_MODEL_ID, default_gguf_path, file_sha256

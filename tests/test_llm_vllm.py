@@ -16,13 +16,13 @@ import os
 
 import pytest
 
-from refold.fold.errors import ExtractionError
-from refold.fold.extractors import get_extractor
-from refold.fold.extractors.vllm import (
+from refold.extractors import get_extractor
+from refold.extractors.vllm import (
     VLLMExtractor, build_processor, build_processor_config, engine_kwargs, http_postprocess_row,
     http_preprocess_row, postprocess_row, preprocess_row, preprocess_row_unstructured,
     run_processor, sampling_params,
 )
+from refold.fold.errors import ExtractionError
 from refold.fold.parse import parse_output
 from refold.fold.prompts import build_request, canonical_json, default_model_spec, fact_schema
 from refold.fold.spec import FoldSpec
@@ -157,7 +157,7 @@ def test_ray_builds_the_vllm_processor_as_configured(local_ray):
 @pytest.mark.slow
 def test_same_pipeline_over_http_against_a_real_llama_cpp_server(local_ray, llama_server):
     """The GPU pipeline's CPU twin: Ray Data LLM's HTTP processor, same row functions, real model."""
-    from refold.fold.extractors.vllm import build_http_processor
+    from refold.extractors.vllm import build_http_processor
 
     spec = FoldSpec(extractor="openai", model=default_model_spec(
         DEFAULT_MODEL_ID, file_sha256(default_gguf_path()), max_tokens=48, max_facts=1,

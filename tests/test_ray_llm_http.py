@@ -14,7 +14,7 @@ from importlib import resources
 import pytest
 
 import refold
-from refold.fold.extractors.openai import OpenAIExtractor
+from refold.extractors.openai import OpenAIExtractor
 from refold.fold.parse import parse_output
 from refold.fold.prompts import build_request
 from refold.jobs.ray_llm import http_processor, http_runner

@@ -15,8 +15,8 @@ import pyarrow as pa
 import pytest
 
 import refold
+from refold.extractors.vllm import VLLMExtractor, postprocess_row, preprocess_row
 from refold.fold.errors import ExtractionError
-from refold.fold.extractors.vllm import VLLMExtractor, postprocess_row, preprocess_row
 from refold.fold.prompts import build_request, default_model_spec
 from refold.fold.spec import FoldSpec
 from refold.jobs.ray_extract import ray_runner

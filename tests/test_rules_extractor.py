@@ -11,9 +11,9 @@ from datetime import datetime, timezone
 
 import pytest
 
+from refold.extractors import _REGISTRY, available_extractors, get_extractor
 from refold.fold.errors import ExtractionError, ValidationError
 from refold.fold.events import Event, Fact
-from refold.fold.extractors import _REGISTRY, available_extractors, get_extractor
 from refold.fold.extractors.patterns import MAX_OBJECT_CHARS, PATTERNS, RULES_VERSION, clean_object
 from refold.fold.extractors.rules import MAX_FACTS_PER_EVENT, RulesExtractor, speaker_of
 from refold.fold.spec import FoldSpec
@@ -277,6 +277,6 @@ def test_bad_option_is_a_validation_error():
 
 def test_adapter_modules_are_imported_lazily(monkeypatch):
     """A registered adapter whose module is missing fails on use, with an install hint."""
-    monkeypatch.setitem(_REGISTRY, "ghost", "refold.fold.extractors.ghost_adapter:Ghost")
+    monkeypatch.setitem(_REGISTRY, "ghost", "refold.extractors.ghost_adapter:Ghost")
     with pytest.raises(ExtractionError, match="pip install"):
         get_extractor("ghost")

@@ -8,7 +8,7 @@ are the same pipeline::
 
 * the request is built by :func:`refold.fold.prompts.build_request` on the driver (the exact bytes
   the audit re-derives); preprocess/postprocess are the shared row functions of
-  :mod:`refold.fold.extractors.vllm` (``vLLMEngineProcessorConfig``) or their HTTP twins
+  :mod:`refold.extractors.vllm` (``vLLMEngineProcessorConfig``) or their HTTP twins
   (``HttpRequestProcessorConfig``), wrapped only to carry the event along;
 * answers are parsed in Ray tasks by the shared parser (through the adapter's own extraction
   builder, so the cache rows are those the in-process adapter would write), and the driver writes
@@ -35,7 +35,7 @@ from refold.fold.events import Event
 from refold.fold.extract import Extraction, ModelRequest
 from refold.fold.spec import FoldSpec
 
-from .ray_extract import CacheWriter, RunStats, drain, ensure_ray
+from .ray_stream import CacheWriter, RunStats, drain, ensure_ray
 
 __all__ = ["ProcessorRunner", "http_processor", "http_runner", "vllm_runner"]
 
@@ -43,25 +43,25 @@ __all__ = ["ProcessorRunner", "http_processor", "http_runner", "vllm_runner"]
 # -- row functions (module level: Ray pickles them by reference) -----------------------------------
 
 def _http_pre(row: dict[str, Any]) -> dict[str, Any]:
-    from refold.fold.extractors.vllm import http_preprocess_row
+    from refold.extractors.vllm import http_preprocess_row
 
     return http_preprocess_row(row)  # keeps every column, the event included
 
 
 def _http_post(row: dict[str, Any]) -> dict[str, Any]:
-    from refold.fold.extractors.vllm import http_postprocess_row
+    from refold.extractors.vllm import http_postprocess_row
 
     return {**http_postprocess_row(row), "event": row["event"]}
 
 
 def _engine_pre(row: dict[str, Any]) -> dict[str, Any]:
-    from refold.fold.extractors.vllm import preprocess_row
+    from refold.extractors.vllm import preprocess_row
 
     return preprocess_row(row)
 
 
 def _engine_post(row: dict[str, Any]) -> dict[str, Any]:
-    from refold.fold.extractors.vllm import postprocess_row
+    from refold.extractors.vllm import postprocess_row
 
     return {**postprocess_row(row), "event": row["event"]}
 
@@ -88,7 +88,7 @@ def _parse_batch(batch, *, extractor, spec: FoldSpec, pipeline: str):
     """Parse a batch of answers into extractions with the adapter's own builder (Ray tasks)."""
     import pyarrow as pa
 
-    from refold.fold.extractors.llm import Completion
+    from refold.extractors.llm import Completion
 
     host = socket.gethostname()
     events, out = [], []
@@ -114,7 +114,7 @@ class ProcessorRunner:
     ``make_processor`` builds the processor (on the driver, once per call); ``extractor`` is the
     adapter whose extraction builder turns answers into cache rows (``OpenAIExtractor`` for HTTP,
     ``VLLMExtractor`` for the engine). Parsing runs in Ray tasks; the driver writes the cache
-    while the run goes (:class:`~refold.jobs.ray_extract.CacheWriter`).
+    while the run goes (:class:`~refold.jobs.ray_stream.CacheWriter`).
     """
 
     make_processor: Callable[[], Any]
@@ -183,7 +183,7 @@ def http_runner(base_url: str, spec: FoldSpec, *, cache: Any | None = None, addr
     Extractions are those of the ``openai`` adapter for the same server (same requests, same
     parser, same cache rows); ``spec`` must be an ``openai`` spec naming the served model.
     """
-    from refold.fold.extractors.openai import OpenAIExtractor
+    from refold.extractors.openai import OpenAIExtractor
 
     return ProcessorRunner(
         make_processor=lambda: http_processor(base_url, batch_size=batch_size, concurrency=concurrency,
@@ -201,7 +201,7 @@ def vllm_runner(options: dict[str, Any], spec: FoldSpec, *, cache: Any | None = 
     ``options`` are the ``vllm`` adapter's (model_source, replicas, batch_size,
     tensor_parallel_size, accelerator_type, ...); ``spec`` must name the model that runs.
     """
-    from refold.fold.extractors.vllm import VLLMExtractor, build_processor_config
+    from refold.extractors.vllm import VLLMExtractor, build_processor_config
 
     extractor = VLLMExtractor(**options)
     config = extractor.processor_config(spec)

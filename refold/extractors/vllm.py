@@ -4,7 +4,7 @@ The pipeline is ``ray.data.llm.build_processor(vLLMEngineProcessorConfig(...), p
 postprocess=...)``. Rows carry the recorded request payload; :func:`preprocess_row` turns it into
 the engine's ``messages`` + ``sampling_params`` (decoding parameters as recorded, the fact schema
 as ``structured_outputs={"json": schema}``) and :func:`postprocess_row` maps the engine's output
-back through the same :func:`~refold.fold.extractors.openai.postprocess` the HTTP adapter uses.
+back through the same :func:`~refold.extractors.openai.postprocess` the HTTP adapter uses.
 :func:`build_http_processor` is the same pipeline against an OpenAI-compatible server
 (``HttpRequestProcessorConfig``), which is how it runs on a CPU-only machine.
 
