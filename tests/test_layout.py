@@ -215,11 +215,7 @@ def test_a_violating_import_breaks_its_contracts(tmp_path, module, line, contrac
 #: temp dir, short enough for Ray's 107-byte socket paths).
 _MACHINE_PATH = re.compile(r"(?<![\w.~-])/(?:work|home|root|Users)/|(?<![\w.~-])/tmp/\w")
 #: Tracked files allowed to hold such paths, each with its reason.
-_ALLOWED = {
-    # the lead's working notes for the parallel helpers (not user documentation); owned by the
-    # lead, to leave the repository, and this entry with it
-    "docs/HELPERS.md",
-}
+_ALLOWED: set[str] = set()
 
 
 def _tracked_files() -> list[str]:
