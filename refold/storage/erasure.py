@@ -115,7 +115,8 @@ def erase(source, subject_id: str, *, mode: str | None = None, keystore=None,
 
     ``derived``: objects with ``purge(event_ids) -> PurgeResult`` (extraction cache, snapshots,
     index). ``refold``: rebuilds derived state and returns a :class:`RefoldOutcome` or a digest
-    string. ``canaries``: extra strings for the residue scan (never stored). A subject with
+    string. ``canaries``: extra strings for the residue scan (never stored), matched as
+    substrings like the subject's identifiers; its name and aliases match as whole words. A subject with
     nothing left to erase but an earlier receipt gets a ``noop`` receipt pointing to it.
     """
     log, mode, keystore, registry = _resolve(source, mode, keystore, registry)
@@ -123,7 +124,12 @@ def erase(source, subject_id: str, *, mode: str | None = None, keystore=None,
     if not layout.is_local:
         raise StoreError("erasure needs a local store root (journal, keys and receipts are files)")
     subject = registry.get(subject_id) if registry is not None else None
-    needles = list(dict.fromkeys([*(subject.needles if subject else ()), *[c for c in canaries if c]]))
+    # names and aliases match as whole words; identifiers (e-mails, phone numbers) and the
+    # caller's canaries as substrings (see refold.storage.scan)
+    registered = subject.needles if subject else ()
+    identifiers = set(subject.identifiers) if subject else set()
+    names = [n for n in registered if n not in identifiers]
+    exact = list(dict.fromkeys([*(n for n in registered if n in identifiers), *(c for c in canaries if c)]))
     journal = pending_journal(layout, subject_id)
     if journal is None:
         the_plan = make_plan(log, subject_id, mode=mode, keystore=keystore, registry=registry,
@@ -140,7 +146,7 @@ def erase(source, subject_id: str, *, mode: str | None = None, keystore=None,
         }
         _save(layout, journal)
     run = _Run(log, journal, keystore=keystore, derived=derived, refold=refold, registry=registry,
-               needles=needles, registry_needles=len(subject.needles) if subject else 0,
+               names=names, canaries=exact, registry_needles=len(registered),
                orphan_grace_hours=orphan_grace_hours)
     return run.execute()
 
@@ -174,11 +180,13 @@ class _Run:
     """One pass over the steps of a journal (fresh or resumed)."""
 
     def __init__(self, log: EventLog, journal: dict, *, keystore, derived, refold, registry,
-                 needles, registry_needles, orphan_grace_hours):
+                 names, canaries, registry_needles, orphan_grace_hours):
         self.log, self.journal = log, journal
         self.layout = log.layout
         self.keystore, self.derived, self.refold, self.registry = keystore, list(derived), refold, registry
-        self.needles, self.registry_needles = needles, registry_needles
+        self.names, self.canaries = list(names), list(canaries)
+        self.needles = list(dict.fromkeys([*self.names, *self.canaries]))  # as the scan orders them
+        self.registry_needles = registry_needles
         self.grace = orphan_grace_hours
         self.plan = ErasurePlan.from_json(journal["plan"])
         self.erasure_id: str = journal["erasure_id"]
@@ -297,7 +305,7 @@ class _Run:
         if not self.needles:
             return {"needles": 0, "hits": [], "files": None,
                     "note": "no needles: the subject has no registry entry and no canaries were given"}
-        report = scan_report(self.layout.root, self.needles)
+        report = scan_report(self.layout.root, self.names, canaries=self.canaries)
         out = report.as_json(include_needles=False)
         out["registry_needles"] = self.registry_needles
         out["caller_needles"] = len(self.needles) - self.registry_needles

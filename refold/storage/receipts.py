@@ -145,8 +145,12 @@ class ReceiptReport:
 
 def verify_receipt(root: str | Path, receipt: str | Path | Receipt, *,
                    refold: Callable[[], Any] | None = None, needles: Iterable[str] = (),
-                   keystore=None, storage_options: dict[str, str] | None = None) -> ReceiptReport:
-    """Re-check a receipt against the store at ``root`` (see the module docstring)."""
+                   canaries: Iterable[str] = (), keystore=None,
+                   storage_options: dict[str, str] | None = None) -> ReceiptReport:
+    """Re-check a receipt against the store at ``root`` (see the module docstring).
+
+    ``needles`` (names, matched as whole words) and ``canaries`` (matched as substrings) are
+    scanned for as :func:`refold.storage.scan.scan_report` does."""
     from deltalake import DeltaTable
 
     from refold.fold.events import Event
@@ -203,8 +207,9 @@ def verify_receipt(root: str | Path, receipt: str | Path | Receipt, *,
         checks.append(Check("old versions unreadable", not readable,
                             f"table version {before} {'can still be loaded' if readable else 'cannot be loaded'}"))
     needles = [n for n in needles if n]
-    if needles:
-        scan = scan_report(root, needles)
+    canaries = [c for c in canaries if c]
+    if needles or canaries:
+        scan = scan_report(root, needles, canaries=canaries)
         where = ", ".join(f"{h.file} @ {h.location}" for h in scan.hits[:5])
         checks.append(Check("residue scan", not scan.hits,
                             f"{len(scan.hits)} hit(s) in {scan.files} files" + (f": {where}" if where else "")))
