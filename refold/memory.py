@@ -266,7 +266,7 @@ class Memory:
             key, source = (spec.hash, head.seq, head.link), DeltaSource(self.log_store)
         else:
             key = (spec.hash, events[-1].seq if events else -1, events[-1].link if events else "")
-            source = ListSource(events)
+            source = ListSource(events, root=self.layout.root)
         cached = self._states.get(key)
         if cached is not None:
             return cached
