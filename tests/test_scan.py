@@ -170,3 +170,12 @@ def test_canaries_match_inside_words(tmp_path):
     assert {h.location for h in hits} >= {"row group 0, column content, row 0"}
     report = scan_report(tmp_path, ["zephyr"], canaries=["marmalade"])
     assert report.needles == ("zephyr", "marmalade") and {h.needle for h in report.hits} == {"marmalade"}
+
+
+def test_memory_scan_takes_names_and_canaries(tmp_path):
+    import refold
+
+    mem = refold.init(tmp_path / "store")
+    mem.append([{"kind": "observation", "content": "Timothy sold zephyrmarmalade", "source": "s"}])
+    assert mem.scan(["Tim"]).hits == ()  # Delta's timestamp fields and "Timothy" are not Tim
+    assert {h.needle for h in mem.scan(["Timothy"], canaries=["marmalade"]).hits} == {"Timothy", "marmalade"}
