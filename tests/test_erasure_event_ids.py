@@ -78,6 +78,8 @@ def test_an_erased_event_id_survives_nowhere_and_retries_stay_deduplicated(tmp_p
     assert again.append(retry) == [tagged[FIRST]]
     assert mem.append(retry) == [tagged[FIRST]]
     assert len(again.events()) == count
+    fresh = {"kind": "chat_turn", "content": "Bob: hello", "source": "chat#1", "event_id": "bob-new"}
+    assert again.append([fresh, *retry]) == [count, tagged[FIRST]] and len(again.events()) == count + 1
 
     # an operator naming the erased event again (--include) finds it already done
     plan = erasing.erase(mem, BOB, dry_run=True, include=[LAST])

@@ -49,8 +49,12 @@ class Pseudonyms:
         return PREFIX + digest.hexdigest()
 
     def of(self, event_ids: Iterable[str]) -> dict[str, str]:
-        """``{pseudonym: id}`` of ``event_ids``."""
-        return {self(i): i for i in event_ids}
+        """``{pseudonym: id}`` of ``event_ids`` (an append hashes its batch's ids with it once the
+        log holds a pseudonym: ~0.6-0.8 us an id, one C call each)."""
+        key, blake2b = self._key, hashlib.blake2b
+        return {(i if i.startswith(PREFIX) else
+                 PREFIX + blake2b(i.encode("utf-8"), key=key, digest_size=16).hexdigest()): i
+                for i in event_ids}
 
 
 def pseudonyms(root: str, *, create: bool = False) -> Pseudonyms | None:
