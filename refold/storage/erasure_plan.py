@@ -226,6 +226,9 @@ def make_plan(log, subject_id: str, *, mode: str, keystore=None, registry=None,
     if mode == "shred":
         scope.append("ciphertext of shredded events stays in the log and in every copy of it; "
                      "it cannot be read without the destroyed keys")
+        if any(s not in tomb for s in (e["seq"] for e in events)):
+            scope.append("the event ids of shredded events stay in clear in the log (ids are not "
+                         "encrypted): in a shred-mode store, use ids that carry nothing")
     return ErasurePlan(
         subject_id=subject_id, mode=mode, events=tuple(events), tombstone_seqs=tuple(tomb),
         key_ids=key_ids, registered=registered, cache_rows=cache_rows, engines=engines,
