@@ -2,8 +2,8 @@
 derived from them, refold, scan for residue, and write a receipt.
 
 :func:`plan` is read-only (the ``--dry-run`` preview). :func:`erase` runs these steps in order;
-each is idempotent and recorded in a journal (``receipts/<erasure_id>.pending.json``, no personal
-data in it), so after a crash at any point — kill -9 included — calling :func:`erase` again for
+each is idempotent and recorded in a journal (``receipts/<erasure_id>.pending.json``: no content;
+the erased events' ids, which a caller may have made personal, only until the scan step), so after a crash at any point — kill -9 included — calling :func:`erase` again for
 the same subject resumes the pending erasure and completes it:
 
 =================  =====================================================================
