@@ -224,19 +224,20 @@ def erase(mem: "Memory", subject_id: str, *, dry_run: bool = False, canaries: It
                   canaries=canaries, orphan_grace_hours=orphan_grace_hours, **common)
 
 
-def scan(mem: "Memory", needles: Iterable[str]) -> ScanReport:
-    """Residue scan of every file under the store (see :mod:`refold.storage.scan`)."""
-    return scan_report(mem.root, needles)
+def scan(mem: "Memory", needles: Iterable[str] = (), *, canaries: Iterable[str] = ()) -> ScanReport:
+    """Residue scan of every file under the store (see :mod:`refold.storage.scan`): ``needles``
+    (names) match as whole words, ``canaries`` as substrings."""
+    return scan_report(mem.root, needles, canaries=canaries)
 
 
 def verify_receipt(mem: "Memory", receipt: Receipt | str | Path, *, needles: Iterable[str] = (),
-                   refold: bool = True) -> ReceiptReport:
+                   canaries: Iterable[str] = (), refold: bool = True) -> ReceiptReport:
     """Re-check a receipt (a Receipt, a path, or an erasure id) against the store."""
     if isinstance(receipt, str) and not receipt.endswith(".json") and not Path(receipt).exists():
         receipt = receipt_path(mem.layout, receipt)
     rec = receipt if isinstance(receipt, Receipt) else load_receipt(receipt)
     # the refold digests the way the receipt did (receipts made before DIGEST_SCHEME hold a JSON digest)
     scheme = DIGEST_SCHEME if (rec.state_digest or "").startswith(DIGEST_SCHEME) else ""
-    return _verify_receipt(mem.root, rec, needles=needles, keystore=keystore(mem),
+    return _verify_receipt(mem.root, rec, needles=needles, canaries=canaries, keystore=keystore(mem),
                            refold=(lambda: refold_outcome(mem, scheme=scheme)) if refold else None,
                            storage_options=mem.storage_options)

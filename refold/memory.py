@@ -292,7 +292,7 @@ class Memory:
             key, source = (spec.hash, head.seq, head.link, epoch), DeltaSource(self.log_store)
         else:
             key = (spec.hash, events[-1].seq if events else -1, events[-1].link if events else "", epoch)
-            source = ListSource(events)
+            source = ListSource(events, root=self.layout.root)
         cached = self._states.get(key)
         if cached is not None:
             return cached
@@ -410,17 +410,19 @@ class Memory:
                              include_mentions=include_mentions, orphan_grace_hours=orphan_grace_hours,
                              decremental=decremental)
 
-    def scan(self, needles: Iterable[str]):
-        """Residue scan of every file under the store for ``needles``."""
+    def scan(self, needles: Iterable[str] = (), *, canaries: Iterable[str] = ()):
+        """Residue scan of every file under the store for ``needles`` (names, as whole words)
+        and ``canaries`` (substrings)."""
         from refold import erasing
 
-        return erasing.scan(self, needles)
+        return erasing.scan(self, needles, canaries=canaries)
 
-    def verify_receipt(self, receipt, *, needles: Iterable[str] = (), refold: bool = True):
+    def verify_receipt(self, receipt, *, needles: Iterable[str] = (), canaries: Iterable[str] = (),
+                       refold: bool = True):
         """Re-check an erasure receipt (chain, tombstones, residue scan, state digest)."""
         from refold import erasing
 
-        return erasing.verify_receipt(self, receipt, needles=needles, refold=refold)
+        return erasing.verify_receipt(self, receipt, needles=needles, canaries=canaries, refold=refold)
 
     def __repr__(self) -> str:
         return f"Memory({self.root!r}, mode={self.mode!r})"

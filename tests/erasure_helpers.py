@@ -59,6 +59,15 @@ def build(root: Path, *, mode: str = "delete", include: set[str] | None = None) 
     return mem
 
 
+def erased_id(mem: refold.Memory, event_id: str) -> str:
+    """What names ``event_id`` after its erasure (tombstone, receipt): the id's pseudonym."""
+    from refold.storage.erased_ids import pseudonyms
+
+    key = pseudonyms(mem.root)
+    assert key is not None, "no erasure has run on this store"
+    return key(event_id)
+
+
 def facts(mem: refold.Memory) -> set[tuple]:
     """Facts as comparable tuples (subject, relation, object, valid_from, valid_to, sources)."""
     out = set()

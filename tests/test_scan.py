@@ -139,3 +139,43 @@ def test_map_columns_like_delta_partition_values(tmp_path):
     pq.write_table(pa.table({"partitionValues": maps}), tmp_path / "cp.parquet", compression="zstd")
     locations = {h.location for h in scan(tmp_path, [NEEDLE])}
     assert "row group 0, column partitionValues[].value, row 2" in locations
+
+
+def test_names_match_whole_words_only(tmp_path):
+    """'Tim' is not in 'timestamp', 'createdTime' or 'sometimes', however they are stored."""
+    (tmp_path / "commit.json").write_text(json.dumps({"add": {"modificationTime": 1, "stats": json.dumps(
+        {"minValues": {"timestamp": "sometimes"}})}, "createdTime": "untimely"}))
+    pq.write_table(pa.table({"timestamp": ["time flies", "Timothy"], "b": [b"TIMESTAMP", b"xtim"]}),
+                   tmp_path / "p.parquet", compression="zstd")
+    (tmp_path / "u.bin").write_bytes("timestamps, optimism".encode("utf-16-le"))
+    (tmp_path / "g.gz").write_bytes(gzip.compress(b"showtime at ten"))
+    assert scan(tmp_path, ["Tim"]) == []
+
+
+@pytest.mark.parametrize("text", ["we met tim, yesterday", "Tim's bike", "TIM", "ask Tim.", "(tim)"])
+def test_names_are_found_as_words_in_every_form(tmp_path, text):
+    pq.write_table(pa.table({"content": ["time flies", text]}), tmp_path / "p.parquet", compression="zstd",
+                   write_statistics=False)
+    (tmp_path / "n.json").write_text(json.dumps({"note": text}))
+    (tmp_path / "u.bin").write_bytes(b"\x00\xff" + f"x {text} y".encode("utf-16-be"))
+    files = {h.file for h in scan(tmp_path, ["Tim"])}
+    assert files == {"p.parquet", "n.json", "u.bin"}
+
+
+def test_canaries_match_inside_words(tmp_path):
+    pq.write_table(pa.table({"content": ["likes zephyrmarmalade07 a lot"]}), tmp_path / "p.parquet",
+                   compression="zstd")
+    assert scan(tmp_path, ["marmalade"]) == []  # a name: not a word of its own here
+    hits = scan(tmp_path, canaries=["MARMALADE"])
+    assert {h.location for h in hits} >= {"row group 0, column content, row 0"}
+    report = scan_report(tmp_path, ["zephyr"], canaries=["marmalade"])
+    assert report.needles == ("zephyr", "marmalade") and {h.needle for h in report.hits} == {"marmalade"}
+
+
+def test_memory_scan_takes_names_and_canaries(tmp_path):
+    import refold
+
+    mem = refold.init(tmp_path / "store")
+    mem.append([{"kind": "observation", "content": "Timothy sold zephyrmarmalade", "source": "s"}])
+    assert mem.scan(["Tim"]).hits == ()  # Delta's timestamp fields and "Timothy" are not Tim
+    assert {h.needle for h in mem.scan(["Timothy"], canaries=["marmalade"]).hits} == {"Timothy", "marmalade"}

@@ -71,7 +71,8 @@ def find(store: str, subject_id: str, as_json: bool) -> None:
 @click.option("--subject", "subject_id", required=True, help="Opaque subject id to erase.")
 @click.option("--dry-run", is_flag=True, help="Show what would be erased; write nothing.")
 @click.option("--canary", "canaries", multiple=True,
-              help="A string that must not remain anywhere afterwards (repeatable; never stored).")
+              help="A string that must not remain anywhere afterwards, even inside a word "
+                   "(repeatable; never stored).")
 @click.option("--include", "include", multiple=True, metavar="EVENT_ID",
               help="Also erase this (untagged) event (repeatable).")
 @click.option("--include-mentions", is_flag=True, help="Also erase every untagged event naming the subject.")
@@ -149,14 +150,19 @@ def receipt() -> None:
 @receipt.command("verify")
 @store_argument
 @click.argument("receipt_file", metavar="RECEIPT")
-@click.option("--needle", "needles", multiple=True, help="Re-scan for this string (repeatable).")
+@click.option("--needle", "needles", multiple=True,
+              help="Re-scan for this name, as a whole word (repeatable).")
+@click.option("--canary", "canaries", multiple=True,
+              help="Re-scan for this string anywhere, even inside a word (repeatable).")
 @click.option("--no-refold", is_flag=True, help="Skip refolding to compare the state digest.")
 @json_option
-def receipt_verify(store: str, receipt_file: str, needles: tuple[str, ...], no_refold: bool, as_json: bool) -> None:
+def receipt_verify(store: str, receipt_file: str, needles: tuple[str, ...], canaries: tuple[str, ...],
+                   no_refold: bool, as_json: bool) -> None:
     """Re-check RECEIPT (a path or an erasure id) against STORE. Exit 0 when every check passes."""
     from refold import erasing
 
-    report = erasing.verify_receipt(open_store(store), receipt_file, needles=needles, refold=not no_refold)
+    report = erasing.verify_receipt(open_store(store), receipt_file, needles=needles, canaries=canaries,
+                                    refold=not no_refold)
     if as_json:
         emit_json(report.as_json())
     else:
@@ -167,16 +173,19 @@ def receipt_verify(store: str, receipt_file: str, needles: tuple[str, ...], no_r
 
 @main.command()
 @store_argument
-@click.option("--needle", "needles", multiple=True, required=True, help="A string to look for (repeatable).")
+@click.option("--needle", "needles", multiple=True,
+              help="A name to look for, as a whole word: 'Tim' is not found in 'timestamp' (repeatable).")
+@click.option("--canary", "canaries", multiple=True,
+              help="A string to look for anywhere, even inside a word (repeatable).")
 @json_option
-def scan(store: str, needles: tuple[str, ...], as_json: bool) -> None:
+def scan(store: str, needles: tuple[str, ...], canaries: tuple[str, ...], as_json: bool) -> None:
     """Search every file under STORE for the needles, decoding Parquet, JSON, base64 and compression.
 
-    Exit 0 when nothing is found, 1 when something is.
+    Give at least one --needle or --canary. Exit 0 when nothing is found, 1 when something is.
     """
     from refold.storage.scan import scan_report
 
-    report = scan_report(store, needles)
+    report = scan_report(store, needles, canaries=canaries)
     if as_json:
         emit_json(report.as_json())
     else:

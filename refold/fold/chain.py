@@ -10,8 +10,9 @@ fields, in canonical JSON, so a changed byte anywhere in a row changes its commi
 reordered, removed or inserted row breaks a link. The functions here are the definition; the log
 seals whole batches column by column (storage/sealing.py), and tests hold the two byte-identical.
 
-Tombstones (erased events) keep seq, event_id, commitment, prev_link and link but drop content,
-salt and every personal field, so their commitment cannot be recomputed; verify checks their link
+Tombstones (erased events) keep seq, commitment, prev_link and link, replace event_id by its
+keyed-hash pseudonym (refold.storage.erased_ids) and drop content, salt and every personal field,
+so their commitment cannot be recomputed; verify checks their link
 instead, and that an ``erasure`` event in the log names their erasure id. The salt makes the
 commitment of a short, guessable text (a name, a yes/no) useless for a dictionary attack once the
 content is gone.

@@ -31,6 +31,9 @@ KINDS = USER_KINDS | SYSTEM_KINDS
 FACT_KINDS = frozenset({"memory_written", "retraction"})
 
 DEFAULT_MAX_CONTENT_BYTES = 1 << 20  # 1 MiB
+#: What an erased event's id becomes in its tombstone and receipt (a keyed hash, see
+#: refold.storage.erased_ids); reserved: no input id may start with it.
+ERASED_ID_PREFIX = "erased:"
 FACT_FIELDS = ("subject", "relation", "object")
 _OPTIONAL_STR = ("event_id", "tenant", "trace_id", "justification", "ingestion_run")
 _KNOWN_FIELDS = frozenset(
@@ -242,6 +245,11 @@ def validate_event(
             if not isinstance(raw[name], str) or not raw[name].strip():
                 raise EventValidationError("expected a non-empty string", line=line, field=name)
             values[name] = raw[name]
+    if values.get("event_id", "").startswith(ERASED_ID_PREFIX):
+        raise EventValidationError(
+            f"starts with {ERASED_ID_PREFIX!r}, which refold reserves for the ids of erased events; "
+            "choose another id (or leave it out: refold generates one)", line=line, field="event_id",
+        )
     for name in ("subjects", "principals"):
         if raw.get(name) is not None:
             values[name] = _str_list(raw[name], line=line, name=name)

@@ -2,15 +2,17 @@
 derived from them, refold, scan for residue, and write a receipt.
 
 :func:`plan` is read-only (the ``--dry-run`` preview). :func:`erase` runs these steps in order;
-each is idempotent and recorded in a journal (``receipts/<erasure_id>.pending.json``, no personal
-data in it), so after a crash at any point — kill -9 included — calling :func:`erase` again for
+each is idempotent and recorded in a journal (``receipts/<erasure_id>.pending.json``: no content;
+the erased events' ids, which a caller may have made personal, only until the scan step), so after a crash at any point — kill -9 included — calling :func:`erase` again for
 the same subject resumes the pending erasure and completes it:
 
 =================  =====================================================================
 erasure_event      append an ``erasure`` event (no personal data) naming the erasure id
 destroy_keys       shred mode: destroy the subject's keys (every event needing one is gone)
-tombstones         replace each erased event's row by a tombstone in ONE Delta commit
-                   (delete mode; in shred mode only for extra, untagged events)
+tombstones         replace each erased event's row by a tombstone in ONE Delta commit that
+                   swaps the data files holding them for rewritten copies
+                   (:mod:`refold.storage.tombstoning`; delete mode; in shred mode only for
+                   extra, untagged events)
 scrub_log          vacuum, orphan removal, checkpoint + log cleanup of the event table
 purge              ``purge(event_ids)`` on every derived store (cache, snapshots, index …; the
                    plan first calls ``preview(event_ids, seqs=...)`` on each, seqs = log positions)
@@ -19,7 +21,8 @@ epoch              bump the store's erasure epoch: every process drops what it c
                    before this erasure (see :mod:`refold.storage.epoch`)
 refold             rebuild derived state; the receipt keeps its spec hash and state digest
 registry           remove the subject from ``subjects.json``
-scan               residue scan of every file for the subject's names and caller canaries
+scan               the journal keeps only the pseudonyms of the erased ids from here on; then the
+                   residue scan of every file for the subject's names and caller canaries
 receipt            write ``receipts/<erasure_id>.json``, then drop the journal
 =================  =====================================================================
 
@@ -28,9 +31,10 @@ with SIGKILL right after that step's work and before the journal records it (the
 ``scrub_log:vacuumed`` kills it between the event table's vacuum and its log cleanup. The crash
 tests use it; it has no other purpose.
 
-A tombstone keeps ``seq``, ``event_id``, ``recorded_at``, ``table_version``, ``commitment``,
-``prev_link`` and ``link`` (so the chain still verifies) plus ``kind="tombstone"`` and the
-``erasure_id``; every other column is NULL or empty.
+A tombstone keeps ``seq``, ``recorded_at``, ``table_version``, ``commitment``, ``prev_link``
+and ``link`` (so the chain still verifies) plus ``kind="tombstone"``, the ``erasure_id`` and, as
+its ``event_id``, the keyed-hash pseudonym of the erased id (:mod:`refold.storage.erased_ids`:
+an id may be personal data); every other column is NULL or empty.
 """
 
 from __future__ import annotations
@@ -44,21 +48,21 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import pyarrow.compute as pc
-from deltalake import CommitProperties, write_deltalake
+from deltalake import CommitProperties
 from deltalake.exceptions import CommitFailedError
 
 from refold.fold.errors import ErasureError, StoreError
-from refold.fold.events import Event, NewEvent, new_event_id
-from .delta_io import read_arrow
+from refold.fold.events import NewEvent, new_event_id
+from .erased_ids import pseudonyms
 from .layout import atomic_write_json, read_settings
 from .log import EventLog
-from .erasure_plan import ErasurePlan, RefoldOutcome, load_journal, make_plan, pending_journal, seq_predicate
+from .erasure_plan import ErasurePlan, RefoldOutcome, load_journal, make_plan, pending_journal
 from .receipts import Receipt, list_receipts
 from .scan import scan_report
-from .schema import EVENTS_SCHEMA, events_to_table, table_to_events
+from .schema import EVENTS_SCHEMA
 from .scrub import delta_tables, scrub_table
 from .subjects import SubjectRegistry
+from .tombstoning import stage
 
 __all__ = ["CRASH_ENV", "STEPS", "ErasurePlan", "RefoldOutcome", "erase", "load_journal", "plan",
            "previous_erasures"]
@@ -117,7 +121,8 @@ def erase(source, subject_id: str, *, mode: str | None = None, keystore=None,
 
     ``derived``: objects with ``purge(event_ids) -> PurgeResult`` (extraction cache, snapshots,
     index). ``refold``: rebuilds derived state and returns a :class:`RefoldOutcome` or a digest
-    string. ``canaries``: extra strings for the residue scan (never stored). A subject with
+    string. ``canaries``: extra strings for the residue scan (never stored), matched as
+    substrings like the subject's identifiers; its name and aliases match as whole words. A subject with
     nothing left to erase but an earlier receipt gets a ``noop`` receipt pointing to it.
     """
     log, mode, keystore, registry = _resolve(source, mode, keystore, registry)
@@ -125,7 +130,12 @@ def erase(source, subject_id: str, *, mode: str | None = None, keystore=None,
     if not layout.is_local:
         raise StoreError("erasure needs a local store root (journal, keys and receipts are files)")
     subject = registry.get(subject_id) if registry is not None else None
-    needles = list(dict.fromkeys([*(subject.needles if subject else ()), *[c for c in canaries if c]]))
+    # names and aliases match as whole words; identifiers (e-mails, phone numbers) and the
+    # caller's canaries as substrings (see refold.storage.scan)
+    registered = subject.needles if subject else ()
+    identifiers = set(subject.identifiers) if subject else set()
+    names = [n for n in registered if n not in identifiers]
+    exact = list(dict.fromkeys([*(n for n in registered if n in identifiers), *(c for c in canaries if c)]))
     journal = pending_journal(layout, subject_id)
     if journal is None:
         the_plan = make_plan(log, subject_id, mode=mode, keystore=keystore, registry=registry,
@@ -142,7 +152,7 @@ def erase(source, subject_id: str, *, mode: str | None = None, keystore=None,
         }
         _save(layout, journal)
     run = _Run(log, journal, keystore=keystore, derived=derived, refold=refold, registry=registry,
-               needles=needles, registry_needles=len(subject.needles) if subject else 0,
+               names=names, canaries=exact, registry_needles=len(registered),
                orphan_grace_hours=orphan_grace_hours)
     return run.execute()
 
@@ -176,11 +186,13 @@ class _Run:
     """One pass over the steps of a journal (fresh or resumed)."""
 
     def __init__(self, log: EventLog, journal: dict, *, keystore, derived, refold, registry,
-                 needles, registry_needles, orphan_grace_hours):
+                 names, canaries, registry_needles, orphan_grace_hours):
         self.log, self.journal = log, journal
         self.layout = log.layout
         self.keystore, self.derived, self.refold, self.registry = keystore, list(derived), refold, registry
-        self.needles, self.registry_needles = needles, registry_needles
+        self.names, self.canaries = list(names), list(canaries)
+        self.needles = list(dict.fromkeys([*self.names, *self.canaries]))  # as the scan orders them
+        self.registry_needles = registry_needles
         self.grace = orphan_grace_hours
         self.plan = ErasurePlan.from_json(journal["plan"])
         self.erasure_id: str = journal["erasure_id"]
@@ -233,27 +245,24 @@ class _Run:
             return self._commit_tombstones(seqs, expected)
 
     def _commit_tombstones(self, seqs: set[int], expected: dict[int, str]) -> dict:
+        pseudonym = pseudonyms(self.layout.root, create=True)
         for attempt in range(50):
             dt = self.log._table()
-            rows = list(table_to_events(read_arrow(dt, EVENTS_SCHEMA, filter=pc.field("seq").isin(sorted(seqs)))))
-            todo = [e for e in rows if not e.is_tombstone]
-            for e in todo:
-                if e.commitment != expected.get(e.seq):
-                    raise ErasureError(f"seq {e.seq} changed since the erasure was planned; run `refold verify`")
-            if not todo:
+            staged = stage(dt, self.layout.events, seqs, erasure_id=self.erasure_id, pseudonym=pseudonym,
+                           expected=expected)
+            if not staged.adds:
                 return {"tombstoned": 0, "removed_files": []}
-            before = set(dt.file_uris())
             try:
-                write_deltalake(dt, events_to_table([_tombstone(e, self.erasure_id) for e in todo]),
-                                mode="overwrite", predicate=seq_predicate([e.seq for e in todo]),
-                                commit_properties=CommitProperties(max_commit_retries=0),
-                                storage_options=self.log.storage_options)
+                # one transaction: the rewritten files in, the old ones out (compare-and-commit:
+                # no rebase over a commit that landed after dt's version)
+                dt.create_write_transaction(staged.actions, mode="append", schema=EVENTS_SCHEMA,
+                                            commit_properties=CommitProperties(max_commit_retries=0))
             except CommitFailedError:
+                staged.discard()
                 time.sleep(0.02 * (attempt + 1))  # a writer landed first; re-read and retry
                 continue
-            after = set(self.log._table().file_uris())
-            return {"tombstoned": len(todo), "table_version": self.log._table().version(),
-                    "removed_files": sorted(_rel(self.layout.events, u) for u in before - after)}
+            return {"tombstoned": len(staged.erased), "table_version": self.log._table().version(),
+                    "removed_files": [_rel(self.layout.events, p) for p in staged.removed_paths]}
         raise ErasureError("tombstone commit kept conflicting with writers; rerun the erasure")
 
     def _scrub_log(self) -> dict:
@@ -302,17 +311,31 @@ class _Run:
         removed = self.registry.remove(self.plan.subject_id) if self.registry is not None else False
         return {"removed": removed}
 
+    def _forget_ids(self) -> None:
+        """From here on the journal names the erased events by their ids' pseudonyms: every
+        step that needed the ids (tombstones, purges, refold) is done, and the scan that
+        follows reads the journal too."""
+        pseudonym = pseudonyms(self.layout.root, create=True)
+        plan = self.journal["plan"]
+        events = [{**e, "event_id": pseudonym(e["event_id"])} for e in plan["events"]]
+        if events != plan["events"]:
+            plan["events"] = events
+            self.plan = ErasurePlan.from_json(plan)
+            _save(self.layout, self.journal)
+
     def _scan(self) -> dict:
+        self._forget_ids()
         if not self.needles:
             return {"needles": 0, "hits": [], "files": None,
                     "note": "no needles: the subject has no registry entry and no canaries were given"}
-        report = scan_report(self.layout.root, self.needles)
+        report = scan_report(self.layout.root, self.names, canaries=self.canaries)
         out = report.as_json(include_needles=False)
         out["registry_needles"] = self.registry_needles
         out["caller_needles"] = len(self.needles) - self.registry_needles
         return out
 
     def _receipt(self) -> Receipt:
+        self._forget_ids()
         j, res = self.journal, self.journal["results"]
         tomb = res.get("tombstones", {})
         removed = [f"events/{f}" for f in tomb.get("removed_files", [])]
@@ -359,15 +382,6 @@ def _rel(base: str, uri: str) -> str:
         return Path(path).resolve().relative_to(Path(base).resolve()).as_posix()
     except ValueError:
         return path
-
-
-def _tombstone(event: Event, erasure_id: str) -> Event:
-    return Event(
-        seq=event.seq, event_id=event.event_id, recorded_at=event.recorded_at,
-        table_version=event.table_version, kind="tombstone", tenant=None,  # type: ignore[arg-type]
-        source=None, content=None, erasure_id=erasure_id, commitment=event.commitment,
-        prev_link=event.prev_link, link=event.link,
-    )
 
 
 def previous_erasures(layout, subject_id: str) -> list[Receipt]:

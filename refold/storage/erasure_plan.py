@@ -19,6 +19,7 @@ from typing import Any
 
 from refold.fold.errors import StoreError
 from .delta_io import read_arrow
+from .erased_ids import pseudonyms
 from .layout import Layout
 from .receipts import list_receipts
 
@@ -57,7 +58,8 @@ class ErasurePlan:
 
     subject_id: str
     mode: str
-    #: {"event_id", "seq", "commitment"} per event to erase, in seq order
+    #: {"event_id", "seq", "commitment"} per event to erase, in seq order (the erasure's journal
+    #: replaces each id by its pseudonym once the steps that need the ids are done)
     events: tuple[Mapping[str, Any], ...] = ()
     #: seqs that get a tombstone (all of them in delete mode; untagged extras in shred mode)
     tombstone_seqs: tuple[int, ...] = ()
@@ -170,6 +172,9 @@ def make_plan(log, subject_id: str, *, mode: str, keystore=None, registry=None,
     if not isinstance(subject_id, str) or not subject_id:
         raise StoreError("a subject id must be a non-empty string")
     extras = set(extra_event_ids)
+    # an extra erased before is a tombstone under its id's pseudonym
+    key = pseudonyms(log.layout.root) if extras and log.layout.is_local else None
+    erased_extras = key.of(extras) if key is not None else {}
     rows = log.arrow(columns=["seq", "event_id", "kind", "subjects", "key_ids", "commitment", "cipher"])
     key_ids = tuple(keystore.key_ids(subject_id)) if keystore is not None else ()
     live = set(key_ids)
@@ -184,7 +189,8 @@ def make_plan(log, subject_id: str, *, mode: str, keystore=None, registry=None,
 
     for r in rows.to_pylist():
         if r["kind"] in ("tombstone", "erasure"):
-            found_extras.add(r["event_id"])  # an extra already erased is simply done
+            # an extra already erased is simply done
+            found_extras.add(erased_extras.get(r["event_id"], r["event_id"]))
             continue
         extra = r["event_id"] in extras
         if extra:
@@ -220,6 +226,9 @@ def make_plan(log, subject_id: str, *, mode: str, keystore=None, registry=None,
     if mode == "shred":
         scope.append("ciphertext of shredded events stays in the log and in every copy of it; "
                      "it cannot be read without the destroyed keys")
+        if any(s not in tomb for s in (e["seq"] for e in events)):
+            scope.append("the event ids of shredded events stay in clear in the log (ids are not "
+                         "encrypted): in a shred-mode store, use ids that carry nothing")
     return ErasurePlan(
         subject_id=subject_id, mode=mode, events=tuple(events), tombstone_seqs=tuple(tomb),
         key_ids=key_ids, registered=registered, cache_rows=cache_rows, engines=engines,

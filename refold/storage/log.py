@@ -23,7 +23,8 @@ of bookkeeping and no Delta state replay at all.
 
 Idempotency: an ``event_id`` already in the log returns its original seq and writes nothing (the
 same id with different content raises :class:`ConflictError`); an id repeated inside one batch is
-written once. An error raised after the commit may have landed (an *ambiguous* commit) is resolved
+written once. So does the id of an erased event: its tombstone holds the id's pseudonym
+(:mod:`refold.storage.erased_ids`), which the check computes once the log holds one. An error raised after the commit may have landed (an *ambiguous* commit) is resolved
 by re-reading the table: if the batch's ids are there, the append succeeded; a caller that retries
 anyway gets the same seqs.
 
@@ -47,13 +48,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import pyarrow.compute as pc
 import pyarrow.dataset as ds
 from deltalake import CommitProperties, DeltaTable
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
 from refold.fold.chain import GENESIS
 from refold.fold.errors import ConflictError, StoreError
-from refold.fold.events import Event, NewEvent
+from refold.fold.events import ERASED_ID_PREFIX, Event, NewEvent
+from .erased_ids import pseudonyms
 from .layout import Layout
 from .log_reader import HEAD_KEY, LogReader
 from .heads import Head, publish_head
@@ -117,6 +120,8 @@ class EventLog(LogReader):
         self._lock = threading.RLock()  # appends of one EventLog take turns (see module doc)
         self._dt: DeltaTable | None = None  # brought up to date only when something reads it
         self._ids: set[str] = set()  # the event_id of every row in the files below
+        self._erased_seen = False  # whether _ids holds a pseudonym (an erased id: erased_ids.py)
+        self._pseudonyms = None  # the store's erased-id key, read once it is needed
         self._indexed: set[str] = set()  # data file URIs already in _ids
         self._ids_version = -1  # table version _ids is complete for
         self._last: Head | None = None  # the head at some version (of our last commit, or read)
@@ -167,12 +172,14 @@ class EventLog(LogReader):
             return self._ids
         uris = dt.file_uris()
         if not self._indexed.issubset(uris):
-            self._ids, self._indexed = set(), set()
+            self._ids, self._indexed, self._erased_seen = set(), set(), False
         new = [u for u in uris if u not in self._indexed]
         if new:
             rows = ds.dataset(new, schema=EVENTS_SCHEMA, format="parquet").to_table(columns=["event_id"])
             self._ids.update(rows["event_id"].to_pylist())
             self._indexed.update(new)
+            if not self._erased_seen:
+                self._erased_seen = bool(pc.any(pc.starts_with(rows["event_id"], ERASED_ID_PREFIX)).as_py())
         self._ids_version = dt.version()
         return self._ids
 
@@ -387,11 +394,12 @@ class EventLog(LogReader):
         one raises). Uses the id index as :meth:`_sync` left it.
         """
         known = self._ids
-        if known.isdisjoint(ids):  # the usual case, in one C-level pass
+        erased = self._erased_among(ids)
+        if known.isdisjoint(ids) and not erased:  # the usual case, in one C-level pass
             return {}
         # the index only preselects: what counts (and gives the seq) is the row itself
         stored = {ev.event_id: ev for ev in self.events_by_id(self._fresh_table(),
-                                                               [i for i in ids if i in known])}
+                                                               [i for i in ids if i in known] + list(erased))}
         for e in batch:
             old = stored.get(e.event_id)
             if old is not None and not old.is_tombstone and not self._same(e, old):
@@ -399,7 +407,19 @@ class EventLog(LogReader):
                     f"event_id {e.event_id} is already in the log (seq {old.seq}) with different "
                     "content; use a new event_id for a new event"
                 )
-        return {i: ev.seq for i, ev in stored.items()}
+        # an id erased since: its tombstone (under the id's pseudonym) answers the retry
+        return {erased.get(i, i): ev.seq for i, ev in stored.items()}
+
+    def _erased_among(self, ids: list[str]) -> dict[str, str]:
+        """``{pseudonym: id}`` of the ``ids`` whose events were erased (nothing to hash while the
+        log holds no tombstone with a pseudonym)."""
+        if not self._erased_seen:
+            return {}
+        if self._pseudonyms is None:
+            self._pseudonyms = pseudonyms(self.layout.root)
+            if self._pseudonyms is None:
+                return {}
+        return {p: i for p, i in self._pseudonyms.of(ids).items() if p in self._ids}
 
     def _same(self, new: NewEvent, old: Event) -> bool:
         if old.cipher:  # shred mode: compare what we can without decrypting

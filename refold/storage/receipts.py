@@ -1,7 +1,9 @@
 """Erasure receipts: what one erasure did, as a JSON document under ``receipts/<erasure_id>.json``.
 
-A receipt holds no personal data: the opaque subject id, event ids with their commitments (salted,
-so they cannot be reversed into content), destroyed key ids, file names, counts, hashes, model ids
+A receipt holds no personal data: the opaque subject id, the erased events' seqs and the
+pseudonyms of their ids (a keyed hash: a caller's id may be personal data, see
+:mod:`refold.storage.erased_ids`) with their commitments (salted, so they cannot be reversed into
+content), destroyed key ids, file names, counts, hashes, model ids
 and host names. In particular it does NOT hold the names, aliases or canary strings the residue
 scan looked for — only how many there were, and per hit the file, the location and the needle's
 index. So :func:`verify_receipt` can re-run the residue scan only when the caller passes the
@@ -41,7 +43,7 @@ class Receipt:
     completed_at: str
     head_before: Mapping[str, Any] | None = None
     head_after: Mapping[str, Any] | None = None
-    #: erased events as {"event_id", "seq", "commitment", "how": "tombstone" | "shredded"}
+    #: erased events as {"event_id" (its pseudonym), "seq", "commitment", "how": "tombstone" | "shredded"}
     events: tuple[Mapping[str, Any], ...] = ()
     destroyed_key_ids: tuple[str, ...] = ()
     erasure_event_seq: int | None = None
@@ -145,12 +147,19 @@ class ReceiptReport:
 
 def verify_receipt(root: str | Path, receipt: str | Path | Receipt, *,
                    refold: Callable[[], Any] | None = None, needles: Iterable[str] = (),
-                   keystore=None, storage_options: dict[str, str] | None = None) -> ReceiptReport:
-    """Re-check a receipt against the store at ``root`` (see the module docstring)."""
+                   canaries: Iterable[str] = (), keystore=None,
+                   storage_options: dict[str, str] | None = None) -> ReceiptReport:
+    """Re-check a receipt against the store at ``root`` (see the module docstring).
+
+    ``needles`` (names, matched as whole words) and ``canaries`` (matched as substrings) are
+    scanned for as :func:`refold.storage.scan.scan_report` does."""
+    import pyarrow.compute as pc
     from deltalake import DeltaTable
 
     from refold.fold.events import Event
     from .crypto import open_event
+    from .erased_ids import is_pseudonym
+    from .schema import table_to_events
     from .keys import FileKeyStore
     from .log import EventLog
     from .scan import scan_report
@@ -165,9 +174,12 @@ def verify_receipt(root: str | Path, receipt: str | Path | Receipt, *,
     if rec.status == "noop":
         checks.append(Check("noop", True, f"nothing to erase; see erasure {rec.previous_erasure_id}"))
         return ReceiptReport(rec.erasure_id, tuple(checks))
-    ids = [rec.erasure_id, *rec.event_ids]
-    by_id: dict[str, Event] = {e.event_id: e for e in log.events_by_id(None, ids)}
-    erasure = by_id.get(rec.erasure_id)
+    # erased events are found by position: the receipt names them by the pseudonyms of their ids
+    # (refold.storage.erased_ids), and a shredded event's row keeps its own id
+    erasure = next(iter(log.events_by_id(None, [rec.erasure_id])), None)
+    seqs = sorted({int(e["seq"]) for e in rec.events})
+    by_seq: dict[int, Event] = {e.seq: e for e in table_to_events(
+        log.arrow(filter=pc.field("seq").isin(seqs)))} if seqs else {}
     checks.append(Check("erasure event", erasure is not None and erasure.kind == "erasure"
                         and erasure.erasure_id == rec.erasure_id,
                         f"seq {erasure.seq}" if erasure else "the log has no erasure event with this id"))
@@ -178,14 +190,16 @@ def verify_receipt(root: str | Path, receipt: str | Path | Receipt, *,
         checks.append(Check("keys destroyed", not alive,
                             f"{len(rec.destroyed_key_ids)} key(s) gone" if not alive else f"still present: {alive}"))
     for item in rec.events:
-        event = by_id.get(item["event_id"])
+        event = by_seq.get(int(item["seq"]))
         if event is None:
-            bad.append(f"{item['event_id']}: missing from the log")
-        elif event.commitment != item["commitment"] or event.seq != item["seq"]:
-            bad.append(f"{item['event_id']}: seq or commitment differs from the receipt")
+            bad.append(f"seq {item['seq']}: missing from the log")
+        elif event.commitment != item["commitment"]:  # the commitment covers the original id
+            bad.append(f"seq {item['seq']}: commitment differs from the receipt")
         elif item.get("how") == "tombstone":
             if not (event.is_tombstone and event.erasure_id == rec.erasure_id):
                 bad.append(f"seq {event.seq}: not a tombstone of this erasure")
+            elif is_pseudonym(item["event_id"]) and event.event_id != item["event_id"]:
+                bad.append(f"seq {event.seq}: the tombstone's id differs from the receipt")
             elif any([event.content, event.source, event.salt, event.justification, event.fact,
                       event.subjects, event.principals]):
                 bad.append(f"seq {event.seq}: tombstone still carries data")
@@ -203,8 +217,9 @@ def verify_receipt(root: str | Path, receipt: str | Path | Receipt, *,
         checks.append(Check("old versions unreadable", not readable,
                             f"table version {before} {'can still be loaded' if readable else 'cannot be loaded'}"))
     needles = [n for n in needles if n]
-    if needles:
-        scan = scan_report(root, needles)
+    canaries = [c for c in canaries if c]
+    if needles or canaries:
+        scan = scan_report(root, needles, canaries=canaries)
         where = ", ".join(f"{h.file} @ {h.location}" for h in scan.hits[:5])
         checks.append(Check("residue scan", not scan.hits,
                             f"{len(scan.hits)} hit(s) in {scan.files} files" + (f": {where}" if where else "")))

@@ -1,8 +1,10 @@
 """The residue scanner: find given strings anywhere under a store, decoding what is encoded.
 
-``scan(root, needles)`` reads EVERY file under ``root`` (hidden ones, ``_delta_log``, keys,
-receipts, index files, temp files left by a crash) and reports each place a needle occurs,
-case-insensitively:
+``scan(root, needles, canaries=...)`` reads EVERY file under ``root`` (hidden ones,
+``_delta_log``, keys, receipts, index files, temp files left by a crash) and reports each place a
+needle occurs, case-insensitively. Needles are names and match as whole words ("Tim" is not in
+"timestamp"); canaries (unique phrases, identifiers such as e-mail addresses) match as plain
+substrings. Both rules hold in every form below:
 
 * raw bytes, in UTF-8, UTF-16 (LE/BE) and UTF-32 (LE/BE) — catches plain text anywhere, including
   uncompressed Parquet pages and footers, pickles, numpy string arrays, faiss metadata;
@@ -98,23 +100,72 @@ class ScanReport:
 
 
 class _Matcher:
-    """Case-insensitive search for a fixed set of needles in text and in raw bytes."""
+    """Case-insensitive search for a fixed set of needles in text and in raw bytes.
 
-    def __init__(self, needles: Sequence[str]):
+    ``words`` (names) match only as whole words: the characters just before and after an
+    occurrence must not be letters, digits or ``_`` (where the needle itself begins or ends with
+    one), so "Tim" finds "Tim," "Tim's" and "tim" but not "timestamp" or "createdTime". The other
+    needles (canaries, identifiers) match as plain substrings.
+    """
+
+    def __init__(self, needles: Sequence[str], words: frozenset[str] = frozenset()):
         self.needles = tuple(needles)
-        self._folded = [(n, n.casefold()) for n in self.needles]
-        self._raw = [(n, enc, _byte_pattern(n, enc)) for n in self.needles for enc in _ENCODINGS]
+        self.words = frozenset(n for n in self.needles if n in words)
+        self._folded = [(n, n.casefold(), _word_pattern(n.casefold()) if n in self.words else None)
+                        for n in self.needles]
+        self._raw = [(n, enc, _byte_pattern(n, enc), _edges(n) if n in self.words else None)
+                     for n in self.needles for enc in _ENCODINGS]
 
     def text(self, value: str) -> list[str]:
         folded = value.casefold()
-        return [n for n, f in self._folded if f in folded]
+        return [n for n, f, word in self._folded
+                if f in folded and (word is None or word.search(folded) is not None)]
 
     def raw(self, data: bytes) -> Iterable[tuple[str, str, int]]:
-        for needle, enc, pattern in self._raw:
-            for count, match in enumerate(pattern.finditer(data)):
+        for needle, enc, pattern, edges in self._raw:
+            count = 0
+            for match in pattern.finditer(data):
                 if count >= MAX_HITS_PER_FILE:
                     break
+                if edges is not None and not _bounded(data, match.start(), match.end(), enc, edges):
+                    continue
+                count += 1
                 yield needle, enc, match.start()
+
+
+def _is_word_char(ch: str) -> bool:
+    return ch.isalnum() or ch == "_"
+
+
+def _edges(needle: str) -> tuple[bool, bool]:
+    """Whether a word boundary is required before and after ``needle`` (a needle that begins or
+    ends with punctuation, e.g. "@ann", is bounded on that side by itself)."""
+    return _is_word_char(needle[0]), _is_word_char(needle[-1])
+
+
+def _word_pattern(folded: str) -> re.Pattern[str]:
+    before, after = _edges(folded)
+    return re.compile(("(?<!\\w)" if before else "") + re.escape(folded) + ("(?!\\w)" if after else ""))
+
+
+_UNIT = {"utf-8": 1, "utf-16-le": 2, "utf-16-be": 2, "utf-32-le": 4, "utf-32-be": 4}
+
+
+def _bounded(data: bytes, start: int, end: int, encoding: str, edges: tuple[bool, bool]) -> bool:
+    """Whether the bytes around ``data[start:end]``, decoded in ``encoding``, are no word
+    characters. Bytes that do not decode count as a boundary: the scanner would rather report
+    a name next to binary noise than miss it."""
+    unit = _UNIT[encoding]
+    if edges[0] and start > 0:
+        before = data[max(0, start - 4):start] if unit == 1 else data[max(0, start - unit):start]
+        char = before.decode(encoding, errors="replace")[-1:]
+        if char and _is_word_char(char):
+            return False
+    if edges[1] and end < len(data):
+        char = data[end:end + (4 if unit == 1 else unit)].decode(encoding, errors="replace")[:1]
+        if char and _is_word_char(char):
+            return False
+    return True
 
 
 def _byte_pattern(needle: str, encoding: str) -> re.Pattern[bytes]:
@@ -290,7 +341,15 @@ class _Scan:
             return
         for needle in self.matcher.needles:
             mask = pc.match_substring(array, needle, ignore_case=True)
-            for i in pc.indices_nonzero(mask).to_pylist()[:MAX_HITS_PER_FILE]:
+            found = pc.indices_nonzero(mask)
+            if needle in self.matcher.words and len(found):
+                # the kernel preselects; the word rule is checked on those values only (Arrow's
+                # regex engine has no look-behind, and "word character" must mean what it means
+                # everywhere else in the scan)
+                values = array.take(found).to_pylist()
+                found = pa.array([i for i, v in zip(found.to_pylist(), values)
+                                  if needle in self.matcher.text(v)], pa.uint64())
+            for i in found.to_pylist()[:MAX_HITS_PER_FILE]:
                 self.add(file, f"{where}, row {rows[i].as_py()}", needle)
         indices = pc.indices_nonzero(pc.match_substring_regex(array, _CANDIDATE))
         if len(indices):
@@ -390,18 +449,26 @@ def _check_needles(needles: Iterable[str]) -> tuple[str, ...]:
             raise ValidationError(f"needle: expected a non-empty string, got {n!r}")
         if n not in out:
             out.append(n)
-    if not out:
-        raise ValidationError("give at least one needle to scan for")
     return tuple(out)
 
 
-def scan_report(root: str | os.PathLike, needles: Iterable[str], *,
+def scan_report(root: str | os.PathLike, needles: Iterable[str] = (), *, canaries: Iterable[str] = (),
                 exclude: Iterable[str] = ()) -> ScanReport:
-    """Scan every file under ``root`` for ``needles``; ``exclude`` lists relative paths to skip."""
+    """Scan every file under ``root``; ``exclude`` lists relative paths to skip.
+
+    ``needles`` are names: each matches as a whole word, case-insensitively ("Tim" is found in
+    "Tim's" and "tim," but not in "timestamp"). ``canaries`` (unique phrases, identifiers, ids)
+    match anywhere, as substrings, case-insensitively. The report lists the needles first, then
+    the canaries; a string given as both counts as a canary.
+    """
+    exact = _check_needles(canaries)
+    words = _check_needles(needles)
+    wanted = tuple(dict.fromkeys([*words, *exact]))
+    if not wanted:
+        raise ValidationError("give at least one needle (a name) or canary (a substring) to scan for")
     base = Path(root)
-    wanted = _check_needles(needles)
     skip = {Path(p).as_posix() for p in exclude}
-    state = _Scan(base, _Matcher(wanted))
+    state = _Scan(base, _Matcher(wanted, frozenset(words) - frozenset(exact)))
     files = 0
     if not base.exists():
         raise ValidationError(f"{root} does not exist; nothing to scan")
@@ -425,6 +492,8 @@ def scan_report(root: str | os.PathLike, needles: Iterable[str], *,
     return ScanReport(str(root), wanted, files, tuple(sorted(state.hits)), tuple(state.errors))
 
 
-def scan(root: str | os.PathLike, needles: Iterable[str], *, exclude: Iterable[str] = ()) -> list[Hit]:
-    """Every hit of ``needles`` under ``root`` (see the module docstring for what is decoded)."""
-    return list(scan_report(root, needles, exclude=exclude).hits)
+def scan(root: str | os.PathLike, needles: Iterable[str] = (), *, canaries: Iterable[str] = (),
+         exclude: Iterable[str] = ()) -> list[Hit]:
+    """Every hit under ``root`` (see :func:`scan_report` for how needles and canaries match and
+    the module docstring for what is decoded)."""
+    return list(scan_report(root, needles, canaries=canaries, exclude=exclude).hits)

@@ -1,0 +1,151 @@
+"""Replacing erased rows of the event log by their tombstones, file by file, in one commit.
+
+An erasure knows the seqs it erases. :func:`stage` finds the data files whose seq statistics say
+they may hold any of them, reads them whole, puts each erased row's tombstone in its place (the
+other rows unchanged, in seq order), writes the result as new files next to them, and returns the ``add`` and ``remove`` actions that swap the files. The caller
+commits them in ONE Delta transaction through delta-rs
+(``DeltaTable.create_write_transaction``); a commit that lost a race is :meth:`Staged.discard`-ed
+and staged again.
+
+Why not an overwrite with a predicate naming the seqs: its cost grows with the number of OR terms,
+one per run of consecutive seqs, and one speaker's turns of a conversation alternate with the
+other's — hundreds of terms for a few hundred turns. The files to rewrite are the same either way.
+
+A tombstone keeps ``seq``, ``recorded_at``, ``table_version``, ``commitment``, ``prev_link`` and
+``link`` (the chain still verifies), gets ``kind="tombstone"``, the ``erasure_id``, and the
+pseudonym of its event id (:mod:`refold.storage.erased_ids`) instead of the id; every other column
+is NULL or empty. The new files' statistics are computed from their rows, so no statistic names
+an erased id or value.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import unquote
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+from deltalake import DeltaTable
+from deltalake.transaction import AddAction, RemoveAction
+
+from refold.fold.errors import ErasureError
+from refold.fold.events import Event
+from .datafiles import add_stats
+from .schema import EVENTS_SCHEMA, STATS_COLUMNS, events_to_table, table_to_events
+
+__all__ = ["Staged", "stage", "tombstone"]
+
+
+def tombstone(event: Event, erasure_id: str, pseudonym: Callable[[str], str]) -> Event:
+    """The tombstone of ``event`` (see the module docstring)."""
+    return Event(
+        seq=event.seq, event_id=pseudonym(event.event_id), recorded_at=event.recorded_at,
+        table_version=event.table_version, kind="tombstone", tenant=None,  # type: ignore[arg-type]
+        source=None, content=None, erasure_id=erasure_id, commitment=event.commitment,
+        prev_link=event.prev_link, link=event.link,
+    )
+
+
+@dataclass
+class Staged:
+    """New files written for one tombstone commit, and the actions that swap them in."""
+
+    folder: Path
+    adds: list[AddAction] = field(default_factory=list)
+    removes: list[RemoveAction] = field(default_factory=list)
+    #: the erased rows, as stored before (for the caller's checks)
+    erased: list[Event] = field(default_factory=list)
+
+    @property
+    def actions(self) -> list[AddAction | RemoveAction]:
+        return [*self.adds, *self.removes]
+
+    @property
+    def removed_paths(self) -> list[str]:
+        return sorted(r.path for r in self.removes)
+
+    def discard(self) -> None:
+        """Delete the files this stage wrote (their commit did not land)."""
+        for add in self.adds:
+            (self.folder / unquote(add.path)).unlink(missing_ok=True)
+
+
+def _candidates(dt: DeltaTable, seqs: np.ndarray) -> list[tuple[str, int]]:
+    """(path, size) of the data files whose seq range may hold one of the sorted ``seqs``."""
+    actions = pa.table(dt.get_add_actions(flatten=True))
+    if actions.num_rows == 0:
+        return []
+    paths = actions["path"].to_pylist()
+    sizes = actions["size_bytes"].to_pylist()
+    names = actions.column_names
+    if "min.seq" not in names or "max.seq" not in names:
+        return list(zip(paths, sizes))
+    lows, highs = actions["min.seq"].to_pylist(), actions["max.seq"].to_pylist()
+    out = []
+    for path, size, low, high in zip(paths, sizes, lows, highs):
+        if low is None or high is None:  # no statistics: the rows decide
+            out.append((path, size))
+            continue
+        i = int(np.searchsorted(seqs, low))  # the first erased seq >= low
+        if i < len(seqs) and seqs[i] <= high:
+            out.append((path, size))
+    return out
+
+
+#: rows per rewritten file at most (the affected files' rows are written together, in seq order)
+MAX_ROWS_PER_FILE = 1_000_000
+
+
+def stage(dt: DeltaTable, folder: str | Path, seqs: set[int], *, erasure_id: str,
+          pseudonym: Callable[[str], str], expected: Mapping[int, str]) -> Staged:
+    """Write the tombstoned copies of the files holding the not-yet-tombstoned rows of ``seqs``.
+
+    The rows of every affected file are read together (Arrow reads the files in parallel) and
+    written back together, in seq order, as few files as :data:`MAX_ROWS_PER_FILE` allows: one
+    speaker's turns spread over many small files cost one write, not one per file.
+    ``expected``: seq → commitment as planned; a row that differs raises :class:`ErasureError`
+    (nothing staged is left behind). An empty result (no adds) means every row is a tombstone
+    already.
+    """
+    folder = Path(folder)
+    wanted = np.array(sorted(seqs), dtype=np.int64)
+    staged = Staged(folder)
+    candidates = _candidates(dt, wanted)
+    if not candidates:
+        return staged
+    rows = ds.dataset([str(folder / unquote(p)) for p, _ in candidates], schema=EVENTS_SCHEMA,
+                      format="parquet").to_table()
+    hit = np.asarray(pc.is_in(rows["seq"], value_set=pa.array(wanted)))
+    hit &= np.asarray(pc.fill_null(pc.not_equal(rows["kind"], "tombstone"), True))
+    if not hit.any():
+        return staged
+    erased = list(table_to_events(rows.filter(pa.array(hit))))
+    for e in erased:
+        if e.commitment != expected.get(e.seq):
+            raise ErasureError(f"seq {e.seq} changed since the erasure was planned; run `refold verify`")
+    tombs = events_to_table([tombstone(e, erasure_id, pseudonym) for e in erased])
+    new = pa.concat_tables([rows.filter(pa.array(~hit)), tombs])
+    new = new.take(pc.sort_indices(new["seq"]))
+    now = time.time_ns() // 1_000_000
+    try:
+        for start in range(0, new.num_rows, MAX_ROWS_PER_FILE):
+            part = new.slice(start, MAX_ROWS_PER_FILE)
+            name = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
+            target = folder / name
+            pq.write_table(part, target, compression="snappy", write_statistics=list(STATS_COLUMNS))
+            staged.adds.append(AddAction(path=name, size=target.stat().st_size, partition_values={},
+                                         modification_time=now, data_change=True, stats=add_stats(part)))
+    except BaseException:
+        staged.discard()
+        raise
+    staged.removes = [RemoveAction(path=path, data_change=True, deletion_timestamp=now, size=size,
+                                   partition_values={}) for path, size in candidates]
+    staged.erased = erased
+    return staged

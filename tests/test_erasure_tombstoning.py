@@ -1,0 +1,93 @@
+"""Tombstones are written by file selection: the data files holding erased rows are rewritten with
+pyarrow and swapped in ONE delta-rs transaction, whatever the pattern of the erased seqs (one
+speaker's turns alternate with the other's). Real Delta tables."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import CommitProperties, DeltaTable
+from deltalake.exceptions import CommitFailedError
+
+import refold
+from refold.storage import erasure
+from refold.storage.erased_ids import pseudonyms
+from refold.storage.schema import EVENTS_SCHEMA
+from refold.storage.tombstoning import stage
+
+A, B = "s-a11e", "s-b0b0"
+
+
+def _conversation(mem: refold.Memory, turns: int = 40, batch: int = 5) -> None:
+    mem.append([{"kind": "observation", "content": f"earlier {i}", "source": "notes", "event_id": f"pre-{i}"}
+                for i in range(10)])
+    rows = [{"kind": "chat_turn", "content": f"turn {i}", "source": "chat#1", "subjects": [A if i % 2 == 0 else B],
+             "event_id": f"turn-{i:03d}"} for i in range(turns)]
+    for i in range(0, turns, batch):
+        mem.append(rows[i:i + batch])
+    mem.append([{"kind": "observation", "content": f"later {i}", "source": "notes", "event_id": f"post-{i}"}
+                for i in range(10)])
+
+
+def _rows(mem: refold.Memory) -> dict[int, dict]:
+    return {r["seq"]: r for r in mem.log_store.arrow().to_pylist()}
+
+
+def test_alternating_seqs_are_tombstoned_in_one_commit_touching_only_their_files(tmp_path):
+    mem = refold.init(tmp_path / "store")
+    _conversation(mem)
+    dt = DeltaTable(mem.layout.events)
+    files_before = set(pa.table(dt.get_add_actions(flatten=True))["path"].to_pylist())
+    before = _rows(mem)
+    a_seqs = {s for s, r in before.items() if A in (r["subjects"] or [])}
+    versions = []
+    original = erasure._Run._commit_tombstones
+
+    def counted(self, seqs, expected):
+        start = self.log._table().version()
+        result = original(self, seqs, expected)
+        versions.append(self.log._table().version() - start)
+        return result
+
+    erasure._Run._commit_tombstones = counted
+    try:
+        receipt = erasure.erase(mem.log_store, A, mode="delete")
+    finally:
+        erasure._Run._commit_tombstones = original
+    assert versions == [1] and len(receipt.events) == 20
+    after = _rows(mem)
+    key = pseudonyms(mem.root)
+    for seq, row in before.items():
+        if seq in a_seqs:
+            assert after[seq]["kind"] == "tombstone" and after[seq]["event_id"] == key(row["event_id"])
+            assert (after[seq]["link"], after[seq]["commitment"]) == (row["link"], row["commitment"])
+            assert after[seq]["content"] is None and after[seq]["subjects"] == []
+        else:
+            assert after[seq] == row  # every other row exactly as it was
+    # the earlier and later files held no erased row: untouched; the conversation's were replaced
+    files_after = set(pa.table(DeltaTable(mem.layout.events).get_add_actions(flatten=True))["path"].to_pylist())
+    removed = {f.removeprefix("events/") for f in receipt.removed_files}
+    assert removed and removed <= files_before and not removed & files_after
+    assert files_before - removed <= files_after
+    assert mem.verify().ok
+
+
+def test_a_commit_that_lands_first_makes_the_staged_swap_fail_and_leave_nothing(tmp_path):
+    mem = refold.init(tmp_path / "store")
+    _conversation(mem, turns=10)
+    rows = _rows(mem)
+    seqs = {s for s, r in rows.items() if A in (r["subjects"] or [])}
+    dt = DeltaTable(mem.layout.events)
+    staged = stage(dt, mem.layout.events, seqs, erasure_id="e-test", pseudonym=lambda i: "erased:" + i,
+                   expected={s: rows[s]["commitment"] for s in seqs})
+    written = [Path(mem.layout.events) / a.path for a in staged.adds]
+    assert written and all(p.exists() for p in written) and len(staged.erased) == len(seqs)
+    mem.append([{"kind": "observation", "content": "racing", "source": "notes", "event_id": "racer"}])
+    with pytest.raises(CommitFailedError):
+        dt.create_write_transaction(staged.actions, mode="append", schema=EVENTS_SCHEMA,
+                                    commit_properties=CommitProperties(max_commit_retries=0))
+    staged.discard()
+    assert not any(p.exists() for p in written)
+    assert all(r["kind"] != "tombstone" for r in _rows(mem).values()) and mem.verify().ok
