@@ -62,6 +62,60 @@ class Head:
         )
 
 
+@dataclass(frozen=True)
+class HeadLine:
+    """One entry of the published heads as ``verify`` reads them: where it is (``heads.jsonl
+    line 7``, or a legacy file's name) and the head, or why it is not one."""
+
+    where: str
+    head: Head | None
+    error: str | None = None
+
+
+def _strict_head(value: Any) -> Head:
+    """A head from parsed JSON, refusing what no writer produces (ValueError saying what)."""
+    if not isinstance(value, dict):
+        raise ValueError("not a JSON object")
+    missing = [k for k in ("seq", "link", "recorded_at", "table_version") if k not in value]
+    if missing:
+        raise ValueError(f"missing {', '.join(missing)}")
+    seq, link, version = value["seq"], value["link"], value["table_version"]
+    if not isinstance(seq, int) or isinstance(seq, bool) or seq < -1:
+        raise ValueError(f"seq {seq!r} is not a log position")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 0:
+        raise ValueError(f"table_version {version!r} is not a table version")
+    if not isinstance(link, str) or len(link) != 64 or any(c not in "0123456789abcdef" for c in link):
+        raise ValueError("link is not a SHA-256 hash in hex")
+    if not isinstance(value["recorded_at"], str):
+        raise ValueError("recorded_at is not a time")
+    return Head.from_json(value)
+
+
+def read_head_lines(folder: str | os.PathLike) -> list[HeadLine]:
+    """Every published head in ``folder`` (the whole journal, then files of older stores), each
+    parsed on its own so that one bad line is reported without hiding the others."""
+    folder = Path(folder)
+    out: list[HeadLine] = []
+    try:
+        text = (folder / JOURNAL).read_bytes()
+    except FileNotFoundError:
+        text = b""
+    for number, line in enumerate(text.split(b"\n"), start=1):
+        if not line.strip():
+            continue
+        where = f"{JOURNAL} line {number}"
+        try:
+            out.append(HeadLine(where, _strict_head(json.loads(line))))
+        except (ValueError, TypeError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+            out.append(HeadLine(where, None, str(exc)))
+    for path in sorted(folder.glob(_HEAD_GLOB)) if folder.exists() else ():
+        try:
+            out.append(HeadLine(path.name, _strict_head(json.loads(path.read_bytes()))))
+        except (OSError, ValueError, TypeError) as exc:
+            out.append(HeadLine(path.name, None, str(exc)))
+    return out
+
+
 def publish_head(folder: str | os.PathLike, head: Head, *, keep: int = 16) -> None:
     """Append ``head`` to the folder's journal. Best effort: the commit already landed, so a
     failure here warns instead of failing the append."""
