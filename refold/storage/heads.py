@@ -70,6 +70,9 @@ class HeadLine:
     where: str
     head: Head | None
     error: str | None = None
+    #: a signed head's Ed25519 signature (hex) and its key's fingerprint (refold.storage.signing)
+    signature: str | None = None
+    key: str | None = None
 
 
 def _strict_head(value: Any) -> Head:
@@ -105,7 +108,12 @@ def read_head_lines(folder: str | os.PathLike) -> list[HeadLine]:
             continue
         where = f"{JOURNAL} line {number}"
         try:
-            out.append(HeadLine(where, _strict_head(json.loads(line))))
+            value = json.loads(line)
+            head = _strict_head(value)
+            signature, key = value.get("sig"), value.get("key")
+            if not (signature is None or isinstance(signature, str)) or not (key is None or isinstance(key, str)):
+                raise ValueError("sig or key is not a string")
+            out.append(HeadLine(where, head, signature=signature, key=key))
         except (ValueError, TypeError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
             out.append(HeadLine(where, None, str(exc)))
     for path in sorted(folder.glob(_HEAD_GLOB)) if folder.exists() else ():
@@ -116,11 +124,15 @@ def read_head_lines(folder: str | os.PathLike) -> list[HeadLine]:
     return out
 
 
-def publish_head(folder: str | os.PathLike, head: Head, *, keep: int = 16) -> None:
-    """Append ``head`` to the folder's journal. Best effort: the commit already landed, so a
-    failure here warns instead of failing the append."""
+def publish_head(folder: str | os.PathLike, head: Head, *, keep: int = 16, signer=None) -> None:
+    """Append ``head`` to the folder's journal, signed when a ``signer``
+    (:class:`~refold.storage.signing.HeadSigner`) is given. Best effort: the commit already
+    landed, so a failure here warns instead of failing the append."""
+    line = head.as_json()
+    if signer is not None:
+        line.update(signer.sign(head))
     try:
-        _journal(Path(folder)).append(head, keep=keep)
+        _journal(Path(folder)).append(line, keep=keep)
     except OSError as exc:
         warnings.warn(f"refold: could not publish the chain head of version "
                       f"{head.table_version} under {folder}: {exc}", RuntimeWarning, stacklevel=3)
@@ -150,9 +162,9 @@ class _Journal:
         self.fd: int | None = None
         self.inode: int | None = None
 
-    def append(self, head: Head, *, keep: int) -> None:
+    def append(self, value: dict[str, Any], *, keep: int) -> None:
         # the newline goes first: a line a crash cut short is closed by the next one, not joined
-        line = ("\n" + json.dumps(head.as_json())).encode()
+        line = ("\n" + json.dumps(value)).encode()
         with self.lock:
             self._open_current()
             os.write(self.fd, line)
@@ -175,9 +187,10 @@ class _Journal:
         self.inode = os.fstat(self.fd).st_ino
 
     def _rotate(self, keep: int) -> None:
-        newest = sorted(_journal_tail(self.path), key=lambda h: h.table_version)[-keep:]
+        # the lines as written (a signed head keeps its signature), newest heads last
+        newest = sorted(_journal_tail(self.path, raw=True), key=lambda v: v[0].table_version)[-keep:]
         tmp = self.path.with_name(f".tmp-{os.getpid()}-{threading.get_ident()}-{JOURNAL}")
-        tmp.write_text("".join("\n" + json.dumps(h.as_json()) for h in newest), encoding="utf-8")
+        tmp.write_text("".join("\n" + json.dumps(value) for _, value in newest), encoding="utf-8")
         os.replace(tmp, self.path)
         for old in sorted(self.path.parent.glob(_HEAD_GLOB)):  # superseded by the journal
             old.unlink(missing_ok=True)
@@ -199,8 +212,9 @@ def _journal(folder: Path) -> _Journal:
     return journal
 
 
-def _journal_tail(path: Path) -> list[Head]:
-    """The heads in the last :data:`_TAIL` bytes of a journal; lines a crash cut short are skipped."""
+def _journal_tail(path: Path, *, raw: bool = False) -> list:
+    """The heads in the last :data:`_TAIL` bytes of a journal; lines a crash cut short are skipped.
+    ``raw``: (head, the line's parsed JSON) pairs."""
     try:
         with open(path, "rb") as f:
             size = f.seek(0, os.SEEK_END)
@@ -210,10 +224,12 @@ def _journal_tail(path: Path) -> list[Head]:
         return []
     if size > _TAIL:
         lines = lines[1:]  # the first line read may be the end of a longer one
-    heads = []
+    heads: list = []
     for line in lines:
         try:
-            heads.append(Head.from_json(json.loads(line)))
+            value = json.loads(line)
+            head = Head.from_json(value)
         except (ValueError, KeyError, TypeError):
             continue
+        heads.append((head, value) if raw else head)
     return heads

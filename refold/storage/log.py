@@ -62,6 +62,7 @@ from . import delta_commit
 from .datafiles import WRITER_PROPERTIES, write_rows
 from .schema import EVENTS_SCHEMA, TABLE_CONFIGURATION
 from .sealing import Sealed, seal_rows
+from .signing import signer_from_env
 
 #: Once this many data files have been added since the last compaction, the append that added the
 #: last one merges them (0: never). delta-rs's commit cost grows with the number of files: a
@@ -127,6 +128,7 @@ class EventLog(LogReader):
         self._uri_prefix = ""  # what DeltaTable.file_uris() puts before a data file's name
         self._checkpoint_every = 100  # delta.checkpointInterval
         self._added: str | None = None  # the data file _write just committed itself
+        self._signer = signer_from_env(self.layout)  # signs published heads (REFOLD_SIGNING_KEY)
 
     def __getstate__(self) -> dict[str, Any]:  # picklable (Ray): caches are rebuilt on arrival
         return {k: self.__dict__[k] for k in ("layout", "storage_options", "protector")}
@@ -422,4 +424,4 @@ class EventLog(LogReader):
 
     def _publish_head(self, head: Head, keep: int = 16) -> None:
         if self.layout.is_local:
-            publish_head(self.layout.heads, head, keep=keep)
+            publish_head(self.layout.heads, head, keep=keep, signer=self._signer)

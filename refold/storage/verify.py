@@ -21,13 +21,16 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from refold.fold.errors import ValidationError
 from refold.fold.chain import GENESIS, commitment_of, link_of
 from refold.fold.erasure_record import Erased, ErasureRecord, tombstone_problem
 from refold.fold.events import Event
 from .heads import read_head_lines
 from .log import EventLog, Head
 from .schema import EVENTS_SCHEMA, table_to_events
+from .signing import KEY_ENV, PUBLIC_KEY_FILE, fingerprint, recorded_public_key, signature_ok
 from .verify_stats import statistics_problems
 
 #: what a field may raise when a stored value has the wrong shape (a null inside a list, a
@@ -44,15 +47,21 @@ class VerifyReport:
     head: Head | None
     first_bad_seq: int | None = None
     problems: tuple[str, ...] = field(default=())
+    #: with ``signed_heads``: the key checked against ({"key": fingerprint, "key_from": "pinned" or
+    #: "store"}) and the newest correctly signed head's seq ("signed_seq", None when there is none)
+    signed: dict | None = None
 
     def as_json(self) -> dict:
-        return {
+        out = {
             "ok": self.ok,
             "events": self.events,
             "head": self.head.as_json() if self.head else None,
             "first_bad_seq": self.first_bad_seq,
             "problems": list(self.problems),
         }
+        if self.signed is not None:
+            out["signed"] = dict(self.signed)
+        return out
 
 
 def _read_events(log: EventLog) -> tuple[list[Event], list[tuple[int | None, str]]]:
@@ -151,7 +160,8 @@ class _Recorded:
         return found if found else (None, None)
 
 
-def verify(log: EventLog, *, against: Head | None = None) -> VerifyReport:
+def verify(log: EventLog, *, against: Head | None = None, signed_heads: bool = False,
+           public_key: Ed25519PublicKey | None = None) -> VerifyReport:
     """Recompute commitments and links; check statistics, tombstones and published heads; compare
     the tail with ``against`` (a head kept elsewhere) or the newest published head.
 
@@ -159,6 +169,11 @@ def verify(log: EventLog, *, against: Head | None = None) -> VerifyReport:
     different rows, or hidden from pruned reads by wrong statistics; when nothing else is wrong but
     some rows are stored twice (a data file copied, or one replaced by an older one), it is the
     first duplicated seq. A problem with a published-heads line alone leaves it None.
+
+    ``signed_heads`` (implied by ``public_key``): the log must end at a head signed by the
+    operator's key (:mod:`refold.storage.signing`): ``public_key`` when given (pinned by the
+    caller), else the one the store records; events past the newest signed head are reported
+    from the first of them, and that head is the reference for erasures recorded after it.
     """
     events, broken = _read_events(log)
     problems: list[str] = [msg for _, msg in broken]
@@ -201,19 +216,22 @@ def verify(log: EventLog, *, against: Head | None = None) -> VerifyReport:
         )
         if not bad:
             bad.append(duplicated[0])
+    signed = None
     if log.layout.is_local or against is not None:
-        _check_heads(log, against, by_seq, last if intact else None, recorded, problems, bad)
+        signed = _check_heads(log, against, by_seq, last if intact else None, recorded, problems, bad,
+                              signed_heads=signed_heads or public_key is not None, public_key=public_key)
     try:
         head = Head(last.seq, last.link, last.recorded_at, log._table().version()) if last else None
     except _MALFORMED:
         head = None
     first = min(bad) if bad else None
     return VerifyReport(ok=not problems, events=len(events), head=head, first_bad_seq=first,
-                        problems=tuple(problems))
+                        problems=tuple(problems), signed=signed)
 
 
 def _check_heads(log: EventLog, against: Head | None, by_seq: dict[int, list[Event]], last: Event | None,
-                 recorded: _Recorded, problems: list[str], bad: list[int]) -> None:
+                 recorded: _Recorded, problems: list[str], bad: list[int], *, signed_heads: bool,
+                 public_key: Ed25519PublicKey | None) -> dict | None:
     """Every published head, then ``against``, against the log (see the module docstring);
     ``last`` is the last event of an intact chain (None when the chain is broken or empty)."""
     chain_ok = last is not None or not by_seq
@@ -235,20 +253,27 @@ def _check_heads(log: EventLog, against: Head | None, by_seq: dict[int, list[Eve
             bad.append(min(line.head.seq, last_seq + 1))
         else:
             published.append(line.head)
+    signed = None
+    if signed_heads:
+        signed, newest_signed = _check_signatures(log, lines, public_key, last_seq if chain_ok else None,
+                                                  problems, bad)
+        if newest_signed is not None:
+            published = [newest_signed]  # the reference below: only a signed head vouches
     if not chain_ok:
-        return
+        return signed
     reference = against
     if against is not None:
         problem = _head_problem(against, by_seq, last_seq, "recorded head kept elsewhere")
         if problem:
             problems.append(problem)
             bad.append(min(against.seq, last_seq + 1))
-            return
+            return signed
     elif published:
         reference = max(published, key=lambda h: (h.seq, h.table_version))
     if reference is None or reference.seq >= last_seq:
-        return
-    source = "the head kept elsewhere" if against is not None else "the newest published head"
+        return signed
+    source = ("the head kept elsewhere" if against is not None else
+              "the newest signed head" if signed_heads else "the newest published head")
     for seq in range(reference.seq + 1):
         event = by_seq[seq][0]
         if not event.is_tombstone:
@@ -261,7 +286,50 @@ def _check_heads(log: EventLog, against: Head | None, by_seq: dict[int, list[Eve
                 "appended at the tail looks exactly like this. If the erasure is yours (see its receipt "
                 "under receipts/), keep a head taken after it (`refold head STORE --json`)")
             bad.append(seq)
-            return
+            return signed
+    return signed
+
+
+def _check_signatures(log: EventLog, lines, public_key: Ed25519PublicKey | None, last_seq: int | None,
+                      problems: list[str], bad: list[int]) -> tuple[dict, Head | None]:
+    """Signed published heads (see :func:`verify`): (the report's ``signed``, the newest head
+    correctly signed, None when there is none). ``last_seq`` None: the chain is broken."""
+    key_from = "pinned"
+    if public_key is None:
+        key_from = "store"
+        try:
+            public_key = recorded_public_key(log.layout)
+        except ValidationError as exc:
+            problems.append(f"receipts/heads/{PUBLIC_KEY_FILE}: {exc}")
+            return {"key": None, "key_from": key_from, "signed_seq": None}, None
+        if public_key is None:
+            problems.append("the store records no head-signing key: set one up with `refold signing-key "
+                            "STORE --key PATH`, or pass the operator's public key with --public-key")
+            return {"key": None, "key_from": key_from, "signed_seq": None}, None
+    key = fingerprint(public_key)
+    newest: Head | None = None
+    for line in lines:
+        if line.head is None or line.signature is None:
+            continue  # malformed lines are reported already; unsigned ones predate the key
+        if line.key != key or not signature_ok(public_key, line.head, line.signature):
+            whose = "another key" if line.key != key else "this key, but does not verify"
+            problems.append(f"receipts/heads/{line.where}: head at seq {line.head.seq} is signed by {whose} "
+                            f"(key {key[:16]}…): a forged or altered head")
+            continue
+        if newest is None or line.head.seq > newest.seq:
+            newest = line.head
+    out = {"key": key, "key_from": key_from, "signed_seq": newest.seq if newest else None}
+    if last_seq is None:
+        return out, newest
+    covered = newest.seq if newest is not None else -1
+    if covered < last_seq:
+        problems.append(
+            f"seq {covered + 1}: events {covered + 1}..{last_seq} are not covered by a head signed with key "
+            f"{key[:16]}… ({key_from}): appended without the signing key (a forged tail), or their head was "
+            f"never published (a crash right after the commit). If they are yours, check them and sign the "
+            f"current head: `refold sign-head STORE` with {KEY_ENV} set")
+        bad.append(covered + 1)
+    return out, newest
 
 
 def _head_problem(head: Head, by_seq: dict[int, list[Event]], last_seq: int, what: str) -> str | None:
