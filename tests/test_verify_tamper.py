@@ -223,6 +223,8 @@ def test_malformed_heads_lines_are_named_and_do_not_hide_the_rest(mem):
     for number in (4, 5, 6, 7):
         assert f"receipts/heads/heads.jsonl line {number}: not a chain head" in text
     assert len(report.problems) == 4
+    result = _cli("verify", mem.root)  # a failed check: exit 1, each line named
+    assert result.returncode == 1 and "other checks failed" in result.stderr and "line 7" in result.stderr
     # and the rest of the check still runs: a truncated tail is still caught
     _rewrite(_file_of(mem, 19), lambda rows: rows.clear())
     _bad(mem, 15, "truncated")

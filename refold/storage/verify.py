@@ -253,12 +253,12 @@ def _check_heads(log: EventLog, against: Head | None, by_seq: dict[int, list[Eve
             bad.append(min(line.head.seq, last_seq + 1))
         else:
             published.append(line.head)
-    signed = None
+    signed, source = None, "the newest published head"
     if signed_heads:
         signed, newest_signed = _check_signatures(log, lines, public_key, last_seq if chain_ok else None,
                                                   problems, bad)
-        if newest_signed is not None:
-            published = [newest_signed]  # the reference below: only a signed head vouches
+        if newest_signed is not None:  # the reference below: only a signed head vouches
+            published, source = [newest_signed], "the newest signed head"
     if not chain_ok:
         return signed
     reference = against
@@ -272,8 +272,7 @@ def _check_heads(log: EventLog, against: Head | None, by_seq: dict[int, list[Eve
         reference = max(published, key=lambda h: (h.seq, h.table_version))
     if reference is None or reference.seq >= last_seq:
         return signed
-    source = ("the head kept elsewhere" if against is not None else
-              "the newest signed head" if signed_heads else "the newest published head")
+    source = "the head kept elsewhere" if against is not None else source
     for seq in range(reference.seq + 1):
         event = by_seq[seq][0]
         if not event.is_tombstone:
