@@ -236,3 +236,17 @@ def test_a_well_formed_head_the_log_never_had_is_named_with_its_line(mem):
     journal.write_text(journal.read_text() + "\n" + json.dumps({**good, "seq": 500, "table_version": 99}))
     report = _bad(mem, 20, "truncated")
     assert any(p.startswith("receipts/heads/heads.jsonl line") and "remove it" in p for p in report.problems)
+
+
+def test_a_head_a_crash_cut_short_is_a_note_not_a_failure(mem):
+    """Each head is one write; a crash during it can leave the start of a line (or, in stores from
+    before the journal, an empty per-version file): no claim about the log, so verify passes."""
+    journal = Path(mem.layout.heads) / "heads.jsonl"
+    good = journal.read_text().strip().split("\n")[-1]
+    journal.write_text(journal.read_text() + "\n" + good[:40] + "\n" + good)
+    (Path(mem.layout.heads) / f"{9:020d}.json").write_text("")
+    report = mem.verify()
+    assert report.ok, report.problems
+    assert len(report.notes) == 2 and "cut short by a crash" in report.notes[0]
+    journal.write_text(journal.read_text() + "\n" + good[:40] + "}")  # not what a crash leaves
+    assert not mem.verify().ok

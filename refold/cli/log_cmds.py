@@ -94,7 +94,10 @@ def verify(store: str, against: str | None, signed_heads: bool, public_key: str 
     report = open_store(store).verify(against=against, signed_heads=signed_heads, public_key=public_key)
     if as_json:
         emit_json(report.as_json())
-    elif report.ok:
+        sys.exit(0 if report.ok else 1)
+    for note in report.notes:
+        click.echo(f"note: {note}", err=True)
+    if report.ok:
         signed = (f", signed by key {report.signed['key'][:16]}… ({report.signed['key_from']})"
                   if report.signed else "")
         click.echo(f"ok: {report.events} event(s), chain intact"

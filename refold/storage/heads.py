@@ -70,6 +70,8 @@ class HeadLine:
     where: str
     head: Head | None
     error: str | None = None
+    #: the start of a head a crash cut short (or a legacy file it left empty): no claim, not an error
+    torn: bool = False
     #: a signed head's Ed25519 signature (hex) and its key's fingerprint (refold.storage.signing)
     signature: str | None = None
     key: str | None = None
@@ -115,13 +117,27 @@ def read_head_lines(folder: str | os.PathLike) -> list[HeadLine]:
                 raise ValueError("sig or key is not a string")
             out.append(HeadLine(where, head, signature=signature, key=key))
         except (ValueError, TypeError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
-            out.append(HeadLine(where, None, str(exc)))
+            out.append(HeadLine(where, None, str(exc), torn=_cut_short(line)))
     for path in sorted(folder.glob(_HEAD_GLOB)) if folder.exists() else ():
         try:
-            out.append(HeadLine(path.name, _strict_head(json.loads(path.read_bytes()))))
+            text = path.read_bytes()
+            out.append(HeadLine(path.name, _strict_head(json.loads(text))))
         except (OSError, ValueError, TypeError) as exc:
-            out.append(HeadLine(path.name, None, str(exc)))
+            out.append(HeadLine(path.name, None, str(exc), torn=_cut_short(text) if not isinstance(exc, OSError)
+                                else False))
     return out
+
+
+_LINE_START = b'{"seq": '  # how every head refold writes begins (json.dumps of Head.as_json)
+
+
+def _cut_short(text: bytes) -> bool:
+    """Whether ``text``, which does not parse, is what a write cut short by a crash leaves: empty,
+    or the beginning of a head as refold writes it (no closing brace)."""
+    text = text.strip()
+    if _LINE_START.startswith(text):
+        return True
+    return text.startswith(_LINE_START) and not text.endswith(b"}")
 
 
 def publish_head(folder: str | os.PathLike, head: Head, *, keep: int = 16, signer=None) -> None:

@@ -50,6 +50,8 @@ class VerifyReport:
     #: with ``signed_heads``: the key checked against ({"key": fingerprint, "key_from": "pinned" or
     #: "store"}) and the newest correctly signed head's seq ("signed_seq", None when there is none)
     signed: dict | None = None
+    #: findings that are not problems (a published head a crash cut short)
+    notes: tuple[str, ...] = field(default=())
 
     def as_json(self) -> dict:
         out = {
@@ -58,6 +60,7 @@ class VerifyReport:
             "head": self.head.as_json() if self.head else None,
             "first_bad_seq": self.first_bad_seq,
             "problems": list(self.problems),
+            "notes": list(self.notes),
         }
         if self.signed is not None:
             out["signed"] = dict(self.signed)
@@ -216,9 +219,9 @@ def verify(log: EventLog, *, against: Head | None = None, signed_heads: bool = F
         )
         if not bad:
             bad.append(duplicated[0])
-    signed = None
+    signed, notes = None, []
     if log.layout.is_local or against is not None:
-        signed = _check_heads(log, against, by_seq, last if intact else None, recorded, problems, bad,
+        signed = _check_heads(log, against, by_seq, last if intact else None, recorded, problems, bad, notes,
                               signed_heads=signed_heads or public_key is not None, public_key=public_key)
     try:
         head = Head(last.seq, last.link, last.recorded_at, log._table().version()) if last else None
@@ -226,11 +229,11 @@ def verify(log: EventLog, *, against: Head | None = None, signed_heads: bool = F
         head = None
     first = min(bad) if bad else None
     return VerifyReport(ok=not problems, events=len(events), head=head, first_bad_seq=first,
-                        problems=tuple(problems), signed=signed)
+                        problems=tuple(problems), signed=signed, notes=tuple(notes))
 
 
 def _check_heads(log: EventLog, against: Head | None, by_seq: dict[int, list[Event]], last: Event | None,
-                 recorded: _Recorded, problems: list[str], bad: list[int], *, signed_heads: bool,
+                 recorded: _Recorded, problems: list[str], bad: list[int], notes: list[str], *, signed_heads: bool,
                  public_key: Ed25519PublicKey | None) -> dict | None:
     """Every published head, then ``against``, against the log (see the module docstring);
     ``last`` is the last event of an intact chain (None when the chain is broken or empty)."""
@@ -240,9 +243,12 @@ def _check_heads(log: EventLog, against: Head | None, by_seq: dict[int, list[Eve
     heads_dir = "receipts/heads"
     published: list[Head] = []
     for line in lines:
+        if line.head is None and line.torn:
+            notes.append(f"{heads_dir}/{line.where}: a head cut short by a crash during its write; ignored")
+            continue
         if line.head is None:
-            problems.append(f"{heads_dir}/{line.where}: not a chain head ({line.error}); a crash cannot "
-                            f"write this: remove the line (keep a copy) and run verify again")
+            problems.append(f"{heads_dir}/{line.where}: not a chain head ({line.error}); neither refold nor a "
+                            "crash writes this: remove the line (keep a copy) and run verify again")
             continue
         if not chain_ok:
             continue  # the log itself is damaged: its heads say nothing more
