@@ -224,7 +224,7 @@ def test_malformed_heads_lines_are_named_and_do_not_hide_the_rest(mem):
         assert f"receipts/heads/heads.jsonl line {number}: not a chain head" in text
     assert len(report.problems) == 4
     result = _cli("verify", mem.root)  # a failed check: exit 1, each line named
-    assert result.returncode == 1 and "other checks failed" in result.stderr and "line 7" in result.stderr
+    assert result.returncode == 1 and "no single bad seq" in result.stderr and "line 7" in result.stderr
     # and the rest of the check still runs: a truncated tail is still caught
     _rewrite(_file_of(mem, 19), lambda rows: rows.clear())
     _bad(mem, 15, "truncated")
@@ -250,3 +250,14 @@ def test_a_head_a_crash_cut_short_is_a_note_not_a_failure(mem):
     assert len(report.notes) == 2 and "cut short by a crash" in report.notes[0]
     journal.write_text(journal.read_text() + "\n" + good[:40] + "}")  # not what a crash leaves
     assert not mem.verify().ok
+
+
+def test_a_commit_file_that_does_not_parse_is_a_finding_for_verify_and_an_error_elsewhere(mem):
+    commit = Path(mem.layout.events) / "_delta_log" / f"{3:020d}.json"
+    commit.write_text(commit.read_text() + "garbage\n")
+    result = _cli("verify", mem.root, "--json")
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    report = json.loads(result.stdout)
+    assert not report["ok"] and "cannot be loaded" in report["problems"][0]
+    result = _cli("log", mem.root)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1 and "_delta_log" in result.stderr

@@ -91,7 +91,15 @@ def verify(store: str, against: str | None, signed_heads: bool, public_key: str 
 
     Exit 0 when intact; exit 1 when a check failed (naming the first bad seq when there is one,
     and each bad line of the published heads)."""
-    report = open_store(store).verify(against=against, signed_heads=signed_heads, public_key=public_key)
+    from refold.fold.errors import IntegrityError
+    from refold.storage.verify import VerifyReport
+
+    try:
+        mem = open_store(store)
+    except IntegrityError as exc:  # the Delta log itself does not load: a finding, not a usage error
+        report = VerifyReport(ok=False, events=0, head=None, first_bad_seq=exc.first_bad_seq, problems=(str(exc),))
+    else:
+        report = mem.verify(against=against, signed_heads=signed_heads, public_key=public_key)
     if as_json:
         emit_json(report.as_json())
         sys.exit(0 if report.ok else 1)
@@ -104,7 +112,7 @@ def verify(store: str, against: str | None, signed_heads: bool, public_key: str 
                    + (f", head seq {report.head.seq}" if report.head else "") + signed)
     else:
         where = (f"first bad seq {report.first_bad_seq}" if report.first_bad_seq is not None
-                 else "the log's rows are intact; other checks failed")
+                 else "no single bad seq to name")
         click.echo(f"TAMPERED: {where}", err=True)
         for problem in report.problems:
             click.echo(f"  {problem}", err=True)

@@ -49,10 +49,10 @@ from typing import Any
 
 import pyarrow.dataset as ds
 from deltalake import CommitProperties, DeltaTable
-from deltalake.exceptions import CommitFailedError, TableNotFoundError
+from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
 from refold.fold.chain import GENESIS
-from refold.fold.errors import ConflictError, StoreError
+from refold.fold.errors import ConflictError, IntegrityError, StoreError
 from refold.fold.events import Event, NewEvent
 from .layout import Layout
 from .log_reader import HEAD_KEY, LogReader
@@ -112,6 +112,11 @@ class EventLog(LogReader):
         except TableNotFoundError:
             raise StoreError(
                 f"no event log at {layout.events}; create the store with `refold init {layout.root}`"
+            ) from None
+        except DeltaError as exc:  # a commit file or checkpoint that does not parse
+            raise IntegrityError(
+                f"the event log at {layout.events} cannot be loaded: its Delta log (_delta_log) was changed or "
+                f"damaged ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
             ) from None
 
     def _init_caches(self) -> None:
