@@ -10,18 +10,21 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from datetime import timezone
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 from deltalake import DeltaTable, write_deltalake
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import refold
 from refold import erasing
 from refold.fold.chain import seal
 from refold.fold.erasure_record import Erased, ErasureRecord
 from refold.fold.events import Event
-from refold.storage.schema import EVENTS_SCHEMA, events_to_table
+from refold.storage.schema import EVENTS_SCHEMA, events_to_table, table_to_events
 from tests.log_helpers import _bad, _file_of, _rewrite, _row, _store, mem  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[1]
@@ -261,3 +264,41 @@ def test_a_commit_file_that_does_not_parse_is_a_finding_for_verify_and_an_error_
     assert not report["ok"] and "cannot be loaded" in report["problems"][0]
     result = _cli("log", mem.root)
     assert result.returncode == 2 and result.stderr.count("\n") == 1 and "_delta_log" in result.stderr
+
+
+_CELL = {
+    pa.int64(): st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1)),
+    pa.string(): st.one_of(st.none(), st.text(max_size=12)),
+    pa.timestamp("us", tz="UTC"): st.one_of(st.none(), st.datetimes(timezones=st.just(timezone.utc))),
+    pa.list_(pa.string()): st.one_of(st.none(), st.lists(st.one_of(st.none(), st.text(max_size=5)), max_size=3)),
+}
+
+
+def _decoded_or_none(row: dict, schema: pa.Schema):
+    try:
+        return list(table_to_events(pa.Table.from_pylist([row], schema=schema)))
+    except Exception:  # noqa: BLE001 - a row that does not decode differs from any event
+        return None
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_verify_never_raises_on_any_cell_value(tmp_path_factory, data):
+    """Any value of the column's type (nulls inside lists, nulls anywhere, any text or time) in
+    any cell of any row: verify returns a report, and one that is not ok when the stored event
+    changed (a null list and an empty one, or a null and an empty ``fact``, are the same event)."""
+    root = tmp_path_factory.mktemp("cell") / "store"
+    mem = _store(root, batches=(3, 3))
+    seq = data.draw(st.integers(0, 5))
+    column = data.draw(st.sampled_from(EVENTS_SCHEMA.names))
+    value = data.draw(_CELL[EVENTS_SCHEMA.field(column).type])
+    path = _file_of(mem, seq)
+    table = pq.read_table(path)
+    rows = table.to_pylist()
+    row = _row(rows, seq)
+    before = _decoded_or_none(row, table.schema)
+    row[column] = value
+    changed = before != _decoded_or_none(row, table.schema)
+    pq.write_table(pa.Table.from_pylist(rows, schema=table.schema), path)
+    report = refold.Memory(root).verify()
+    assert report.ok is not changed, (column, value, report.problems)
