@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 import refold
 from refold import erasing
-from refold.fold.chain import seal
+from refold.fold.chain import commitment_of, seal
 from refold.fold.erasure_record import Erased, ErasureRecord
 from refold.fold.events import Event
 from refold.storage.schema import EVENTS_SCHEMA, events_to_table, table_to_events
@@ -109,19 +109,52 @@ def _forge_tail_erasure(mem: refold.Memory, victim: int) -> str:
     erasure_id = "forged-erasure"
     record = ErasureRecord.build(erasure_id, [Erased.of(target.seq, target.event_id, target.commitment,
                                                         target.recorded_at, target.table_version)])
-    last = events[-1]
-    dt = DeltaTable(mem.layout.events)
-    forged = seal(Event(seq=last.seq + 1, event_id=erasure_id, recorded_at=last.recorded_at,
-                        table_version=dt.version() + 1, kind="erasure", tenant="default",
-                        source="refold:erasure", content=record.content(), salt="00" * 16,
-                        erasure_id=erasure_id), last.link)
-    write_deltalake(dt, events_to_table([forged]), mode="append")
+    _append_erasure(mem, erasure_id, record.content())
     dt = DeltaTable(mem.layout.events)
     row = dt.to_pyarrow_table(filters=[("seq", "=", victim)]).to_pylist()[0]
     _to_tombstone(row, erasure_id)
     write_deltalake(dt, pa.Table.from_pylist([row], schema=EVENTS_SCHEMA), mode="overwrite",
                     predicate=f"seq = {victim}")
     return erasure_id
+
+
+def _append_erasure(mem: refold.Memory, erasure_id: str, content: str) -> None:
+    """A chained ``erasure`` event appended with plain deltalake (no head published for it)."""
+    events = mem.log_store.events()
+    last = events[-1]
+    dt = DeltaTable(mem.layout.events)
+    write_deltalake(dt, events_to_table([seal(Event(
+        seq=last.seq + 1, event_id=erasure_id, recorded_at=last.recorded_at, table_version=dt.version() + 1,
+        kind="erasure", tenant="default", source="refold:erasure", content=content, salt="00" * 16,
+        erasure_id=erasure_id), last.link)]), mode="append")
+
+
+def test_an_erasure_that_does_not_list_its_events_justifies_no_tombstone(mem):
+    """The shape of erasures made before records listed their events: the id alone names nothing."""
+    _append_erasure(mem, "old-style", "erasure old-style")
+    _rewrite(_file_of(mem, 2), lambda rows: _to_tombstone(_row(rows, 2), "old-style"))
+    _bad(mem, 2, "seq 2: tombstone names erasure 'old-style'", "does not list this event")
+
+
+def test_a_tombstone_named_by_an_erasure_recorded_before_it_is_tampering(mem):
+    """A record can only name events already in the log. Here the forger computes the victim's
+    commitment first (it does not depend on the chain), appends a record naming it at seq 20,
+    then the victim at seq 21 already as a tombstone: every field and link agrees."""
+    last = mem.log_store.events()[-1]
+    dt = DeltaTable(mem.layout.events)
+    version = dt.version() + 1
+    victim = Event(seq=21, event_id="victim", recorded_at=last.recorded_at, table_version=version,
+                   kind="chat_turn", tenant="default", source="chat#9", content="later", salt="11" * 16)
+    record = ErasureRecord.build("early", [Erased.of(21, "victim", commitment_of(victim), victim.recorded_at,
+                                                     version)])
+    erasure = seal(Event(seq=20, event_id="early", recorded_at=last.recorded_at, table_version=version,
+                         kind="erasure", tenant="default", source="refold:erasure", content=record.content(),
+                         salt="00" * 16, erasure_id="early"), last.link)
+    victim = seal(victim, erasure.link)
+    tombstone = victim.with_(kind="tombstone", erasure_id="early", tenant=None, source=None, content=None,
+                             salt=None)
+    write_deltalake(dt, events_to_table([erasure, tombstone]), mode="append")
+    _bad(mem, 21, "seq 21: tombstone is named by an erasure recorded before it, at seq 20")
 
 
 def test_forged_erasure_at_the_tail_is_caught_by_the_published_head(mem):
