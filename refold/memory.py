@@ -22,6 +22,7 @@ from refold.fold.spec import FoldSpec
 from refold.storage.epoch import read_epoch
 from refold.storage.layout import Layout, Mode, read_settings, write_settings
 from refold.storage.log import EventLog, Head
+from refold.storage.signing import load_public_key
 from refold.storage.verify import VerifyReport, verify
 
 if TYPE_CHECKING:
@@ -127,8 +128,11 @@ class Memory:
         """The log as a polars DataFrame (``since`` inclusive, ``until`` exclusive, ``as_of`` record time)."""
         return self.log_store.read(since=since, until=until, as_of=as_of)
 
-    def verify(self, *, against: Head | str | Path | None = None) -> VerifyReport:
-        """Recompute the chain; ``against`` is a head (or a JSON file of one) kept elsewhere."""
+    def verify(self, *, against: Head | str | Path | None = None, signed_heads: bool = False,
+               public_key: str | Path | None = None) -> VerifyReport:
+        """Recompute the chain; ``against`` is a head (or a JSON file of one) kept elsewhere;
+        ``signed_heads``: the log must end at a head signed with the store's key, or with the
+        Ed25519 public key in the PEM file ``public_key`` (see docs/verify.md)."""
         if isinstance(against, (str, Path)):
             try:
                 against = Head.from_json(json.loads(Path(against).read_text()))
@@ -136,7 +140,8 @@ class Memory:
                 raise ValidationError(
                     f"cannot read a chain head from {against}: {exc}; save one with `refold head STORE --json`"
                 ) from exc
-        return verify(self.log_store, against=against)
+        key = load_public_key(public_key) if public_key is not None else None
+        return verify(self.log_store, against=against, signed_heads=signed_heads, public_key=key)
 
     def head(self) -> Head:
         """The newest position of the log (seq -1 when empty)."""

@@ -35,6 +35,7 @@ from refold.fold.spec import FoldSpec
 from refold.folding import extract_missing, needs_extraction
 from refold.storage.delta_io import read_files
 from refold.storage.erased_ids import is_pseudonym, pseudonyms
+from refold.storage.log_range import check_range, last_seq
 from refold.storage.table_handles import shared_table
 from refold.storage.schema import EVENTS_SCHEMA, table_to_events
 from refold.storage.snapshots import SnapshotInfo, SnapshotStore
@@ -88,8 +89,12 @@ class DeltaSource:
             with shared_table(self.log.layout.events, self.log.storage_options).view() as dt:
                 rows = read_files(dt, EVENTS_SCHEMA, prune=[{"seq": (start_read, None)},
                                                             {"kind": ("tombstone", "tombstone")}]).sort_by("seq")
+                end = last_seq(dt)
             before = pc.sum(pc.less(rows["seq"], start_read)).as_py() or 0  # rows are sorted by seq
             tail_rows, tombs = rows.slice(before), rows.slice(0, before)
+            # the pruning trusted the files' statistics: the tail must be every seq from start_read
+            # to the end, once each, or the fold would silently lack events
+            check_range(tail_rows["seq"], start_read, end, store=self.log.layout.root)
             self._cached = (start_read, list(table_to_events(tail_rows)),
                             list(zip(tombs["seq"].to_pylist(), tombs["event_id"].to_pylist())))
         first, events, tombs = self._cached

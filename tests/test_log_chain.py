@@ -245,7 +245,9 @@ def test_commit_pointed_at_an_older_data_file(mem):
             action["add"]["path"] = old_path
         lines.append(json.dumps(action))
     commit.write_text("\n".join(lines) + "\n")
-    _bad(mem, 10, "seq 10: missing")
+    # the table now lists version 1's file once, with version 3's statistics (seq 10..14): pruned
+    # reads of seqs 0..4 skip the only file that holds them, which comes before the missing 10
+    _bad(mem, 0, "seq 10: missing", "seq in [10, 14]")
 
 
 def test_data_file_copied_in_again(mem):
@@ -327,7 +329,8 @@ def test_consistent_rewrite_of_the_tail_caught_by_the_head(mem):
             pa.Table.from_pylist(keep, schema=events_to_table(rows).schema), events_to_table(rows)
         ]) if keep else events_to_table(rows)
         pq.write_table(table, path)
-    _bad(mem, 19, "differs from the recorded head")
+    # every published head is checked: the first one past the rewrite (seq 14) tells
+    _bad(mem, 14, "seq 14: link differs from the recorded head", "seq 19: link differs")
 
 
 def test_verify_against_a_head_from_another_history(mem, tmp_path):

@@ -1,4 +1,4 @@
-"""Log commands: init, append, log, verify, head."""
+"""Log commands: init, append, log, verify, head, signing-key, sign-head."""
 
 from __future__ import annotations
 
@@ -81,20 +81,79 @@ def log_cmd(store: str, since: int | None, as_of: str | None, fmt: str, as_json:
 @store_argument
 @click.option("--against", type=click.Path(dir_okay=False, exists=True),
               help="A chain head kept outside the store (from `refold head --json`).")
+@click.option("--signed-heads", is_flag=True,
+              help="Require the log to end at a head signed with the store's recorded key.")
+@click.option("--public-key", type=click.Path(dir_okay=False, exists=True),
+              help="The operator's Ed25519 public key (PEM) to check signed heads with; implies --signed-heads.")
 @json_option
-def verify(store: str, against: str | None, as_json: bool) -> None:
-    """Recompute the chain. Exit 0 when intact; exit 1 naming the first bad seq."""
-    report = open_store(store).verify(against=against)
+def verify(store: str, against: str | None, signed_heads: bool, public_key: str | None, as_json: bool) -> None:
+    """Recompute the chain and check statistics, tombstones and heads (docs/verify.md).
+
+    Exit 0 when intact; exit 1 when a check failed (naming the first bad seq when there is one,
+    and each bad line of the published heads)."""
+    from refold.fold.errors import IntegrityError
+    from refold.storage.verify import VerifyReport
+
+    try:
+        mem = open_store(store)
+    except IntegrityError as exc:  # the Delta log itself does not load: a finding, not a usage error
+        report = VerifyReport(ok=False, events=0, head=None, first_bad_seq=exc.first_bad_seq, problems=(str(exc),))
+    else:
+        report = mem.verify(against=against, signed_heads=signed_heads, public_key=public_key)
     if as_json:
         emit_json(report.as_json())
-    elif report.ok:
+        sys.exit(0 if report.ok else 1)
+    for note in report.notes:
+        click.echo(f"note: {note}", err=True)
+    if report.ok:
+        signed = (f", signed by key {report.signed['key'][:16]}… ({report.signed['key_from']})"
+                  if report.signed else "")
         click.echo(f"ok: {report.events} event(s), chain intact"
-                   + (f", head seq {report.head.seq}" if report.head else ""))
+                   + (f", head seq {report.head.seq}" if report.head else "") + signed)
     else:
-        click.echo(f"TAMPERED: first bad seq {report.first_bad_seq}", err=True)
+        where = (f"first bad seq {report.first_bad_seq}" if report.first_bad_seq is not None
+                 else "no single bad seq to name")
+        click.echo(f"TAMPERED: {where}", err=True)
         for problem in report.problems:
             click.echo(f"  {problem}", err=True)
     sys.exit(0 if report.ok else 1)
+
+
+@main.command("signing-key")
+@store_argument
+@click.option("--key", "key_path", required=True, type=click.Path(dir_okay=False),
+              help="The Ed25519 private key (PEM), outside the store; created when absent.")
+@json_option
+def signing_key(store: str, key_path: str, as_json: bool) -> None:
+    """Set up signed heads: record KEY's public key in STORE and sign its current head.
+
+    Later appends sign their heads when REFOLD_SIGNING_KEY names KEY."""
+    from refold.storage.signing import set_up_signing, sign_current_head
+
+    mem = open_store(store)
+    fingerprint = set_up_signing(mem.layout, key_path)
+    head = sign_current_head(mem.log_store, key_path)
+    if as_json:
+        emit_json({"key": fingerprint, "signed_head": head.as_json()})
+    else:
+        click.echo(f"key {fingerprint} recorded; head seq {head.seq} signed. Keep {key_path} outside the store "
+                   f"and set REFOLD_SIGNING_KEY={key_path} for every process that appends.")
+
+
+@main.command("sign-head")
+@store_argument
+@click.option("--key", "key_path", type=click.Path(dir_okay=False, exists=True),
+              help="The Ed25519 private key (PEM); default: REFOLD_SIGNING_KEY.")
+@json_option
+def sign_head(store: str, key_path: str | None, as_json: bool) -> None:
+    """Sign the current head, after a full verify passes (e.g. after a crash left it unsigned)."""
+    from refold.storage.signing import sign_current_head
+
+    head = sign_current_head(open_store(store).log_store, key_path)
+    if as_json:
+        emit_json(head.as_json())
+    else:
+        click.echo(f"signed head seq {head.seq}")
 
 
 @main.command()

@@ -56,6 +56,7 @@ from refold.fold.events import NewEvent, new_event_id
 from .erased_ids import pseudonyms
 from .layout import atomic_write_json, read_settings
 from .log import EventLog
+from .erasure_records import record_for
 from .erasure_plan import ErasurePlan, RefoldOutcome, load_journal, make_plan, pending_journal
 from .receipts import Receipt, list_receipts
 from .scan import scan_report
@@ -221,7 +222,13 @@ class _Run:
         # id is the erasure id, so a rerun after a crash finds it instead of appending it again.
         system = EventLog(self.layout, storage_options=self.log.storage_options,
                           protector=lambda _e: {"erasure_id": eid})
-        (seq,) = system.append([NewEvent(kind="erasure", content=f"erasure {eid}",
+        # its content is the erasure record: the events the tombstone step will replace, as they
+        # stand now, so that verify accepts exactly those tombstones and no others; it names them
+        # by their ids' pseudonyms, as the tombstones will (a caller's id may be personal data)
+        record = record_for(self.log, eid, self.plan.tombstone_seqs,
+                            {e["seq"]: e["commitment"] for e in self.plan.events},
+                            pseudonym=pseudonyms(self.layout.root, create=True))
+        (seq,) = system.append([NewEvent(kind="erasure", content=record.content(),
                                          source="refold:erasure", event_id=eid)])
         return {"seq": seq}
 

@@ -62,11 +62,93 @@ class Head:
         )
 
 
-def publish_head(folder: str | os.PathLike, head: Head, *, keep: int = 16) -> None:
-    """Append ``head`` to the folder's journal. Best effort: the commit already landed, so a
-    failure here warns instead of failing the append."""
+@dataclass(frozen=True)
+class HeadLine:
+    """One entry of the published heads as ``verify`` reads them: where it is (``heads.jsonl
+    line 7``, or a legacy file's name) and the head, or why it is not one."""
+
+    where: str
+    head: Head | None
+    error: str | None = None
+    #: the start of a head a crash cut short (or a legacy file it left empty): no claim, not an error
+    torn: bool = False
+    #: a signed head's Ed25519 signature (hex) and its key's fingerprint (refold.storage.signing)
+    signature: str | None = None
+    key: str | None = None
+
+
+def _strict_head(value: Any) -> Head:
+    """A head from parsed JSON, refusing what no writer produces (ValueError saying what)."""
+    if not isinstance(value, dict):
+        raise ValueError("not a JSON object")
+    missing = [k for k in ("seq", "link", "recorded_at", "table_version") if k not in value]
+    if missing:
+        raise ValueError(f"missing {', '.join(missing)}")
+    seq, link, version = value["seq"], value["link"], value["table_version"]
+    if not isinstance(seq, int) or isinstance(seq, bool) or seq < -1:
+        raise ValueError(f"seq {seq!r} is not a log position")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 0:
+        raise ValueError(f"table_version {version!r} is not a table version")
+    if not isinstance(link, str) or len(link) != 64 or any(c not in "0123456789abcdef" for c in link):
+        raise ValueError("link is not a SHA-256 hash in hex")
+    if not isinstance(value["recorded_at"], str):
+        raise ValueError("recorded_at is not a time")
+    return Head.from_json(value)
+
+
+def read_head_lines(folder: str | os.PathLike) -> list[HeadLine]:
+    """Every published head in ``folder`` (the whole journal, then files of older stores), each
+    parsed on its own so that one bad line is reported without hiding the others."""
+    folder = Path(folder)
+    out: list[HeadLine] = []
     try:
-        _journal(Path(folder)).append(head, keep=keep)
+        text = (folder / JOURNAL).read_bytes()
+    except FileNotFoundError:
+        text = b""
+    for number, line in enumerate(text.split(b"\n"), start=1):
+        if not line.strip():
+            continue
+        where = f"{JOURNAL} line {number}"
+        try:
+            value = json.loads(line)
+            head = _strict_head(value)
+            signature, key = value.get("sig"), value.get("key")
+            if not (signature is None or isinstance(signature, str)) or not (key is None or isinstance(key, str)):
+                raise ValueError("sig or key is not a string")
+            out.append(HeadLine(where, head, signature=signature, key=key))
+        except (ValueError, TypeError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+            out.append(HeadLine(where, None, str(exc), torn=_cut_short(line)))
+    for path in sorted(folder.glob(_HEAD_GLOB)) if folder.exists() else ():
+        try:
+            text = path.read_bytes()
+            out.append(HeadLine(path.name, _strict_head(json.loads(text))))
+        except (OSError, ValueError, TypeError) as exc:
+            out.append(HeadLine(path.name, None, str(exc), torn=_cut_short(text) if not isinstance(exc, OSError)
+                                else False))
+    return out
+
+
+_LINE_START = b'{"seq": '  # how every head refold writes begins (json.dumps of Head.as_json)
+
+
+def _cut_short(text: bytes) -> bool:
+    """Whether ``text``, which does not parse, is what a write cut short by a crash leaves: empty,
+    or the beginning of a head as refold writes it (no closing brace)."""
+    text = text.strip()
+    if _LINE_START.startswith(text):
+        return True
+    return text.startswith(_LINE_START) and not text.endswith(b"}")
+
+
+def publish_head(folder: str | os.PathLike, head: Head, *, keep: int = 16, signer=None) -> None:
+    """Append ``head`` to the folder's journal, signed when a ``signer``
+    (:class:`~refold.storage.signing.HeadSigner`) is given. Best effort: the commit already
+    landed, so a failure here warns instead of failing the append."""
+    line = head.as_json()
+    if signer is not None:
+        line.update(signer.sign(head))
+    try:
+        _journal(Path(folder)).append(line, keep=keep)
     except OSError as exc:
         warnings.warn(f"refold: could not publish the chain head of version "
                       f"{head.table_version} under {folder}: {exc}", RuntimeWarning, stacklevel=3)
@@ -96,9 +178,9 @@ class _Journal:
         self.fd: int | None = None
         self.inode: int | None = None
 
-    def append(self, head: Head, *, keep: int) -> None:
+    def append(self, value: dict[str, Any], *, keep: int) -> None:
         # the newline goes first: a line a crash cut short is closed by the next one, not joined
-        line = ("\n" + json.dumps(head.as_json())).encode()
+        line = ("\n" + json.dumps(value)).encode()
         with self.lock:
             self._open_current()
             os.write(self.fd, line)
@@ -121,9 +203,10 @@ class _Journal:
         self.inode = os.fstat(self.fd).st_ino
 
     def _rotate(self, keep: int) -> None:
-        newest = sorted(_journal_tail(self.path), key=lambda h: h.table_version)[-keep:]
+        # the lines as written (a signed head keeps its signature), newest heads last
+        newest = sorted(_journal_tail(self.path, raw=True), key=lambda v: v[0].table_version)[-keep:]
         tmp = self.path.with_name(f".tmp-{os.getpid()}-{threading.get_ident()}-{JOURNAL}")
-        tmp.write_text("".join("\n" + json.dumps(h.as_json()) for h in newest), encoding="utf-8")
+        tmp.write_text("".join("\n" + json.dumps(value) for _, value in newest), encoding="utf-8")
         os.replace(tmp, self.path)
         for old in sorted(self.path.parent.glob(_HEAD_GLOB)):  # superseded by the journal
             old.unlink(missing_ok=True)
@@ -145,8 +228,9 @@ def _journal(folder: Path) -> _Journal:
     return journal
 
 
-def _journal_tail(path: Path) -> list[Head]:
-    """The heads in the last :data:`_TAIL` bytes of a journal; lines a crash cut short are skipped."""
+def _journal_tail(path: Path, *, raw: bool = False) -> list:
+    """The heads in the last :data:`_TAIL` bytes of a journal; lines a crash cut short are skipped.
+    ``raw``: (head, the line's parsed JSON) pairs."""
     try:
         with open(path, "rb") as f:
             size = f.seek(0, os.SEEK_END)
@@ -156,10 +240,12 @@ def _journal_tail(path: Path) -> list[Head]:
         return []
     if size > _TAIL:
         lines = lines[1:]  # the first line read may be the end of a longer one
-    heads = []
+    heads: list = []
     for line in lines:
         try:
-            heads.append(Head.from_json(json.loads(line)))
+            value = json.loads(line)
+            head = Head.from_json(value)
         except (ValueError, KeyError, TypeError):
             continue
+        heads.append((head, value) if raw else head)
     return heads

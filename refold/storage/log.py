@@ -51,10 +51,10 @@ from typing import Any
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 from deltalake import CommitProperties, DeltaTable
-from deltalake.exceptions import CommitFailedError, TableNotFoundError
+from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
 from refold.fold.chain import GENESIS
-from refold.fold.errors import ConflictError, StoreError
+from refold.fold.errors import ConflictError, IntegrityError, StoreError
 from refold.fold.events import ERASED_ID_PREFIX, Event, NewEvent
 from .erased_ids import pseudonyms
 from .layout import Layout
@@ -65,6 +65,7 @@ from . import delta_commit
 from .datafiles import WRITER_PROPERTIES, write_rows
 from .schema import EVENTS_SCHEMA, TABLE_CONFIGURATION
 from .sealing import Sealed, seal_rows
+from .signing import signer_from_env
 
 #: Once this many data files have been added since the last compaction, the append that added the
 #: last one merges them (0: never). delta-rs's commit cost grows with the number of files: a
@@ -115,6 +116,11 @@ class EventLog(LogReader):
             raise StoreError(
                 f"no event log at {layout.events}; create the store with `refold init {layout.root}`"
             ) from None
+        except DeltaError as exc:  # a commit file or checkpoint that does not parse
+            raise IntegrityError(
+                f"the event log at {layout.events} cannot be loaded: its Delta log (_delta_log) was changed or "
+                f"damaged ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
+            ) from None
 
     def _init_caches(self) -> None:
         self._lock = threading.RLock()  # appends of one EventLog take turns (see module doc)
@@ -132,6 +138,7 @@ class EventLog(LogReader):
         self._uri_prefix = ""  # what DeltaTable.file_uris() puts before a data file's name
         self._checkpoint_every = 100  # delta.checkpointInterval
         self._added: str | None = None  # the data file _write just committed itself
+        self._signer = signer_from_env(self.layout)  # signs published heads (REFOLD_SIGNING_KEY)
 
     def __getstate__(self) -> dict[str, Any]:  # picklable (Ray): caches are rebuilt on arrival
         return {k: self.__dict__[k] for k in ("layout", "storage_options", "protector")}
@@ -442,4 +449,4 @@ class EventLog(LogReader):
 
     def _publish_head(self, head: Head, keep: int = 16) -> None:
         if self.layout.is_local:
-            publish_head(self.layout.heads, head, keep=keep)
+            publish_head(self.layout.heads, head, keep=keep, signer=self._signer)

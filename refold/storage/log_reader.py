@@ -13,6 +13,7 @@ import pyarrow.compute as pc
 from deltalake import DeltaTable
 
 from refold.fold.chain import GENESIS
+from refold.fold.errors import IntegrityError
 from refold.fold.events import Event
 from .delta_io import Bounds, read_arrow, read_files
 from .table_handles import shared_table
@@ -101,7 +102,12 @@ class LogReader:
             found = sorted(seqs.to_pylist())
             rows = read_files(view, EVENTS_SCHEMA, columns=wanted, where={"kind": kinds, "seq": found},
                               prune=[{**p, "seq": (found[0], found[-1])} for p in prune])
-        return rows.sort_by("seq")
+        rows = rows.sort_by("seq")
+        if rows["seq"].to_pylist() != found:  # both phases pruned by statistics: they must agree
+            raise IntegrityError(
+                f"the log's rows of kind {', '.join(kinds)} differ between two reads of one version (statistics "
+                f"in the Delta log hide some); run `refold verify {self.layout.root}`")
+        return rows
 
     def read(self, *, since: int | None = None, until: int | None = None,
              as_of: int | str | datetime | None = None) -> pl.DataFrame:

@@ -3,8 +3,15 @@
 Checks, in seq order: seqs contiguous from 0 with one row each (identical copies, as left by a
 duplicated or replaced data file, are reported too); each non-tombstone commitment recomputed from its
 fields; each ``prev_link`` equal to the previous row's link and each ``link`` recomputed; each
-tombstone covered by an ``erasure`` event with its erasure id; and finally the tail against the
-newest published head (or a head kept elsewhere), which catches a removed newest commit.
+tombstone named, with the fields it kept, by the record of an erasure recorded in the chain after it
+(:mod:`refold.fold.erasure_record`). Besides the rows: each data file's Delta statistics (min/max
+per column, row count), which reads prune files by, against the file's actual rows; every published
+head under ``receipts/heads`` (each line on its own: a malformed one is reported, named, and does
+not hide the rest) and the head kept elsewhere (``against``) against the log, which catches a
+removed newest commit; and whether an erasure recorded *after* that reference head tombstoned an
+event the head vouched for (a forged erasure appended at the tail looks exactly like that).
+
+Never raises on table content: whatever a row or a file holds becomes a finding.
 """
 
 from __future__ import annotations
@@ -14,11 +21,21 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from refold.fold.errors import ValidationError
 from refold.fold.chain import GENESIS, commitment_of, link_of
+from refold.fold.erasure_record import Erased, ErasureRecord, tombstone_problem
 from refold.fold.events import Event
+from .heads import read_head_lines
 from .log import EventLog, Head
 from .schema import EVENTS_SCHEMA, table_to_events
+from .signing import KEY_ENV, PUBLIC_KEY_FILE, fingerprint, recorded_public_key, signature_ok
+from .verify_stats import statistics_problems
+
+#: what a field may raise when a stored value has the wrong shape (a null inside a list, a
+#: non-hex hash, a null where the header needs a value)
+_MALFORMED = (TypeError, ValueError, AttributeError, OverflowError, KeyError)
 
 
 @dataclass(frozen=True)
@@ -30,29 +47,41 @@ class VerifyReport:
     head: Head | None
     first_bad_seq: int | None = None
     problems: tuple[str, ...] = field(default=())
+    #: with ``signed_heads``: the key checked against ({"key": fingerprint, "key_from": "pinned" or
+    #: "store"}) and the newest correctly signed head's seq ("signed_seq", None when there is none)
+    signed: dict | None = None
+    #: findings that are not problems (a published head a crash cut short)
+    notes: tuple[str, ...] = field(default=())
 
     def as_json(self) -> dict:
-        return {
+        out = {
             "ok": self.ok,
             "events": self.events,
             "head": self.head.as_json() if self.head else None,
             "first_bad_seq": self.first_bad_seq,
             "problems": list(self.problems),
+            "notes": list(self.notes),
         }
+        if self.signed is not None:
+            out["signed"] = dict(self.signed)
+        return out
 
 
 def _read_events(log: EventLog) -> tuple[list[Event], list[tuple[int | None, str]]]:
     """All events, reading file by file so one damaged file does not hide the others.
 
     A file that cannot be read, holds text that is not UTF-8, or a field that does not decode
-    (a garbled ``fact``) is a finding named by its lowest seq, not a crash.
+    (a garbled ``fact``) is a finding named by its lowest seq, not a crash; so is a file whose
+    statistics in the Delta log do not cover its rows.
     """
     dt = log._table()
     if not log.layout.is_local:
-        return list(table_to_events(log.arrow())), []
+        return _decoded(log.arrow(), "the log")
     actions = pa.table(dt.get_add_actions(flatten=True)).to_pylist()
     events: list[Event] = []
     broken: list[tuple[int | None, str]] = []
+    findings = []
+    covered: set[int] = set()  # seqs held by a file whose statistics cover them
     for action in actions:
         path = Path(log.layout.events) / action["path"]
         try:
@@ -61,31 +90,98 @@ def _read_events(log: EventLog) -> tuple[list[Event], list[tuple[int | None, str
         except Exception as exc:  # noqa: BLE001 - any unreadable file is a finding, not a crash
             broken.append((action.get("min.seq"), f"data file {action['path']} unreadable: {exc}"))
             continue
-        try:
-            events.extend(table_to_events(table))
-        except Exception:  # noqa: BLE001 - find the row that does not decode
-            for i in range(table.num_rows):
-                row = table.slice(i, 1)
-                try:
-                    events.extend(table_to_events(row))
-                except Exception as exc:  # noqa: BLE001
-                    seq = row["seq"][0].as_py()
-                    broken.append((seq, f"seq {seq}: a stored field does not decode ({exc})"))
+        finding = statistics_problems(action, table)
+        found, bad = _decoded(table, f"data file {action['path']}")
+        events += found
+        broken += bad
+        if finding is not None:
+            findings.append(finding)
+            covered.update(e.seq for e in found if e.seq not in finding.hidden)
+        else:
+            covered.update(e.seq for e in found)
+    if findings:
+        # a row is hidden only if no file whose statistics cover it holds it too (a stale copy
+        # of a file, say, hides nothing: its rows are read from the original)
+        for finding in findings:
+            lost = sorted(finding.hidden - covered)
+            broken.append((lost[0] if lost else None, finding.message))
     events.sort(key=lambda e: e.seq)
     return events, broken
 
 
-def verify(log: EventLog, *, against: Head | None = None) -> VerifyReport:
-    """Recompute commitments and links; compare the tail with ``against`` or the published head.
+def _decoded(table: pa.Table, where: str) -> tuple[list[Event], list[tuple[int | None, str]]]:
+    """The rows of ``table`` as events; rows without a seq, or that do not decode, as findings."""
+    broken: list[tuple[int | None, str]] = []
+    nulls = table["seq"].null_count
+    if nulls:
+        broken.append((None, f"{where}: {nulls} row(s) without a seq (a row was rewritten)"))
+        table = table.filter(table["seq"].is_valid())
+    try:
+        return list(table_to_events(table)), broken
+    except Exception:  # noqa: BLE001 - find the row that does not decode
+        events = []
+        for i in range(table.num_rows):
+            row = table.slice(i, 1)
+            try:
+                events.extend(table_to_events(row))
+            except Exception as exc:  # noqa: BLE001
+                seq = row["seq"][0].as_py()
+                broken.append((seq, f"seq {seq}: a stored field does not decode ({exc})"))
+        return events, broken
 
-    ``first_bad_seq`` is the first position whose event is missing, altered, or claimed by two
-    different rows; when nothing else is wrong but some rows are stored twice (a data file copied,
-    or one replaced by an older one), it is the first duplicated seq.
+
+@dataclass(frozen=True)
+class _Recorded:
+    """Erasure records found in the log: per seq, {erasure id: (entry, seq of the erasure event)}."""
+
+    named: dict[int, dict[str, tuple[Erased, int]]]
+    problems: list[tuple[int, str]]
+
+    @classmethod
+    def of(cls, events: list[Event]) -> "_Recorded":
+        named: dict[int, dict[str, tuple[Erased, int]]] = {}
+        problems = []
+        for e in events:
+            if e.kind != "erasure" or e.is_tombstone:
+                continue
+            try:
+                record = ErasureRecord.parse(e.content)
+            except ValueError as exc:
+                problems.append((e.seq, f"seq {e.seq}: erasure {e.erasure_id!r} does not list the events it "
+                                        f"erased ({exc}); its tombstones cannot be told from forged ones"))
+                continue
+            if record.erasure_id != e.erasure_id:
+                problems.append((e.seq, f"seq {e.seq}: erasure record names erasure {record.erasure_id!r}, "
+                                        f"the event {e.erasure_id!r}"))
+                continue
+            for entry in record.erased:
+                named.setdefault(entry.seq, {})[record.erasure_id] = (entry, e.seq)
+        return cls(named, problems)
+
+    def entry(self, tombstone: Event) -> tuple[Erased | None, int | None]:
+        found = self.named.get(tombstone.seq, {}).get(tombstone.erasure_id or "")
+        return found if found else (None, None)
+
+
+def verify(log: EventLog, *, against: Head | None = None, signed_heads: bool = False,
+           public_key: Ed25519PublicKey | None = None) -> VerifyReport:
+    """Recompute commitments and links; check statistics, tombstones and published heads; compare
+    the tail with ``against`` (a head kept elsewhere) or the newest published head.
+
+    ``first_bad_seq`` is the first position whose event is missing, altered, claimed by two
+    different rows, or hidden from pruned reads by wrong statistics; when nothing else is wrong but
+    some rows are stored twice (a data file copied, or one replaced by an older one), it is the
+    first duplicated seq. A problem with a published-heads line alone leaves it None.
+
+    ``signed_heads`` (implied by ``public_key``): the log must end at a head signed by the
+    operator's key (:mod:`refold.storage.signing`): ``public_key`` when given (pinned by the
+    caller), else the one the store records; events past the newest signed head are reported
+    from the first of them, and that head is the reference for erasures recorded after it.
     """
     events, broken = _read_events(log)
     problems: list[str] = [msg for _, msg in broken]
     bad: list[int] = [seq for seq, _ in broken if seq is not None]
-    erasures = {e.erasure_id for e in events if e.kind == "erasure" and e.erasure_id}
+    recorded = _Recorded.of(events)
     by_seq: dict[int, list[Event]] = {}
     for event in events:
         by_seq.setdefault(event.seq, []).append(event)
@@ -95,6 +191,7 @@ def verify(log: EventLog, *, against: Head | None = None) -> VerifyReport:
     prev = GENESIS
     last: Event | None = None
     duplicated: list[int] = []
+    intact = not (by_seq and min(by_seq) < 0)  # until the walk below breaks
     for expected in range(max(by_seq, default=-1) + 1):
         rows = list(dict.fromkeys(by_seq.get(expected, ())))  # identical copies count once
         if not rows:
@@ -102,14 +199,19 @@ def verify(log: EventLog, *, against: Head | None = None) -> VerifyReport:
         elif len(rows) > 1:
             problem = f"seq {expected}: {len(rows)} different rows claim this position (a row was inserted)"
         else:
-            problem = _check(rows[0], expected, prev, erasures)
+            problem = _check(rows[0], expected, prev, recorded)
         if problem:
             problems.append(problem)
             bad.append(expected)
+            intact = False
             break
         if len(by_seq[expected]) > 1:
             duplicated.append(expected)
         prev, last = rows[0].link, rows[0]
+    for seq, problem in recorded.problems:
+        if last is not None and seq <= last.seq:  # (past the first break, the chain speaks first)
+            problems.append(problem)
+            bad.append(seq)
     if duplicated:
         problems.append(
             f"{len(duplicated)} event(s) stored more than once, from seq {duplicated[0]} to "
@@ -117,41 +219,152 @@ def verify(log: EventLog, *, against: Head | None = None) -> VerifyReport:
         )
         if not bad:
             bad.append(duplicated[0])
-    reference = against or log.published_head()
-    if reference is not None and not bad:
-        last_seq = last.seq if last else -1
-        if reference.seq > last_seq:
-            problems.append(
-                f"log ends at seq {last_seq} but the recorded head is at seq {reference.seq}: "
-                "the tail was truncated"
-            )
-            bad.append(last_seq + 1)
-        elif reference.seq >= 0 and by_seq[reference.seq][0].link != reference.link:
-            problems.append(f"seq {reference.seq}: link differs from the recorded head "
-                            "(the log was rewritten up to here)")
-            bad.append(reference.seq)
-    head = Head(last.seq, last.link, last.recorded_at, log._table().version()) if last else None
+    signed, notes = None, []
+    if log.layout.is_local or against is not None:
+        signed = _check_heads(log, against, by_seq, last if intact else None, recorded, problems, bad, notes,
+                              signed_heads=signed_heads or public_key is not None, public_key=public_key)
+    try:
+        head = Head(last.seq, last.link, last.recorded_at, log._table().version()) if last else None
+    except _MALFORMED:
+        head = None
     first = min(bad) if bad else None
     return VerifyReport(ok=not problems, events=len(events), head=head, first_bad_seq=first,
-                        problems=tuple(problems))
+                        problems=tuple(problems), signed=signed, notes=tuple(notes))
 
 
-def _check(event: Event, expected: int, prev: str, erasures: set[str]) -> str | None:
+def _check_heads(log: EventLog, against: Head | None, by_seq: dict[int, list[Event]], last: Event | None,
+                 recorded: _Recorded, problems: list[str], bad: list[int], notes: list[str], *, signed_heads: bool,
+                 public_key: Ed25519PublicKey | None) -> dict | None:
+    """Every published head, then ``against``, against the log (see the module docstring);
+    ``last`` is the last event of an intact chain (None when the chain is broken or empty)."""
+    chain_ok = last is not None or not by_seq
+    last_seq = last.seq if last is not None else -1
+    lines = read_head_lines(log.layout.heads) if log.layout.is_local else []
+    heads_dir = "receipts/heads"
+    published: list[Head] = []
+    for line in lines:
+        if line.head is None and line.torn:
+            notes.append(f"{heads_dir}/{line.where}: a head cut short by a crash during its write; ignored")
+            continue
+        if line.head is None:
+            problems.append(f"{heads_dir}/{line.where}: not a chain head ({line.error}); neither refold nor a "
+                            "crash writes this: remove the line (keep a copy) and run verify again")
+            continue
+        if not chain_ok:
+            continue  # the log itself is damaged: its heads say nothing more
+        problem = _head_problem(line.head, by_seq, last_seq, "recorded head")
+        if problem:
+            problems.append(f"{heads_dir}/{line.where}: {problem}; if the log is intact, this line is "
+                            "not a head refold published: remove it")
+            bad.append(min(line.head.seq, last_seq + 1))
+        else:
+            published.append(line.head)
+    signed, source = None, "the newest published head"
+    if signed_heads:
+        signed, newest_signed = _check_signatures(log, lines, public_key, last_seq if chain_ok else None,
+                                                  problems, bad)
+        if newest_signed is not None:  # the reference below: only a signed head vouches
+            published, source = [newest_signed], "the newest signed head"
+    if not chain_ok:
+        return signed
+    reference = against
+    if against is not None:
+        problem = _head_problem(against, by_seq, last_seq, "recorded head kept elsewhere")
+        if problem:
+            problems.append(problem)
+            bad.append(min(against.seq, last_seq + 1))
+            return signed
+    elif published:
+        reference = max(published, key=lambda h: (h.seq, h.table_version))
+    if reference is None or reference.seq >= last_seq:
+        return signed
+    source = "the head kept elsewhere" if against is not None else source
+    for seq in range(reference.seq + 1):
+        event = by_seq[seq][0]
+        if not event.is_tombstone:
+            continue
+        _, erasure_seq = recorded.entry(event)
+        if erasure_seq is not None and erasure_seq > reference.seq:
+            problems.append(
+                f"seq {seq}: erased by erasure {event.erasure_id!r} recorded at seq {erasure_seq}, after "
+                f"{source} (seq {reference.seq}), which vouches for this event; a forged erasure "
+                "appended at the tail looks exactly like this. If the erasure is yours (see its receipt "
+                "under receipts/), keep a head taken after it (`refold head STORE --json`)")
+            bad.append(seq)
+            return signed
+    return signed
+
+
+def _check_signatures(log: EventLog, lines, public_key: Ed25519PublicKey | None, last_seq: int | None,
+                      problems: list[str], bad: list[int]) -> tuple[dict, Head | None]:
+    """Signed published heads (see :func:`verify`): (the report's ``signed``, the newest head
+    correctly signed, None when there is none). ``last_seq`` None: the chain is broken."""
+    key_from = "pinned"
+    if public_key is None:
+        key_from = "store"
+        try:
+            public_key = recorded_public_key(log.layout)
+        except ValidationError as exc:
+            problems.append(f"receipts/heads/{PUBLIC_KEY_FILE}: {exc}")
+            return {"key": None, "key_from": key_from, "signed_seq": None}, None
+        if public_key is None:
+            problems.append("the store records no head-signing key: set one up with `refold signing-key "
+                            "STORE --key PATH`, or pass the operator's public key with --public-key")
+            return {"key": None, "key_from": key_from, "signed_seq": None}, None
+    key = fingerprint(public_key)
+    newest: Head | None = None
+    for line in lines:
+        if line.head is None or line.signature is None:
+            continue  # malformed lines are reported already; unsigned ones predate the key
+        if line.key != key or not signature_ok(public_key, line.head, line.signature):
+            whose = "another key" if line.key != key else "this key, but does not verify"
+            problems.append(f"receipts/heads/{line.where}: head at seq {line.head.seq} is signed by {whose} "
+                            f"(key {key[:16]}…): a forged or altered head")
+            continue
+        if newest is None or line.head.seq > newest.seq:
+            newest = line.head
+    out = {"key": key, "key_from": key_from, "signed_seq": newest.seq if newest else None}
+    if last_seq is None:
+        return out, newest
+    covered = newest.seq if newest is not None else -1
+    if covered < last_seq:
+        problems.append(
+            f"seq {covered + 1}: events {covered + 1}..{last_seq} are not covered by a head signed with key "
+            f"{key[:16]}… ({key_from}): appended without the signing key (a forged tail), or their head was "
+            f"never published (a crash right after the commit). If they are yours, check them and sign the "
+            f"current head: `refold sign-head STORE` with {KEY_ENV} set")
+        bad.append(covered + 1)
+    return out, newest
+
+
+def _head_problem(head: Head, by_seq: dict[int, list[Event]], last_seq: int, what: str) -> str | None:
+    if head.seq > last_seq:
+        return (f"log ends at seq {last_seq} but the {what} is at seq {head.seq}: the tail was truncated")
+    if head.seq >= 0 and by_seq[head.seq][0].link != head.link:
+        return f"seq {head.seq}: link differs from the {what} (the log was rewritten up to here)"
+    if head.seq == -1 and head.link != GENESIS:
+        return f"the {what} at seq -1 does not name the empty chain"
+    return None
+
+
+def _check(event: Event, expected: int, prev: str, recorded: _Recorded) -> str | None:
     if event.prev_link != prev:
         return f"seq {expected}: prev_link does not match the link of seq {expected - 1}"
     if event.is_tombstone:
-        if event.erasure_id not in erasures:
-            return f"seq {expected}: tombstone names erasure {event.erasure_id!r}, which the log does not record"
+        entry, erasure_seq = recorded.entry(event)
+        problem = tombstone_problem(event, entry, erasure_seq)
+        if problem:
+            return problem
     else:
         try:
             commitment = commitment_of(event)
-        except ValueError:
-            return f"seq {expected}: content or salt missing or malformed in a non-tombstone event"
+        except _MALFORMED as exc:
+            return f"seq {expected}: a stored field is missing or malformed ({exc})"
         if commitment != event.commitment:
             return f"seq {expected}: stored fields do not match the commitment (a byte was changed)"
     try:
         link = link_of(prev, event.commitment)
-    except (TypeError, ValueError):
+    except _MALFORMED:
         return f"seq {expected}: the stored commitment is not a SHA-256 hash"
     if link != event.link:
         return f"seq {expected}: link does not match H(prev_link ‖ commitment)"
