@@ -92,7 +92,11 @@ class Replay:
 
 @dataclass(frozen=True)
 class TraceEntry:
-    """One event of a trace: a write (any kind but ``memory_read``) or a read (``read`` set)."""
+    """One event of a trace: a write (any kind but ``memory_read``) or a read (``read`` set).
+
+    ``erased``: a shred-mode event whose key was destroyed; its kind, position and trace id are
+    still stored in clear, its content (the read's record, the write's text) is gone.
+    """
 
     seq: int
     event_id: str
@@ -105,11 +109,13 @@ class TraceEntry:
     justification: str | None = None
     read: ReadRecord | None = None
     replay: Replay | None = None
+    erased: bool = False
 
     def as_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "seq": self.seq, "event_id": self.event_id, "kind": self.kind,
             "recorded_at": self.recorded_at.isoformat(), "tenant": self.tenant, "source": self.source,
+            "erased": self.erased,
         }
         if self.read is not None:
             out["read"] = self.read.as_json()
@@ -130,11 +136,11 @@ class TraceReport:
 
     @property
     def reads(self) -> tuple[TraceEntry, ...]:
-        return tuple(e for e in self.entries if e.read is not None)
+        return tuple(e for e in self.entries if e.kind == READ_KIND)
 
     @property
     def writes(self) -> tuple[TraceEntry, ...]:
-        return tuple(e for e in self.entries if e.read is None)
+        return tuple(e for e in self.entries if e.kind != READ_KIND)
 
     @property
     def mismatches(self) -> tuple[TraceEntry, ...]:
@@ -220,13 +226,14 @@ def trace(mem: "Memory", trace_id: str, *, replay: bool = False, embedder: Any =
 
     ``embedder``: the embedder to replay with when the read recorded none by name (an embedder
     object was passed to the search); its ``model_id`` must match the recorded one. Raises
-    :class:`NotFoundError` when no event carries the trace id (erased events carry none).
+    :class:`NotFoundError` when no event carries the trace id (tombstones carry none; a shredded
+    event keeps its trace id and is listed as ``erased``).
     """
     if not isinstance(trace_id, str) or not trace_id.strip():
         raise ValidationError(f"trace_id must be a non-empty string, got {trace_id!r}")
     events = [e for e in mem.events() if e.trace_id == trace_id]
     if not events:
-        raise NotFoundError(f"no event carries trace id {trace_id!r} (erased events carry none); "
+        raise NotFoundError(f"no event carries trace id {trace_id!r} (tombstones carry none); "
                             "list trace ids with `refold log STORE`")
     entries = [_entry(e) for e in events]
     if replay:
@@ -242,18 +249,21 @@ def _entry(e: Event) -> TraceEntry:
     return TraceEntry(seq=e.seq, event_id=e.event_id, kind=e.kind, recorded_at=e.recorded_at, tenant=e.tenant,
                       source=e.source, content=None if read else e.content,
                       fact=e.fact.as_dict() if e.fact is not None else None,
-                      justification=e.justification, read=read)
+                      justification=e.justification, read=read, erased=e.content is None)
 
 
 def _replay(mem: "Memory", read: ReadRecord, embedder: Any) -> Replay:
     """Ask ``read`` again of the log prefix it was answered at, under its spec and model."""
     from refold.embedders import get_embedder
+    from refold.fold.spec import FoldSpec
     from refold.folding import recorded_specs
     from refold.search import open_index
 
     if read.last_seq < 0:
         return Replay(same=not read.ids, error=None if not read.ids else "the log was empty")
-    spec = recorded_specs(mem).get(read.spec_hash)
+    # a store never folded explicitly searches under the default spec, which is not in the log
+    spec = recorded_specs(mem).get(read.spec_hash) or next(
+        (s for s in (FoldSpec(),) if s.hash == read.spec_hash), None)
     if spec is None:
         return Replay(same=False, error=f"spec {read.spec_hash} is no longer recorded in the log")
     emb = get_embedder(embedder if embedder is not None else read.embedder) \

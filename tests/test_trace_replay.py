@@ -136,3 +136,38 @@ def test_erasing_a_subject_erases_the_reads_that_showed_it_and_keeps_other_tenan
     # the other tenant's read showed nothing of s-x: it stays, and still replays the same
     other = mem.trace("run-o", replay=True, embedder=EMB)
     assert other.ok and other.reads[0].read.tenant == "other"
+
+
+def test_in_shred_mode_an_erased_subjects_reads_keep_only_their_trace_id(tmp_path):
+    mem = refold.init(tmp_path / "s", mode="shred")
+    mem.append([
+        {"kind": "chat_turn", "content": "Xena: I live in Quuxville.", "source": "chat#1", "subjects": ["s-x"],
+         "tenant": "acme"},
+        {"kind": "chat_turn", "content": "Bob: I live in Rome.", "source": "chat#2", "tenant": "acme"},
+    ])
+    shown = mem.search("does Xena live in Quuxville", k=1, tenant="acme", embedder=EMB, trace_id="run-x")
+    assert mem.trace("run-x", replay=True).ok
+
+    receipt = mem.erase("s-x", canaries=["Quuxville", shown["fact_id"][0]])
+    assert not receipt.scan["hits"], receipt.scan
+    report = mem.trace("run-x", replay=True)
+    [entry] = report.entries
+    assert entry.kind == READ_KIND and entry.erased and entry.read is None and entry.replay is None
+    out = _cli("trace", tmp_path / "s", "run-x", "--replay")
+    assert out.exit_code == 0 and "erased: its key was destroyed" in out.output
+
+
+def test_event_searches_and_valid_time_filters_are_recorded_and_replayed(tmp_path):
+    mem = _store(tmp_path / "s")
+    ctx = _ctx(mem, trace_id="run-e")
+    events = tools.handle("search_memory", {"query": "Rome", "k": 2, "kind": "events"}, ctx)
+    past = tools.handle("search_memory", {"query": "Xena", "k": 1, "valid_at": "2000-01-01T00:00:00+00:00"}, ctx)
+    assert past["results"] == []  # nothing was valid then
+    mem.append({"kind": "chat_turn", "content": "Rome is lovely.", "source": "chat#9", "tenant": "acme"})
+    report = mem.trace("run-e", replay=True)
+    first, second = report.reads
+    assert first.read.kind == "events" and list(first.read.ids) == [r["event_id"] for r in events["results"]]
+    assert second.read.valid_at == "2000-01-01T00:00:00+00:00" and second.read.ids == ()
+    assert report.ok and first.replay.ids == first.read.ids
+    # today's answer has the new event; the replay does not
+    assert len(mem.search("Rome", k=3, kind="events", tenant="acme", embedder=EMB)) == 3

@@ -38,6 +38,8 @@ def trace(store: str, trace_id: str, replay: bool, embedder: str | None, as_json
 
 def _line(e) -> str:
     head = f"{e.seq:>6}  {e.recorded_at.isoformat(timespec='seconds')}  {e.kind:<13}"
+    if e.erased:
+        return f"{head} (erased: its key was destroyed)"
     if e.read is None:
         text = (e.content or "").replace("\n", " ")
         fact = f"  [{e.fact['subject']} {e.fact['relation']} {e.fact['object']}]" if e.fact else ""
