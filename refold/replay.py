@@ -22,6 +22,7 @@ since then removes the erased subject's items (and the reads that showed them).
 
 from __future__ import annotations
 
+import bisect
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -206,7 +207,7 @@ def _version_of(mem: "Memory", seq: int) -> int | None:
     head = mem.head()
     if head.seq == seq:
         return head.table_version
-    rows = mem.log_store.arrow(columns=["table_version"], filter=pc.field("seq") == seq)
+    rows = mem.log_store.arrow(columns=["table_version"], prune=[{"seq": (seq, seq)}])
     return int(rows["table_version"][0].as_py()) if rows.num_rows else None
 
 
@@ -214,7 +215,10 @@ def _subjects_of(mem: "Memory", event_ids: Sequence[str]) -> list[str]:
     """Data-subject ids tagged on ``event_ids`` (sorted): what erasure looks for in a read."""
     if not event_ids:
         return []
-    rows = mem.log_store.arrow(columns=["subjects"], filter=pc.field("event_id").isin(sorted(set(event_ids))))
+    ids = sorted(set(event_ids))
+    # event ids are time-ordered, so per-id bounds skip most data files unread
+    rows = mem.log_store.arrow(columns=["subjects"], filter=pc.field("event_id").isin(ids),
+                               prune=[{"event_id": (i, i)} for i in ids])
     return sorted({s for tags in rows["subjects"].to_pylist() for s in (tags or ())})
 
 
@@ -231,13 +235,15 @@ def trace(mem: "Memory", trace_id: str, *, replay: bool = False, embedder: Any =
     """
     if not isinstance(trace_id, str) or not trace_id.strip():
         raise ValidationError(f"trace_id must be a non-empty string, got {trace_id!r}")
-    events = [e for e in mem.events() if e.trace_id == trace_id]
+    every = mem.events()
+    events = [e for e in every if e.trace_id == trace_id]
     if not events:
         raise NotFoundError(f"no event carries trace id {trace_id!r} (tombstones carry none); "
                             "list trace ids with `refold log STORE`")
     entries = [_entry(e) for e in events]
     if replay:
-        entries = [replace(e, replay=_replay(mem, e.read, embedder)) if e.read is not None else e
+        versions = _state_versions(every)
+        entries = [replace(e, replay=_replay(mem, e.read, embedder, versions)) if e.read is not None else e
                    for e in entries]
     return TraceReport(trace_id=trace_id, entries=tuple(entries), replayed=replay)
 
@@ -252,7 +258,22 @@ def _entry(e: Event) -> TraceEntry:
                       justification=e.justification, read=read, erased=e.content is None)
 
 
-def _replay(mem: "Memory", read: ReadRecord, embedder: Any) -> Replay:
+def _state_versions(events: Sequence[Event]) -> list[tuple[int, int]]:
+    """(seq, table version of the newest event at or before it that is not a read), per event.
+
+    Reads change no state, so the prefix ending at a read's position and the prefix ending at the
+    last event before it that is not a read fold to the same state: replays of the reads between
+    two writes share one past index instead of building one each.
+    """
+    out, version = [], -1
+    for e in events:
+        if e.kind != READ_KIND:
+            version = e.table_version
+        out.append((e.seq, version))
+    return out
+
+
+def _replay(mem: "Memory", read: ReadRecord, embedder: Any, versions: list[tuple[int, int]]) -> Replay:
     """Ask ``read`` again of the log prefix it was answered at, under its spec and model."""
     from refold.embedders import get_embedder
     from refold.fold.spec import FoldSpec
@@ -272,7 +293,10 @@ def _replay(mem: "Memory", read: ReadRecord, embedder: Any) -> Replay:
         return Replay(same=False, error="the read used an embedder object; pass embedder= to replay it")
     if emb.model_id != read.model_id:
         return Replay(same=False, error=f"embedder {emb.model_id!r} is not the recorded {read.model_id!r}")
-    as_of = read.as_of if read.as_of is not None else read.log_version
+    as_of = read.as_of
+    if as_of is None:
+        at = bisect.bisect_right(versions, (read.last_seq, float("inf"))) - 1
+        as_of = versions[at][1] if at >= 0 and versions[at][0] == read.last_seq else read.log_version
     retriever = open_index(mem, embedder=emb, as_of=as_of, spec=spec)
     frame = retriever.search(read.query, k=read.k, kind=read.kind, tenant=read.tenant,  # type: ignore[arg-type]
                              principal=read.principal, valid_at=read.valid_at, history=read.history)

@@ -97,6 +97,11 @@ def test_a_read_is_never_extracted_and_recording_it_changes_no_answer(tmp_path):
     assert mem.cache.missing(mem.current_spec().hash, [read_id]) == [read_id]
     again = mem.search("where does Bob live", k=3, tenant="acme", embedder=EMB)
     assert again.select("fact_id", "score").equals(first.select("fact_id", "score"))
+    # nor does the index move: the head view is reused, only its position follows the log
+    view = mem.index(embedder=EMB)
+    mem.search("Bob", k=1, tenant="acme", embedder=EMB, trace_id="run-2")
+    moved = mem.index(embedder=EMB)
+    assert moved.indexes is view.indexes and moved.last_seq == mem.head().seq == view.last_seq + 1
     # a read is no searchable event either
     events = mem.search("where does Bob live", k=10, kind="events", embedder=EMB)
     assert read_id not in events["event_id"].to_list()
