@@ -416,9 +416,19 @@ def plan(mem: "Memory", *, now: datetime | str | None = None) -> RetentionPlan:
 def apply(mem: "Memory", *, now: datetime | str | None = None, dry_run: bool = False,
           canaries: Sequence[str] = (), decremental: bool = True) -> RetentionRun:
     """Erase what :func:`plan` expires, as one erasure with one receipt (see the module
-    docstring); ``dry_run`` returns the plan and writes nothing."""
+    docstring); ``dry_run`` returns the plan and writes nothing. When an earlier run was
+    interrupted, this run finishes it (and only it): its receipt, its notes."""
     from refold import erasing
+    from refold.storage.erasure_plan import pending_journal
 
+    pending = None if dry_run else pending_journal(mem.layout, RETENTION_SUBJECT)
+    if pending is not None:
+        # an earlier run stopped half-way: finish what it planned (its receipt carries its
+        # notes); what expired since is left to the next run
+        receipt = erasing.erase(mem, RETENTION_SUBJECT, canaries=canaries, decremental=decremental)
+        return RetentionRun(plan=RetentionPlan(now=_now(now), rules=read_policy(mem).rules), dry_run=False,
+                            receipt=receipt, notes=(f"resumed the interrupted retention run {pending['erasure_id']}",
+                                                    *receipt.notes))
     the_plan = plan(mem, now=now)
     notes = tuple(the_plan.notes())
     if dry_run or not the_plan.expired:

@@ -204,3 +204,23 @@ def test_erase_refuses_a_held_subject_naming_the_hold_and_writes_nothing(tmp_pat
     retention.release_hold(mem, tenant="acme")
     receipt = mem.erase("s-ben")
     assert receipt.status == "erased" and len(receipt.events) == 2
+
+
+def test_a_run_killed_half_way_is_finished_by_the_next_run(tmp_path):
+    store = tmp_path / "s"
+    mem = _store(store)
+    retention.set_rule(mem, kind="chat_turn", keep="90d")
+    expired = _ids(mem, "Quuxville") + _ids(mem, "Rome") + _ids(mem, "Zorbton")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "REFOLD_ERASE_CRASH_AT": "purge"}
+    killed = subprocess.run([sys.executable, "-m", "refold.jobs.retain", str(store), "--no-progress", "--now", LATER],
+                            capture_output=True, text=True, env=env, timeout=300)
+    assert killed.returncode != 0 and not killed.stdout  # SIGKILLed after the purge step
+
+    status, resumed = _job(store, "--now", LATER)
+    assert status == 0 and resumed["erased"] == len(expired) and resumed["by_rule"] == {}
+    assert resumed["notes"][0].startswith("resumed the interrupted retention run")
+    receipt = load_receipt(resumed["receipt"])
+    assert set(receipt.event_ids) == set(expired) and "retention rule chat_turn@* (keep 90d)" in receipt.notes[0]
+    assert refold.open(store).verify_receipt(receipt).ok
+    status, again = _job(store, "--now", LATER)
+    assert again["erased"] == 0 and again["expired"] == []
