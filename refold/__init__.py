@@ -7,7 +7,7 @@
 
 from refold.fold.errors import (
     ConflictError, ErasureError, EventValidationError, ExtractionError, IntegrityError,
-    NotFoundError, RefoldError, StoreError, ValidationError,
+    LegalHoldError, NotFoundError, RefoldError, StoreError, ValidationError,
 )
 from refold.fold.events import Fact, NewEvent
 from refold.fold.spec import FoldSpec
@@ -15,7 +15,7 @@ from refold.memory import Memory, init, open
 
 __all__ = [
     "ConflictError", "ErasureError", "EventValidationError", "ExtractionError", "Fact",
-    "FoldSpec", "IntegrityError", "Memory", "NewEvent", "NotFoundError", "RefoldError",
+    "FoldSpec", "IntegrityError", "LegalHoldError", "Memory", "NewEvent", "NotFoundError", "RefoldError",
     "StoreError", "ValidationError", "init", "open",
 ]
 __version__ = "0.1.0"

@@ -202,18 +202,26 @@ def fact_impact(mem: "Memory", event_ids: Iterable[str]) -> dict[str, Any] | Non
 
 def erase(mem: "Memory", subject_id: str, *, dry_run: bool = False, canaries: Iterable[str] = (),
           include: Iterable[str] = (), include_mentions: bool = False,
-          orphan_grace_hours: int = 1, decremental: bool = True) -> Receipt | ErasurePlan:
+          orphan_grace_hours: int = 1, decremental: bool = True,
+          notes: Sequence[str] = ()) -> Receipt | ErasurePlan:
     """Erase a subject (or, with ``dry_run``, return the plan and write nothing).
 
     ``include``: extra event ids to erase with the subject; ``include_mentions`` adds every
     untagged event that names it (see :func:`find`). ``canaries``: strings the residue scan must
     not find afterwards (never stored). ``decremental`` (default): patch the newest snapshot to
     drop the erased events (see :mod:`refold.erasure_refold`); False purges it like every other
-    snapshot holding them, and the refold resumes from an older one.
+    snapshot holding them, and the refold resumes from an older one. ``notes``: lines for the
+    receipt (retention says there which rule expired which events).
+
+    Raises :class:`~refold.fold.errors.LegalHoldError` (writing nothing, dry run included) when a
+    legal hold covers the subject, or the tenant or another subject of an event it would erase.
     """
+    from refold.retention import check_erasure
+
     extra = set(include)
     if include_mentions:
         extra |= {e.event_id for e in find(mem, subject_id).untagged}
+    check_erasure(mem, subject_id, extra)
     common = dict(keystore=keystore(mem), registry=registry(mem), extra_event_ids=sorted(extra))
     if dry_run:
         plan = _plan(mem, subject_id, derived=derived_stores(mem, decremental=decremental), **common)
@@ -221,7 +229,7 @@ def erase(mem: "Memory", subject_id: str, *, dry_run: bool = False, canaries: It
         return dataclasses.replace(plan, derived=(*plan.derived, impact)) if impact else plan
     return _erase(mem, subject_id, derived=derived_stores(mem, decremental=decremental),
                   refold=lambda: refold_outcome(mem),
-                  canaries=canaries, orphan_grace_hours=orphan_grace_hours, **common)
+                  canaries=canaries, orphan_grace_hours=orphan_grace_hours, notes=notes, **common)
 
 
 def scan(mem: "Memory", needles: Iterable[str] = (), *, canaries: Iterable[str] = ()) -> ScanReport:

@@ -437,16 +437,30 @@ class Memory:
     def search(self, text: str, *, k: int = 5, tenant: str | None = None, principal: str | None = None,
                as_of: int | str | datetime | None = None, valid_at: str | datetime | None = None,
                kind: Literal["facts", "events"] = "facts", history: bool = False,
-               embedder: Any = None) -> pl.DataFrame:
+               embedder: Any = None, trace_id: str | None = None) -> pl.DataFrame:
         """The ``k`` facts (or events) most similar to ``text``, filtered before ranking.
 
         Current facts only unless ``valid_at`` or ``history``; ``as_of`` searches the index of
         the log as it stood then; ``tenant``/``principal`` scope what may be seen. See refold.search.
+        ``trace_id``: also record the read in the log (a ``memory_read`` event; see refold.replay).
         """
         from refold.search import search
 
+        if trace_id is not None:
+            from refold.replay import traced_search
+
+            return traced_search(self, text, trace_id=trace_id, k=k, tenant=tenant, principal=principal,
+                                 as_of=as_of, valid_at=valid_at, kind=kind, history=history, embedder=embedder)
         return search(self, text, k=k, tenant=tenant, principal=principal, as_of=as_of,
                       valid_at=valid_at, kind=kind, history=history, embedder=embedder)
+
+    def trace(self, trace_id: str, *, replay: bool = False, embedder: Any = None):
+        """Everything trace ``trace_id`` wrote and read, in log order; ``replay`` asks each recorded
+        read again of the log as it stood then and reports whether it returns the same ids
+        (a :class:`refold.replay.TraceReport`)."""
+        from refold.replay import trace
+
+        return trace(self, trace_id, replay=replay, embedder=embedder)
 
     def index(self, *, embedder: Any = None, as_of: int | str | datetime | None = None,
               backend: Literal["flat", "hnsw"] | None = None):

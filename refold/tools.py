@@ -231,7 +231,8 @@ def _write(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
 def _search(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
     kind = args.get("kind", "facts")
     frame = ctx.memory.search(args["query"], k=args.get("k", 5), tenant=ctx.tenant, principal=ctx.principal,
-                              valid_at=args.get("valid_at"), kind=kind, embedder=ctx.embedder)
+                              valid_at=args.get("valid_at"), kind=kind, embedder=ctx.embedder,
+                              trace_id=ctx.trace_id)  # a traced search is recorded (refold.replay)
     keep = (["fact_id", "subject", "relation", "object", "score", "valid_from", "valid_to"] if kind == "facts"
             else ["event_id", "kind", "source", "seq", "score", "text"])
     return {"kind": kind, "results": _json(frame.select(keep).to_dicts())}

@@ -11,6 +11,7 @@ type. Messages say what was wrong and what to do next.
     ├── IntegrityError         verify/audit found tampering or a closure leak
     ├── ExtractionError        an extractor could not run (missing model, endpoint down)
     ├── ErasureError           erasure could not proceed (unknown subject, ...)
+    │   └── LegalHoldError         the subject (or its tenant) is under a legal hold
     └── NotFoundError          an unknown fact id, subject, snapshot or receipt
 """
 
@@ -74,3 +75,8 @@ class NotFoundError(RefoldError, KeyError):
 class ErasedSubjectError(ErasureError):
     """A write needs the key of a data subject (or tenant) that an erasure destroyed; record
     new data about that person under a new subject id."""
+
+
+class LegalHoldError(ErasureError):
+    """An erasure was refused because a legal hold covers the subject or one of the events'
+    tenants; release the hold (``refold hold STORE --release ...``) first if the law allows it."""

@@ -24,8 +24,8 @@ from .errors import EventValidationError
 USER_KINDS = frozenset(
     {"observation", "document", "chat_turn", "memory_written", "tool_call", "retraction"}
 )
-#: Kinds only refold itself writes.
-SYSTEM_KINDS = frozenset({"spec_changed", "erasure", "tombstone"})
+#: Kinds only refold itself writes (``memory_read``: what a traced search returned; never extracted).
+SYSTEM_KINDS = frozenset({"spec_changed", "erasure", "tombstone", "memory_read"})
 KINDS = USER_KINDS | SYSTEM_KINDS
 #: Kinds that must carry a ``fact`` object and a non-empty justification.
 FACT_KINDS = frozenset({"memory_written", "retraction"})

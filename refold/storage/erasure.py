@@ -117,14 +117,15 @@ def erase(source, subject_id: str, *, mode: str | None = None, keystore=None,
           derived: Sequence[Any] = (), refold: Callable[[], Any] | None = None,
           registry: SubjectRegistry | None = None, erasure_id: str | None = None,
           canaries: Iterable[str] = (), extra_event_ids: Iterable[str] = (),
-          orphan_grace_hours: int = 1) -> Receipt:
+          orphan_grace_hours: int = 1, notes: Sequence[str] = ()) -> Receipt:
     """Erase ``subject_id`` (see the module docstring); returns the written receipt.
 
     ``derived``: objects with ``purge(event_ids) -> PurgeResult`` (extraction cache, snapshots,
     index). ``refold``: rebuilds derived state and returns a :class:`RefoldOutcome` or a digest
     string. ``canaries``: extra strings for the residue scan (never stored), matched as
-    substrings like the subject's identifiers; its name and aliases match as whole words. A subject with
-    nothing left to erase but an earlier receipt gets a ``noop`` receipt pointing to it.
+    substrings like the subject's identifiers; its name and aliases match as whole words. A
+    subject with nothing left to erase but an earlier receipt gets a ``noop`` receipt pointing to
+    it. ``notes``: lines the receipt carries (kept in the journal, so a resumed run writes them too).
     """
     log, mode, keystore, registry = _resolve(source, mode, keystore, registry)
     layout = log.layout
@@ -149,7 +150,7 @@ def erase(source, subject_id: str, *, mode: str | None = None, keystore=None,
             "format": "refold-erasure-journal/v1", "erasure_id": erasure_id or new_event_id(),
             "subject_id": subject_id, "mode": mode, "started_at": _now(),
             "head_before": log.head().as_json(), "plan": the_plan.as_json(),
-            "done": [], "results": {},
+            "done": [], "results": {}, "notes": list(notes),
         }
         _save(layout, journal)
     run = _Run(log, journal, keystore=keystore, derived=derived, refold=refold, registry=registry,
@@ -353,7 +354,7 @@ class _Run:
         for table, info in res.get("scrub_derived", {}).items():
             removed += [f"{table}/{f}" for f in info["removed"]]
             delta[table] = _delta_summary(info)
-        notes = []
+        notes = list(j.get("notes", ()))
         if self.plan.registered and not self.registry_needles:
             notes.append("the registry entry was removed before a crash; the resumed run scanned only "
                          "for caller canaries")

@@ -9,6 +9,7 @@
       keys/           per-subject keys (shred mode); a file per key, deleted for real
       receipts/       erasure receipts; receipts/heads/ holds published chain heads
       subjects.json   subject registry (names and aliases per opaque subject id; erasable)
+      retention.json  retention rules and legal holds (refold.retention)
 
 Only local paths get the side files (heads, keys, receipts); the Delta tables also accept object
 store URIs with ``storage_options``.
@@ -73,6 +74,10 @@ class Layout:
     @property
     def subjects(self) -> str:
         return self._join("subjects.json")
+
+    @property
+    def retention(self) -> str:
+        return self._join("retention.json")
 
     @property
     def is_local(self) -> bool:
