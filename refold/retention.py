@@ -31,7 +31,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -335,11 +335,13 @@ class RetentionPlan:
             out.setdefault(e.rule, []).append(e.event_id)
         return out
 
-    def notes(self) -> list[str]:
-        """One receipt line per rule: which events it expired, and why now."""
+    def notes(self, name_of: Callable[[str], str] = str) -> list[str]:
+        """One receipt line per rule: which events it expired (each named by ``name_of(id)``: a
+        receipt names erased events by their ids' pseudonyms), and why now."""
         rules = {r.name: r for r in self.rules}
         lines = []
         for name, ids in self.by_rule().items():
+            ids = [name_of(i) for i in ids]
             cutoff = self.now - timedelta(seconds=rules[name].seconds)
             lines.append(f"retention rule {name} (keep {rules[name].keep}) at {self.now.isoformat()}: "
                          f"{len(ids)} event(s) recorded before {cutoff.isoformat()} expired: {', '.join(ids)}")
@@ -419,6 +421,7 @@ def apply(mem: "Memory", *, now: datetime | str | None = None, dry_run: bool = F
     docstring); ``dry_run`` returns the plan and writes nothing. When an earlier run was
     interrupted, this run finishes it (and only it): its receipt, its notes."""
     from refold import erasing
+    from refold.storage.erased_ids import pseudonyms
     from refold.storage.erasure_plan import pending_journal
 
     pending = None if dry_run else pending_journal(mem.layout, RETENTION_SUBJECT)
@@ -430,9 +433,10 @@ def apply(mem: "Memory", *, now: datetime | str | None = None, dry_run: bool = F
                             receipt=receipt, notes=(f"resumed the interrupted retention run {pending['erasure_id']}",
                                                     *receipt.notes))
     the_plan = plan(mem, now=now)
-    notes = tuple(the_plan.notes())
     if dry_run or not the_plan.expired:
-        return RetentionRun(plan=the_plan, dry_run=dry_run, notes=notes)
+        return RetentionRun(plan=the_plan, dry_run=dry_run, notes=tuple(the_plan.notes()))
+    # the receipt (and the journal) must not keep a caller's event id: name them as tombstones will
+    notes = tuple(the_plan.notes(pseudonyms(mem.root, create=True)))
     receipt = erasing.erase(mem, RETENTION_SUBJECT, include=[e.event_id for e in the_plan.expired],
                             canaries=canaries, decremental=decremental, notes=notes)
     return RetentionRun(plan=the_plan, dry_run=False, receipt=receipt, notes=notes)

@@ -17,12 +17,18 @@ import pytest
 from click.testing import CliRunner
 
 import refold
+from refold.storage.erased_ids import pseudonyms
 from refold import retention
 from refold.cli import main
 from refold.storage.receipts import load_receipt
 
 LATER = (datetime.now(timezone.utc) + timedelta(days=120)).isoformat()  # past 90d, before 1y
 MUCH_LATER = (datetime.now(timezone.utc) + timedelta(days=800)).isoformat()  # past 2y
+
+
+def _hidden(store, ids) -> set[str]:
+    """The pseudonyms a receipt names erased events by (receipts never keep a caller's id)."""
+    return {pseudonyms(str(store))(i) for i in ids}
 
 
 def _cli(*args):
@@ -118,15 +124,17 @@ def test_the_job_erases_expired_events_with_one_receipt_saying_which_rule_expire
     assert summary["by_rule"] == {"chat_turn@*": acme_chats, "memory_read@*": [read_id]}
     assert summary["residue_hits"] == 0 and summary["erased"] == 3
     receipt = load_receipt(summary["receipt"])
-    assert receipt.subject_id == retention.RETENTION_SUBJECT and set(receipt.event_ids) == {*acme_chats, read_id}
+    assert receipt.subject_id == retention.RETENTION_SUBJECT and set(receipt.event_ids) == _hidden(store, {*acme_chats, read_id})
     notes = " ".join(receipt.notes)
-    assert "retention rule chat_turn@* (keep 90d)" in notes and all(i in notes for i in acme_chats)
-    assert "retention rule memory_read@* (keep 30d)" in notes and read_id in notes
+    hidden = _hidden(store, {*acme_chats, read_id})
+    assert "retention rule chat_turn@* (keep 90d)" in notes and all(i in notes for i in _hidden(store, acme_chats))
+    assert "retention rule memory_read@* (keep 30d)" in notes and all(i in notes for i in _hidden(store, [read_id]))
+    assert not any(i in notes for i in (*acme_chats, read_id))  # the callers' ids are not kept
 
     mem = refold.open(store)
     assert mem.verify().ok and mem.verify_receipt(receipt).ok
     kinds = dict(zip(mem.log()["event_id"].to_list(), mem.log()["kind"].to_list()))
-    assert all(kinds[i] == "tombstone" for i in (*acme_chats, read_id))
+    assert all(kinds[i] == "tombstone" for i in hidden)
     assert set(mem.facts(current_only=True)["object"].to_list()) == {"Oslo", "Zorbton"}  # the rest stays
     # a second run at the same time finds nothing; a later one expires the bank's chat
     status, again = _job(store, "--now", LATER)
@@ -220,7 +228,7 @@ def test_a_run_killed_half_way_is_finished_by_the_next_run(tmp_path):
     assert status == 0 and resumed["erased"] == len(expired) and resumed["by_rule"] == {}
     assert resumed["notes"][0].startswith("resumed the interrupted retention run")
     receipt = load_receipt(resumed["receipt"])
-    assert set(receipt.event_ids) == set(expired) and "retention rule chat_turn@* (keep 90d)" in receipt.notes[0]
+    assert set(receipt.event_ids) == _hidden(store, expired) and "retention rule chat_turn@* (keep 90d)" in receipt.notes[0]
     assert refold.open(store).verify_receipt(receipt).ok
     status, again = _job(store, "--now", LATER)
     assert again["erased"] == 0 and again["expired"] == []
