@@ -44,6 +44,10 @@ class Receipt:
     #: erased events as {"event_id", "seq", "commitment", "how": "tombstone" | "shredded"}
     events: tuple[Mapping[str, Any], ...] = ()
     destroyed_key_ids: tuple[str, ...] = ()
+    #: shred mode: how the keys were destroyed (:meth:`refold.storage.keys.KeyStore.destruction`):
+    #: ``{"key_store": "file" | "kms", "how", ...}``; a per-subject KMS store adds
+    #: ``kms_key_deletions``: ``[{"kms_key_id", "deletion_date", "pending_window_days", "state"}]``
+    key_store: Mapping[str, Any] = field(default_factory=dict)
     erasure_event_seq: int | None = None
     #: per derived store: {"store", "rows", "detail"}
     purged: tuple[Mapping[str, Any], ...] = ()
@@ -151,7 +155,8 @@ def verify_receipt(root: str | Path, receipt: str | Path | Receipt, *,
 
     from refold.fold.events import Event
     from .crypto import open_event
-    from .keys import FileKeyStore
+    from .key_stores import open_keystore
+    from .layout import read_settings
     from .log import EventLog
     from .scan import scan_report
     from .verify import verify
@@ -173,7 +178,7 @@ def verify_receipt(root: str | Path, receipt: str | Path | Receipt, *,
                         f"seq {erasure.seq}" if erasure else "the log has no erasure event with this id"))
     bad = []
     if rec.destroyed_key_ids or any(e.get("how") == "shredded" for e in rec.events):
-        keystore = keystore or FileKeyStore(layout.keys)
+        keystore = keystore or open_keystore(layout, read_settings(layout))
         alive = [k for k in rec.destroyed_key_ids if keystore.exists(k)]
         checks.append(Check("keys destroyed", not alive,
                             f"{len(rec.destroyed_key_ids)} key(s) gone" if not alive else f"still present: {alive}"))
