@@ -128,3 +128,22 @@ def test_cli_init_records_the_kms_key_and_later_commands_use_it(tmp_path, aws_en
     line, = bad.stderr.strip().splitlines()
     assert "alias/refold-missing" in line and aws_env.endpoint in line and "NotFoundException" in line
     assert not (tmp_path / "other").exists()
+
+
+def test_a_rerun_after_a_kill_still_reports_the_scheduled_kms_deletion(tmp_path, aws_env):
+    """Killed (SIGKILL) right after the keys went, before the journal recorded it: the rerun finds
+    no key left to destroy, and the receipt still names the KMS deletion and its date (the store
+    recorded it before deleting the wrapped keys)."""
+    root = tmp_path / "store"
+    mem = _build(root, aws_env, kms_key_per_subject=True)
+    x_keys = mem.key_store.key_ids(H.X)
+    assert H.erase_in_child(root, crash_at="destroy_keys") == -9
+    assert not any((root / "keys" / "ids" / k).exists() for k in x_keys)
+
+    receipt = H.erase_x(root)
+
+    (deletion,) = receipt.key_store["kms_key_deletions"]
+    meta = aws_env.client("kms").describe_key(KeyId=deletion["kms_key_id"].split("/")[-1])["KeyMetadata"]
+    assert meta["KeyState"] == "PendingDeletion"
+    assert datetime.fromisoformat(deletion["deletion_date"]) == meta["DeletionDate"]
+    assert sorted(receipt.destroyed_key_ids) == sorted(x_keys)
