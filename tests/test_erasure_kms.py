@@ -84,6 +84,13 @@ def test_a_kms_key_per_subject_is_scheduled_for_deletion(tmp_path, aws_env):
     (y_key,) = y_kms
     assert kms.describe_key(KeyId=y_key.split("/")[-1])["KeyMetadata"]["KeyState"] == "Enabled"
     _assert_x_shredded_and_y_readable(root, receipt, x_keys)
+    checked = erasing.verify_receipt(refold.open(root, create=False), receipt, refold=False)
+    assert checked.ok and "KMS key deletions" in [c.name for c in checked.checks]
+    # a cancelled deletion would bring the key (and every backup's copy of X's events) back
+    kms.cancel_key_deletion(KeyId=deletion["kms_key_id"].split("/")[-1])
+    report = erasing.verify_receipt(refold.open(root, create=False), receipt, refold=False)
+    (check,) = [c for c in report.checks if c.name == "KMS key deletions"]
+    assert not report.ok and not check.ok and deletion["kms_key_id"] in check.detail
 
 
 def test_init_with_a_missing_kms_key_fails_cleanly_and_writes_nothing(tmp_path, aws_env):

@@ -339,8 +339,8 @@ class FileKeyStore:
 class MemoryKeyStore:
     """TEST ADAPTER ONLY: keys in a dict, gone with the process. Never use it for a real store.
 
-    It exists so the contract tests run against two adapters (as a KMS adapter would be the
-    third) and so unit tests of the crypto need no files.
+    It exists so unit tests of the crypto need no files (and it passes the same contract tests
+    as the file and KMS adapters).
     """
 
     def __init__(self) -> None:

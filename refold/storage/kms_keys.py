@@ -330,6 +330,17 @@ class KmsKeyStore(FileKeyStore):
             while len(self._cache) > self._cache_size:
                 self._cache.popitem(last=False)
 
+    def kms_key_state(self, kms_key: str) -> str:
+        """``KeyState`` of a KMS key (``"PendingDeletion"``, ``"Enabled"`` …), or ``"deleted"``
+        once KMS no longer knows it (for :func:`refold.storage.receipts.verify_receipt`)."""
+        bare = kms_key.split(":key/", 1)[1] if kms_key.startswith("arn:") and ":key/" in kms_key else kms_key
+        try:
+            return self.kms.call("DescribeKey", kms_key, KeyId=bare)["KeyMetadata"].get("KeyState", "unknown")
+        except StoreError as exc:
+            if self.kms.error_code(exc) == "NotFoundException":
+                return "deleted"
+            raise
+
     def describe_store_key(self) -> dict[str, Any]:
         """Check the store's KMS key (single-key mode): it exists, is enabled and is a symmetric
         encryption key. Returns its metadata; raises a one-line StoreError otherwise."""

@@ -2,7 +2,7 @@
 
 A receipt holds no personal data: the opaque subject id, event ids with their commitments (salted,
 so they cannot be reversed into content), destroyed key ids, file names, counts, hashes, model ids
-and host names. In particular it does NOT hold the names, aliases or canary strings the residue
+and host names, and (keys in KMS) the ARNs of KMS keys whose deletion it scheduled, with dates. In particular it does NOT hold the names, aliases or canary strings the residue
 scan looked for — only how many there were, and per hit the file, the location and the needle's
 index. So :func:`verify_receipt` can re-run the residue scan only when the caller passes the
 needles again (an operator keeps them with the erasure request, outside the store).
@@ -10,7 +10,8 @@ needles again (an operator keeps them with the erasure request, outside the stor
 :func:`verify_receipt` re-checks what can be re-checked from the store alone: the chain verifies;
 the erasure event is in the log; every erased event is a tombstone carrying the receipt's erasure
 id and commitment (delete mode) or every destroyed key is gone and every erased event is
-unreadable (shred mode); the pre-erasure table version can no longer be loaded (delete mode);
+unreadable (shred mode), and every KMS key whose deletion it scheduled is still pending deletion
+or deleted (a cancelled deletion would make the erased events readable again); the pre-erasure table version can no longer be loaded (delete mode);
 with ``needles``, a fresh scan finds nothing; with ``refold``, the state digest matches (or the log
 has grown since, which the report says).
 """
@@ -182,6 +183,13 @@ def verify_receipt(root: str | Path, receipt: str | Path | Receipt, *,
         alive = [k for k in rec.destroyed_key_ids if keystore.exists(k)]
         checks.append(Check("keys destroyed", not alive,
                             f"{len(rec.destroyed_key_ids)} key(s) gone" if not alive else f"still present: {alive}"))
+        deletions = (rec.key_store or {}).get("kms_key_deletions") or ()
+        state_of = getattr(keystore, "kms_key_state", None)  # only a KMS key store can answer
+        if deletions and state_of is not None:
+            states = {d["kms_key_id"]: state_of(d["kms_key_id"]) for d in deletions}
+            wrong = [f"{k} is {s}" for k, s in states.items() if s not in ("PendingDeletion", "deleted")]
+            checks.append(Check("KMS key deletions", not wrong, "; ".join(wrong) or
+                                f"{len(states)} KMS key(s) pending deletion or deleted"))
     for item in rec.events:
         event = by_id.get(item["event_id"])
         if event is None:
