@@ -103,6 +103,20 @@ def test_init_with_a_missing_kms_key_fails_cleanly_and_writes_nothing(tmp_path, 
     assert not root.exists()
 
 
+
+def test_init_without_permission_on_the_key_names_the_missing_permission(tmp_path, aws_env):
+    """moto enforces a key policy's Deny for kms:DescribeKey (only that action, in 5.2.5)."""
+    policy = {"Version": "2012-10-17", "Statement": [
+        {"Effect": "Deny", "Principal": "*", "Action": ["kms:DescribeKey"], "Resource": "*"}]}
+    key = aws_env.client("kms").create_key(Policy=json.dumps(policy))["KeyMetadata"]["Arn"]
+    root = tmp_path / "store"
+    with pytest.raises(StoreError) as info:
+        refold.init(root, mode="shred", kms_key_id=key, kms_endpoint=aws_env.endpoint)
+    message = str(info.value)
+    assert "AccessDeniedException" in message and "lack kms:DescribeKey" in message and key in message
+    assert not root.exists()
+
+
 def _cli(*args, env):
     """The installed ``refold`` console script, in a process of its own (PYTHONPATH: this tree)."""
     script = str(Path(sys.executable).parent / "refold")
