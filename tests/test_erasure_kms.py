@@ -100,6 +100,8 @@ def test_init_with_a_missing_kms_key_fails_cleanly_and_writes_nothing(tmp_path, 
     assert not root.exists()
     with pytest.raises(StoreError, match="--mode shred"):
         refold.init(root, mode="delete", kms_key_id="alias/anything")
+    with pytest.raises(StoreError, match="needs --kms-key-per-subject"):
+        refold.init(root, mode="shred", kms_key_id="alias/anything", kms_pending_window_days=7)
     assert not root.exists()
 
 

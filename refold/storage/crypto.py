@@ -42,7 +42,7 @@ from typing import Any
 from refold.fold.errors import IntegrityError, StoreError
 from refold.fold.events import Event, Fact, NewEvent
 from .keys import KeyOwner, KeyStore
-from .layout import Layout
+from .layout import Layout, read_settings
 
 CIPHER = "aes256gcm-v1"
 SCHEMA_VERSION = 1
@@ -114,7 +114,6 @@ def shred_protector(layout: Layout, *, keystore: KeyStore | None = None):
                 "a KeyStore adapter (e.g. a KMS) explicitly"
             )
         from .key_stores import open_keystore
-        from .layout import read_settings
 
         keystore = open_keystore(layout, read_settings(layout))
     store = keystore

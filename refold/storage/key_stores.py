@@ -34,6 +34,9 @@ def key_settings(mode: str, *, kms_key_id: str | None = None, kms_key_per_subjec
             raise StoreError("--kms-endpoint, --kms-region and --kms-pending-days need --kms-key-id "
                              "(or --kms-key-per-subject)")
         return None
+    if kms_pending_window_days is not None and not kms_key_per_subject:
+        raise StoreError("--kms-pending-days is the wait before KMS deletes an erased subject's own "
+                         "KMS key: it needs --kms-key-per-subject (the store's one KMS key is never deleted)")
     if mode != "shred":
         raise StoreError(f"a KMS key store is for shred mode (keys destroyed on erasure); this store is "
                          f"{mode}-mode: add --mode shred, or drop the KMS options")
