@@ -285,3 +285,18 @@ def test_both_kms_options_at_once_are_refused():
 def test_a_pending_window_outside_kms_limits_is_refused(days):
     with pytest.raises(StoreError, match="7 to 30 days"):
         KmsSettings(key_per_subject=True, pending_window_days=days)
+
+
+@pytest.mark.parametrize("variable", ["AWS_REGION", "AWS_DEFAULT_REGION"])
+def test_kms_region_from_either_aws_variable_and_endpoint_from_aws_endpoint_url(tmp_path, aws_env, monkeypatch,
+                                                                               variable):
+    """Settings without region or endpoint: boto3 reads only AWS_DEFAULT_REGION, but AWS_REGION
+    (AWS CLI v2, Lambda, delta-rs) must work too; the endpoint comes from AWS_ENDPOINT_URL."""
+    monkeypatch.delenv("AWS_REGION")
+    monkeypatch.delenv("AWS_DEFAULT_REGION")
+    monkeypatch.setenv(variable, aws_env.region)
+    settings = KmsSettings(key_per_subject=True)
+    ks = KmsKeyStore(tmp_path / "keys", settings)
+    key_id, key = ks.get_or_create("s-a")
+    assert ks.kms._boto().meta.region_name == aws_env.region
+    assert KmsKeyStore(tmp_path / "keys", settings).get(key_id) == key

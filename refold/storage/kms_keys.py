@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -139,12 +140,16 @@ class KmsClient:
                 except ImportError as exc:
                     raise StoreError("this store keeps its keys in AWS KMS, which needs boto3: "
                                      "pip install 'refold[kms]'") from exc
-                region = self.settings.region or _region_of(self.settings.key_id)
+                # boto3 itself reads AWS_DEFAULT_REGION (and profiles); AWS_REGION is what the AWS
+                # CLI v2, Lambda and delta-rs read, so it counts here too
+                region = self.settings.region or _region_of(self.settings.key_id) or os.environ.get("AWS_REGION")
                 config = Config(retries={"max_attempts": self.settings.max_attempts, "mode": "standard"},
                                 connect_timeout=10, read_timeout=30)
                 try:
-                    self._client = boto3.client("kms", endpoint_url=self.settings.endpoint,
-                                                region_name=region, config=config)
+                    # a session of its own: boto3's default session keeps the environment of
+                    # whenever it was first made, which may predate this store's open
+                    self._client = boto3.session.Session().client(
+                        "kms", endpoint_url=self.settings.endpoint, region_name=region, config=config)
                 except Exception as exc:  # noqa: BLE001 - botocore's NoRegionError & co., re-raised clean
                     raise self._error("client setup", self.settings.key_id, exc) from exc
             return self._client
