@@ -56,12 +56,10 @@ def subjects(mem: "Memory") -> list[Subject]:
 
 
 def keystore(mem: "Memory"):
-    """The store's key store in shred mode, else None."""
+    """The store's key store in shred mode (the adapter it was created with), else None."""
     if mem.mode != "shred":
         return None
-    from refold.storage.keys import FileKeyStore
-
-    return FileKeyStore(mem.layout.keys)
+    return mem.key_store
 
 
 def find(mem: "Memory", subject_id: str) -> Mentions:

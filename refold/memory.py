@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -91,10 +92,19 @@ class Memory:
         if self.mode == "shred":
             from refold.storage.crypto import shred_protector
 
-            return shred_protector(self.layout)
+            return shred_protector(self.layout, keystore=self.key_store)
         from refold.storage.log import _plain
 
         return _plain
+
+    @functools.cached_property
+    def key_store(self):
+        """The shred-mode :class:`~refold.storage.keys.KeyStore` this store was created with
+        (key files, or AWS KMS: ``store.json``'s ``keys``), one per Memory so a KMS adapter's
+        cache of unwrapped keys serves every read of this object."""
+        from refold.storage.key_stores import open_keystore
+
+        return open_keystore(self.layout, self.settings)
 
     # -- the log ----------------------------------------------------------------------------------
 
@@ -165,9 +175,8 @@ class Memory:
         if self.mode != "shred":
             return events
         from refold.storage.crypto import open_event
-        from refold.storage.keys import FileKeyStore
 
-        keys = FileKeyStore(self.layout.keys)
+        keys = self.key_store
         out = []
         for e in events:
             if e.cipher:
@@ -471,12 +480,24 @@ class Memory:
         return open_index(self, embedder=embedder, as_of=as_of, backend=backend)
 
 
-def init(root: str | Path, *, mode: Mode = "delete", storage_options: dict[str, str] | None = None) -> Memory:
-    """Create a new store at ``root`` (erasure ``mode`` is fixed here) and open it."""
+def init(root: str | Path, *, mode: Mode = "delete", storage_options: dict[str, str] | None = None,
+         kms_key_id: str | None = None, kms_key_per_subject: bool = False, kms_endpoint: str | None = None,
+         kms_region: str | None = None, kms_pending_window_days: int | None = None) -> Memory:
+    """Create a new store at ``root`` (erasure ``mode`` is fixed here) and open it.
+
+    Shred mode keeps its keys in files under ``keys/``, or in AWS KMS with ``kms_key_id`` (the
+    store's KMS key: ARN, id or alias) or ``kms_key_per_subject`` (a KMS key per data subject,
+    deleted on erasure after ``kms_pending_window_days``); see docs/erasure.md, "Keys in a KMS".
+    """
+    from refold.storage.key_stores import key_settings
+
     layout = Layout(str(root))
     if layout.is_local and Path(layout.settings).exists():
         raise StoreError(f"{root} is already a refold store; open it with refold.open({str(root)!r})")
-    write_settings(layout, mode)
+    keys = key_settings(mode, kms_key_id=kms_key_id, kms_key_per_subject=kms_key_per_subject,
+                        kms_endpoint=kms_endpoint, kms_region=kms_region,
+                        kms_pending_window_days=kms_pending_window_days)
+    write_settings(layout, mode, keys=keys)
     EventLog.create(layout, storage_options=storage_options)
     return Memory(root, storage_options=storage_options)
 

@@ -6,6 +6,9 @@ import os
 
 import pytest
 
+# the local S3/KMS API (moto): fixtures moto_server, s3_bucket, kms_key, aws_env
+from tests.object_store import aws_env, kms_key, moto_server, s3_bucket  # noqa: F401
+
 # Never reach a model hub: models come from installed packages only.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")

@@ -1,4 +1,5 @@
-"""KeyStore contract, run against every adapter (FileKeyStore, and the in-memory TEST adapter)."""
+"""KeyStore contract, run against every adapter: FileKeyStore, KmsKeyStore on the local KMS API
+(moto, see tests/object_store.py) in both modes, and the in-memory TEST adapter."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 
 from refold.fold.errors import ErasedSubjectError, StoreError
 from refold.storage.keys import KEY_BYTES, FileKeyStore, KeyOwner, KeyStore, MemoryKeyStore
+from refold.storage.kms_keys import KmsKeyStore, KmsSettings
 
 
 class KeyStoreContract:
@@ -83,6 +85,18 @@ class KeyStoreContract:
         with pytest.raises(StoreError):
             self.make(tmp_path).get_or_create("")
 
+    def test_destruction_is_recorded_for_the_receipt(self, tmp_path):
+        """The receipt says how the keys went; a rerun of the erasure reads the same record."""
+        ks = self.make(tmp_path)
+        ks.get_or_create("s-a")
+        assert ks.destruction("s-a") is None
+        ks.destroy("s-a", erasure_id="er-1")
+        first = ks.destruction("s-a")
+        assert first["erasure_id"] == "er-1" and first["key_store"] and first["how"]
+        ks.destroy("s-a", erasure_id="er-1")
+        assert ks.destruction("s-a") == first
+        assert ks.destruction("s-b") is None
+
 
 class TestFileKeyStore(KeyStoreContract):
     def make(self, tmp_path):
@@ -143,3 +157,146 @@ class TestMemoryKeyStore(KeyStoreContract):
 
     def make(self, tmp_path):
         return MemoryKeyStore()
+
+
+class _KmsAdapter(KeyStoreContract):
+    """KmsKeyStore against moto's KMS API; credentials come from the AWS environment, as in use."""
+
+    per_subject = False
+
+    @pytest.fixture(autouse=True)
+    def _kms(self, aws_env, kms_key):
+        self.server, self.kms_key = aws_env, kms_key
+
+    def settings(self, **overrides) -> KmsSettings:
+        values = dict(key_id=None if self.per_subject else self.kms_key, key_per_subject=self.per_subject,
+                      endpoint=self.server.endpoint, region=self.server.region)
+        return KmsSettings(**{**values, **overrides})
+
+    def make(self, tmp_path, **options):
+        return KmsKeyStore(tmp_path / "keys", self.settings(), **options)
+
+    def test_key_files_hold_only_the_wrapped_key_and_reopen_through_kms(self, tmp_path):
+        import json
+
+        key_id, key = self.make(tmp_path).get_or_create("s-a")
+        stored = (tmp_path / "keys" / "ids" / key_id).read_bytes()
+        assert key not in stored and stored.count(b"s-a") == 0
+        assert set(json.loads(stored)) == {"format", "kms_key_id", "wrapped"}
+        assert self.make(tmp_path).get(key_id) == key  # a new process: unwrapped by KMS
+
+    def test_unwrapped_keys_are_cached_and_bounded(self, tmp_path):
+        ks = self.make(tmp_path)
+        ids = [ks.get_or_create(f"s-{i}")[0] for i in range(3)]
+        reader = self.make(tmp_path, cache_size=2)
+        calls = []
+        reader.kms._boto().meta.events.register("before-call.kms.Decrypt", lambda **kw: calls.append(1))
+        keys = [reader.get(k) for k in ids]
+        assert len(calls) == 3
+        assert reader.get(ids[2]) == keys[2] and len(calls) == 3  # cached: no KMS call
+        assert reader.get(ids[0]) == keys[0] and len(calls) == 4  # evicted (bound 2): unwrapped again
+        assert len(reader._cache) == 2
+
+    def test_a_cached_key_is_not_served_once_another_process_destroyed_it(self, tmp_path):
+        reader, eraser = self.make(tmp_path), self.make(tmp_path)
+        key_id, key = reader.get_or_create("s-a")
+        assert reader.get(key_id) == key
+        eraser.destroy("s-a", erasure_id="er-1")
+        assert reader.get(key_id) is None and not reader.exists(key_id)
+
+    def test_a_wrapped_key_moved_to_another_key_file_does_not_open(self, tmp_path):
+        ks = self.make(tmp_path)
+        a_id, _ = ks.get_or_create("s-a")
+        b_id, _ = ks.get_or_create("s-b")
+        ids = tmp_path / "keys" / "ids"
+        (ids / b_id).write_bytes((ids / a_id).read_bytes())
+        with pytest.raises(StoreError, match="InvalidCiphertextException.*altered or moved"):
+            self.make(tmp_path).get(b_id)
+
+    def test_an_unknown_kms_key_is_one_clean_error_naming_key_and_endpoint(self, tmp_path):
+        ks = KmsKeyStore(tmp_path / "keys", self.settings(key_id="alias/no-such-key", key_per_subject=False))
+        with pytest.raises(StoreError) as info:
+            ks.get_or_create("s-a")
+        message = str(info.value)
+        assert "\n" not in message
+        assert "alias/no-such-key" in message and self.server.endpoint in message
+        assert "NotFoundException" in message and "--kms-key-id" in message
+        assert not any((tmp_path / "keys" / "ids").iterdir())  # nothing half-written
+
+    def test_an_unreachable_endpoint_is_one_clean_error(self, tmp_path):
+        import socket
+
+        with socket.socket() as s:  # a port nobody listens on
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        endpoint = f"http://127.0.0.1:{port}"
+        settings = self.settings(endpoint=endpoint, max_attempts=1)
+        with pytest.raises(StoreError, match=f"at {endpoint}.*EndpointConnectionError.*--kms-endpoint"):
+            KmsKeyStore(tmp_path / "keys", settings).get_or_create("s-a")
+
+
+class TestKmsKeyStore(_KmsAdapter):
+    """One KMS key for the store: a data key per owner, wrapped by it."""
+
+    def test_destroy_deletes_the_wrapped_keys_and_keeps_the_store_key(self, tmp_path):
+        ks = self.make(tmp_path)
+        key_id, _ = ks.get_or_create("s-a")
+        ks.destroy("s-a", erasure_id="er-1")
+        how = ks.destruction("s-a")
+        assert how["key_store"] == "kms" and how["kms_key_id"] == self.kms_key
+        assert "kms_key_deletions" not in how and "backup" in how["note"]
+        state = self.server.client("kms").describe_key(KeyId=self.kms_key)["KeyMetadata"]["KeyState"]
+        assert state == "Enabled"
+
+
+class TestKmsKeyStorePerSubject(_KmsAdapter):
+    """A KMS key per owner, whose deletion an erasure schedules."""
+
+    per_subject = True
+
+    def test_destroy_schedules_the_owners_kms_key_deletion_and_records_its_date(self, tmp_path):
+        import json
+        from datetime import datetime, timedelta, timezone
+
+        ks = self.make(tmp_path)
+        a_id, _ = ks.get_or_create("s-a")
+        ks.get_or_create("s-b")
+        kms_a = json.loads((tmp_path / "keys" / "ids" / a_id).read_bytes())["kms_key_id"]
+        ks.destroy("s-a", erasure_id="er-1")
+        (deletion,) = ks.destruction("s-a")["kms_key_deletions"]
+        assert deletion["kms_key_id"] == kms_a and deletion["pending_window_days"] == 7
+        kms = self.server.client("kms")
+        meta = kms.describe_key(KeyId=kms_a)["KeyMetadata"]
+        assert meta["KeyState"] == "PendingDeletion"
+        assert datetime.fromisoformat(deletion["deletion_date"]) == meta["DeletionDate"]
+        assert meta["DeletionDate"] - datetime.now(timezone.utc) > timedelta(days=6)
+        # the other owner's KMS key is untouched
+        others = [k["KeyId"] for k in kms.list_keys()["Keys"]]
+        states = {kms.describe_key(KeyId=k)["KeyMetadata"]["KeyState"] for k in others if k not in kms_a}
+        assert "Enabled" in states
+
+
+def test_both_kms_options_at_once_are_refused():
+    with pytest.raises(StoreError, match="exclude each other"):
+        KmsSettings(key_id="alias/x", key_per_subject=True)
+
+
+@pytest.mark.parametrize("days", [6, 31, "7"])
+def test_a_pending_window_outside_kms_limits_is_refused(days):
+    with pytest.raises(StoreError, match="7 to 30 days"):
+        KmsSettings(key_per_subject=True, pending_window_days=days)
+
+
+@pytest.mark.parametrize("variable", ["AWS_REGION", "AWS_DEFAULT_REGION"])
+def test_kms_region_from_either_aws_variable_and_endpoint_from_aws_endpoint_url(tmp_path, aws_env, monkeypatch,
+                                                                               variable):
+    """Settings without region or endpoint: boto3 reads only AWS_DEFAULT_REGION, but AWS_REGION
+    (AWS CLI v2, Lambda, delta-rs) must work too; the endpoint comes from AWS_ENDPOINT_URL."""
+    monkeypatch.delenv("AWS_REGION")
+    monkeypatch.delenv("AWS_DEFAULT_REGION")
+    monkeypatch.setenv(variable, aws_env.region)
+    settings = KmsSettings(key_per_subject=True)
+    ks = KmsKeyStore(tmp_path / "keys", settings)
+    key_id, key = ks.get_or_create("s-a")
+    assert ks.kms._boto().meta.region_name == aws_env.region
+    assert KmsKeyStore(tmp_path / "keys", settings).get(key_id) == key

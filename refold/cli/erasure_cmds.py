@@ -134,6 +134,9 @@ def _print_receipt(r) -> None:
     hits = r.scan.get("hits", [])
     click.echo(f"erased {r.subject_id} ({r.mode} mode): {len(r.events)} event(s), "
                f"{len(r.destroyed_key_ids)} key(s) destroyed, {len(r.removed_files)} file(s) removed")
+    for d in r.key_store.get("kms_key_deletions", ()):
+        click.echo(f"  KMS key {d['kms_key_id']}: deletion scheduled, final on {d['deletion_date']}"
+                   if d.get("deletion_date") else f"  KMS key {d['kms_key_id']}: {d.get('state')}")
     for p in r.purged:
         click.echo(f"  purged {p['rows']} from {p['store']}")
     click.echo(f"  residue scan: {len(hits)} hit(s) for {r.scan.get('needles', 0)} needle(s)")

@@ -21,16 +21,33 @@ def _iso(value):
 @store_argument
 @click.option("--mode", type=click.Choice(["delete", "shred"]), default="delete", show_default=True,
               help="Erasure mode, fixed for the store's life: delete rewrites files, shred destroys keys.")
+@click.option("--kms-key-id", help="Shred mode: keep the keys in AWS KMS, wrapped by this KMS key "
+              "(ARN, key id or alias/NAME). Region and credentials: the usual AWS environment.")
+@click.option("--kms-key-per-subject", is_flag=True,
+              help="Shred mode: one KMS key per data subject, scheduled for deletion when it is erased.")
+@click.option("--kms-endpoint", help="KMS endpoint URL (default: AWS_ENDPOINT_URL_KMS / AWS_ENDPOINT_URL or AWS's own).")
+@click.option("--kms-region", help="KMS region (default: the key ARN's, or AWS_REGION).")
+@click.option("--kms-pending-days", type=int,
+              help="Per-subject KMS keys: days before KMS deletes an erased subject's key (7-30; default 7).")
 @json_option
-def init(store: str, mode: str, as_json: bool) -> None:
+def init(store: str, mode: str, kms_key_id: str | None, kms_key_per_subject: bool, kms_endpoint: str | None,
+         kms_region: str | None, kms_pending_days: int | None, as_json: bool) -> None:
     """Create a new store at STORE."""
     import refold
 
-    mem = refold.init(store, mode=mode)  # type: ignore[arg-type]
+    mem = refold.init(store, mode=mode, kms_key_id=kms_key_id,  # type: ignore[arg-type]
+                      kms_key_per_subject=kms_key_per_subject, kms_endpoint=kms_endpoint,
+                      kms_region=kms_region, kms_pending_window_days=kms_pending_days)
+    keys = mem.settings.get("keys") or {}
     if as_json:
-        emit_json({"store": mem.root, "mode": mem.mode})
+        emit_json({"store": mem.root, "mode": mem.mode, **({"keys": keys} if keys else {})})
     else:
-        click.echo(f"created {mode}-mode store at {mem.root}")
+        where = ""
+        if keys.get("kms_key_per_subject"):
+            where = ", keys in AWS KMS (one KMS key per subject)"
+        elif keys:
+            where = f", keys in AWS KMS under {keys['kms_key_id']}"
+        click.echo(f"created {mode}-mode store at {mem.root}{where}")
 
 
 @main.command()

@@ -41,8 +41,8 @@ from typing import Any
 
 from refold.fold.errors import IntegrityError, StoreError
 from refold.fold.events import Event, Fact, NewEvent
-from .keys import FileKeyStore, KeyOwner, KeyStore
-from .layout import Layout
+from .keys import KeyOwner, KeyStore
+from .layout import Layout, read_settings
 
 CIPHER = "aes256gcm-v1"
 SCHEMA_VERSION = 1
@@ -105,14 +105,17 @@ def encrypt_event(event: NewEvent, keystore: KeyStore) -> dict[str, Any]:
 
 
 def shred_protector(layout: Layout, *, keystore: KeyStore | None = None):
-    """The :data:`refold.storage.log.Protector` of a shred-mode store (keys under ``keys/``)."""
+    """The :data:`refold.storage.log.Protector` of a shred-mode store (default ``keystore``: the
+    one the store was created with, see :func:`refold.storage.key_stores.open_keystore`)."""
     if keystore is None:
         if not layout.is_local:
             raise StoreError(
                 "shred mode needs a key store whose delete is real; for an object-store root pass "
                 "a KeyStore adapter (e.g. a KMS) explicitly"
             )
-        keystore = FileKeyStore(layout.keys)
+        from .key_stores import open_keystore
+
+        keystore = open_keystore(layout, read_settings(layout))
     store = keystore
 
     def protect(event: NewEvent) -> dict[str, Any]:

@@ -82,9 +82,9 @@ def _resolve(source, mode, keystore, registry):
     if mode is None:
         mode = getattr(source, "mode", None) or read_settings(log.layout).get("mode", "delete")
     if keystore is None and mode == "shred":
-        from .keys import FileKeyStore
+        from .key_stores import open_keystore
 
-        keystore = FileKeyStore(log.layout.keys)
+        keystore = getattr(source, "key_store", None) or open_keystore(log.layout, read_settings(log.layout))
     if registry is None and log.layout.is_local:
         registry = SubjectRegistry(log.layout.subjects)
     return log, mode, keystore, registry
@@ -238,7 +238,10 @@ class _Run:
         if self.keystore is None:
             return {"destroyed": planned}
         now = self.keystore.destroy(self.plan.subject_id, erasure_id=self.erasure_id)
-        return {"destroyed": sorted(set(planned) | set(now))}
+        # what the key store did (key files deleted; with KMS: wrapped keys deleted and the KMS
+        # key deletions scheduled, with their dates), recorded durably by the store itself
+        how = self.keystore.destruction(self.plan.subject_id)
+        return {"destroyed": sorted(set(planned) | set(now)), "key_store": dict(how or {})}
 
     def _tombstones(self) -> dict:
         seqs = set(self.plan.tombstone_seqs)
@@ -366,6 +369,7 @@ class _Run:
             events=tuple({**e, "how": "tombstone" if e["seq"] in tombstoned else "shredded"}
                          for e in self.plan.events),
             destroyed_key_ids=tuple(res.get("destroy_keys", {}).get("destroyed", ())),
+            key_store=res.get("destroy_keys", {}).get("key_store", {}),
             erasure_event_seq=res.get("erasure_event", {}).get("seq"),
             purged=tuple(res.get("purge", {}).get("stores", ())),
             removed_files=tuple(sorted(set(removed))), delta=delta,

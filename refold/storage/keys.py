@@ -22,6 +22,15 @@ Contract (:class:`KeyStore`):
   key and stay readable. New data about the person goes under a new subject id.
 * ``erased(subject_id)`` is the erasure id of that marker (``""`` when none was named), or None.
 * ``exists(key_id)`` is ``get(key_id) is not None`` without reading the key.
+* ``destruction(subject_id)`` is what destroying the owner's keys did, as a JSON-able mapping for
+  the erasure receipt (``{"key_store": "file" | "kms" | ..., "erasure_id": ..., ...}``; a KMS
+  adapter adds the KMS key deletions it scheduled and their dates), or None while the owner is
+  not erased. It is durable: a rerun of an erasure after a crash reads the same record.
+
+Adapters: :class:`FileKeyStore` (key bytes in files under the store's ``keys/``),
+:class:`refold.storage.kms_keys.KmsKeyStore` (data keys from AWS KMS, kept only wrapped), and
+:class:`MemoryKeyStore` (tests only). :func:`refold.storage.key_stores.open_keystore` picks the
+one a store was created with.
 
 Key owners. A key belongs to a data subject or to a tenant (the key of the tenant's subject-less
 events). Every method takes a :class:`KeyOwner`; a plain string means ``KeyOwner.subject(str)``.
@@ -44,10 +53,10 @@ import hashlib
 import os
 import secrets
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from refold.fold.errors import ErasedSubjectError, StoreError
 
@@ -103,6 +112,8 @@ class KeyStore(Protocol):
 
     def exists(self, key_id: str) -> bool: ...
 
+    def destruction(self, subject_id: "str | KeyOwner") -> Mapping[str, Any] | None: ...
+
 
 def _new_key_id() -> str:
     return secrets.token_hex(16)
@@ -154,7 +165,13 @@ class FileKeyStore:
     Subject files are named by a hash only to keep arbitrary subject ids filesystem-safe; they
     are unlinked with the keys. Erased markers are written (durably) before the keys go, and
     checked under the lock before a key is made.
+
+    Subclasses change what a key file holds through three hooks (the KMS adapter keeps a wrapped
+    key there): :meth:`_make_key`, :meth:`_open_key` and :meth:`_before_destroy`.
     """
+
+    #: the ``key_store`` name :meth:`destruction` reports
+    kind = "file"
 
     def __init__(self, root: str | os.PathLike):
         self.root = Path(root)
@@ -236,9 +253,24 @@ class FileKeyStore:
             data = self._key_file(key_id).read_bytes()
         except FileNotFoundError:
             return None
-        if len(data) != KEY_BYTES:
-            raise StoreError(f"key file {key_id} is {len(data)} bytes, expected {KEY_BYTES}: damaged key store")
-        return data
+        return self._open_key(key_id, data)
+
+    # -- what a key file holds (hooks for adapters that keep keys wrapped) -------------------------
+
+    def _make_key(self, owner: KeyOwner, key_id: str) -> tuple[bytes, bytes]:
+        """A new key for ``owner``: ``(key bytes, what the key file stores)``."""
+        key = secrets.token_bytes(KEY_BYTES)
+        return key, key
+
+    def _open_key(self, key_id: str, stored: bytes) -> bytes:
+        """The key bytes from a key file's content."""
+        if len(stored) != KEY_BYTES:
+            raise StoreError(f"key file {key_id} is {len(stored)} bytes, expected {KEY_BYTES}: damaged key store")
+        return stored
+
+    def _before_destroy(self, owner: KeyOwner, key_ids: list[str], erasure_id: str) -> None:
+        """Called under the lock after the erased marker is durable and before the key files of
+        ``key_ids`` (those still present) are unlinked."""
 
     def exists(self, key_id: str) -> bool:
         return self._key_file(key_id).exists()
@@ -258,8 +290,9 @@ class FileKeyStore:
             found = self._current(owner)  # another process may have created it meanwhile
             if found is not None:
                 return found
-            key_id, key = _new_key_id(), secrets.token_bytes(KEY_BYTES)
-            self._write_file(self._ids, key_id, key)
+            key_id = _new_key_id()
+            key, stored = self._make_key(owner, key_id)
+            self._write_file(self._ids, key_id, stored)
             # the subject file is written last: a crash before it leaves an unused key, never a
             # used key the subject file does not name (which destroy would then miss)
             live = [k for k in self._read_ids(owner) if self.exists(k)]
@@ -282,7 +315,10 @@ class FileKeyStore:
             if self.erased(owner) is None or erasure_id:
                 self._write_file(self._erased, owner.digest(), (erasure_id or "").encode("ascii"))
             destroyed = []
-            for key_id in dict.fromkeys([*self._legacy_ids(owner), *self._read_ids(owner)]):
+            present = [k for k in dict.fromkeys([*self._legacy_ids(owner), *self._read_ids(owner)])
+                       if self._key_file(k).exists()]
+            self._before_destroy(owner, present, self.erased(owner) or "")
+            for key_id in present:
                 path = self._key_file(key_id)
                 if path.exists():
                     path.unlink()
@@ -293,12 +329,18 @@ class FileKeyStore:
             _fsync_dir(self._subjects)
             return destroyed
 
+    def destruction(self, subject_id: "str | KeyOwner") -> Mapping[str, Any] | None:
+        erasure_id = self.erased(subject_id)
+        if erasure_id is None:
+            return None
+        return {"key_store": self.kind, "erasure_id": erasure_id, "how": "key files deleted"}
+
 
 class MemoryKeyStore:
     """TEST ADAPTER ONLY: keys in a dict, gone with the process. Never use it for a real store.
 
-    It exists so the contract tests run against two adapters (as a KMS adapter would be the
-    third) and so unit tests of the crypto need no files.
+    It exists so unit tests of the crypto need no files (and it passes the same contract tests
+    as the file and KMS adapters).
     """
 
     def __init__(self) -> None:
@@ -340,3 +382,9 @@ class MemoryKeyStore:
                 self._erased[owner] = erasure_id or ""
             ids = self._by_subject.pop(owner, [])
             return [k for k in ids if self._keys.pop(k, None) is not None]
+
+    def destruction(self, subject_id: "str | KeyOwner") -> Mapping[str, Any] | None:
+        erasure_id = self.erased(subject_id)
+        if erasure_id is None:
+            return None
+        return {"key_store": "memory", "erasure_id": erasure_id, "how": "keys dropped from memory"}

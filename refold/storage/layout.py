@@ -1,7 +1,8 @@
 """Where things live under a store root, and the store's own small settings file.
 
     ROOT/
-      store.json      format version and erasure mode ("delete" or "shred"), written once by init
+      store.json      format version, erasure mode ("delete" or "shred") and, in shred mode, the
+                      key store (absent: key files; "kms": AWS KMS), written once by init
       events/         Delta table: the log (the only source of truth)
       extractions/    Delta table: extraction cache (derived)
       snapshots/      folded state at log positions (derived)
@@ -100,10 +101,13 @@ def atomic_write_json(path: str | os.PathLike, value: Any) -> None:
         raise
 
 
-def write_settings(layout: Layout, mode: Mode) -> dict[str, Any]:
+def write_settings(layout: Layout, mode: Mode, *, keys: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``keys``: the key store entry (see :func:`refold.storage.key_stores.key_settings`)."""
     if mode not in ("delete", "shred"):
         raise StoreError(f"unknown erasure mode {mode!r}; use 'delete' or 'shred'")
-    settings = {"format_version": FORMAT_VERSION, "mode": mode}
+    settings: dict[str, Any] = {"format_version": FORMAT_VERSION, "mode": mode}
+    if keys:
+        settings["keys"] = keys
     if layout.is_local:
         atomic_write_json(layout.settings, settings)
     return settings

@@ -3,8 +3,9 @@
 A receipt holds no personal data: the opaque subject id, the erased events' seqs and the
 pseudonyms of their ids (a keyed hash: a caller's id may be personal data, see
 :mod:`refold.storage.erased_ids`) with their commitments (salted, so they cannot be reversed into
-content), destroyed key ids, file names, counts, hashes, model ids
-and host names. In particular it does NOT hold the names, aliases or canary strings the residue
+content), destroyed key ids, file names, counts, hashes, model ids and host names, and (keys in
+KMS) the ARNs of KMS keys whose deletion it scheduled, with dates. In particular it does NOT hold
+the names, aliases or canary strings the residue
 scan looked for — only how many there were, and per hit the file, the location and the needle's
 index. So :func:`verify_receipt` can re-run the residue scan only when the caller passes the
 needles again (an operator keeps them with the erasure request, outside the store).
@@ -12,7 +13,8 @@ needles again (an operator keeps them with the erasure request, outside the stor
 :func:`verify_receipt` re-checks what can be re-checked from the store alone: the chain verifies;
 the erasure event is in the log; every erased event is a tombstone carrying the receipt's erasure
 id and commitment (delete mode) or every destroyed key is gone and every erased event is
-unreadable (shred mode); the pre-erasure table version can no longer be loaded (delete mode);
+unreadable (shred mode), and every KMS key whose deletion it scheduled is still pending deletion
+or deleted (a cancelled deletion would make the erased events readable again); the pre-erasure table version can no longer be loaded (delete mode);
 with ``needles``, a fresh scan finds nothing; with ``refold``, the state digest matches (or the log
 has grown since, which the report says).
 """
@@ -46,6 +48,10 @@ class Receipt:
     #: erased events as {"event_id" (its pseudonym), "seq", "commitment", "how": "tombstone" | "shredded"}
     events: tuple[Mapping[str, Any], ...] = ()
     destroyed_key_ids: tuple[str, ...] = ()
+    #: shred mode: how the keys were destroyed (:meth:`refold.storage.keys.KeyStore.destruction`):
+    #: ``{"key_store": "file" | "kms", "how", ...}``; a per-subject KMS store adds
+    #: ``kms_key_deletions``: ``[{"kms_key_id", "deletion_date", "pending_window_days", "state"}]``
+    key_store: Mapping[str, Any] = field(default_factory=dict)
     erasure_event_seq: int | None = None
     #: per derived store: {"store", "rows", "detail"}
     purged: tuple[Mapping[str, Any], ...] = ()
@@ -159,8 +165,9 @@ def verify_receipt(root: str | Path, receipt: str | Path | Receipt, *,
     from refold.fold.events import Event
     from .crypto import open_event
     from .erased_ids import is_pseudonym
+    from .key_stores import open_keystore
+    from .layout import read_settings
     from .schema import table_to_events
-    from .keys import FileKeyStore
     from .log import EventLog
     from .scan import scan_report
     from .verify import verify
@@ -185,10 +192,17 @@ def verify_receipt(root: str | Path, receipt: str | Path | Receipt, *,
                         f"seq {erasure.seq}" if erasure else "the log has no erasure event with this id"))
     bad = []
     if rec.destroyed_key_ids or any(e.get("how") == "shredded" for e in rec.events):
-        keystore = keystore or FileKeyStore(layout.keys)
+        keystore = keystore or open_keystore(layout, read_settings(layout))
         alive = [k for k in rec.destroyed_key_ids if keystore.exists(k)]
         checks.append(Check("keys destroyed", not alive,
                             f"{len(rec.destroyed_key_ids)} key(s) gone" if not alive else f"still present: {alive}"))
+        deletions = (rec.key_store or {}).get("kms_key_deletions") or ()
+        state_of = getattr(keystore, "kms_key_state", None)  # only a KMS key store can answer
+        if deletions and state_of is not None:
+            states = {d["kms_key_id"]: state_of(d["kms_key_id"]) for d in deletions}
+            wrong = [f"{k} is {s}" for k, s in states.items() if s not in ("PendingDeletion", "deleted")]
+            checks.append(Check("KMS key deletions", not wrong, "; ".join(wrong) or
+                                f"{len(states)} KMS key(s) pending deletion or deleted"))
     for item in rec.events:
         event = by_seq.get(int(item["seq"]))
         if event is None:

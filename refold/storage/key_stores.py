@@ -1,0 +1,62 @@
+"""Which :class:`~refold.storage.keys.KeyStore` adapter a shred-mode store uses.
+
+A store picks its key store once, at ``refold init``, and records the choice in its settings
+(``store.json``, under ``keys``); every later open reads it from there, so no caller can open a
+KMS store with file keys by mistake (or the other way round):
+
+* no ``keys`` entry: :class:`~refold.storage.keys.FileKeyStore` (key files under ``keys/``);
+* ``{"adapter": "kms", ...}``: :class:`~refold.storage.kms_keys.KmsKeyStore` with the
+  :class:`~refold.storage.kms_keys.KmsSettings` stored there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from refold.fold.errors import StoreError
+from .keys import FileKeyStore, KeyStore
+from .layout import Layout
+
+
+def key_settings(mode: str, *, kms_key_id: str | None = None, kms_key_per_subject: bool = False,
+                 kms_endpoint: str | None = None, kms_region: str | None = None,
+                 kms_pending_window_days: int | None = None, check: bool = True) -> dict[str, Any] | None:
+    """The ``keys`` entry of a new store's settings, or None for the file adapter.
+
+    Validates the options (KMS options need shred mode) and, with ``check``, asks KMS whether the
+    store's key is there and usable (``DescribeKey``), so that ``init`` fails before it writes
+    anything rather than at the first append.
+    """
+    wants_kms = bool(kms_key_id or kms_key_per_subject)
+    if not wants_kms:
+        if kms_endpoint or kms_region or kms_pending_window_days is not None:
+            raise StoreError("--kms-endpoint, --kms-region and --kms-pending-days need --kms-key-id "
+                             "(or --kms-key-per-subject)")
+        return None
+    if kms_pending_window_days is not None and not kms_key_per_subject:
+        raise StoreError("--kms-pending-days is the wait before KMS deletes an erased subject's own "
+                         "KMS key: it needs --kms-key-per-subject (the store's one KMS key is never deleted)")
+    if mode != "shred":
+        raise StoreError(f"a KMS key store is for shred mode (keys destroyed on erasure); this store is "
+                         f"{mode}-mode: add --mode shred, or drop the KMS options")
+    from .kms_keys import MIN_PENDING_DAYS, KmsKeyStore, KmsSettings
+
+    settings = KmsSettings(key_id=kms_key_id, key_per_subject=kms_key_per_subject, endpoint=kms_endpoint,
+                           region=kms_region, pending_window_days=kms_pending_window_days or MIN_PENDING_DAYS)
+    if check and not settings.key_per_subject:
+        KmsKeyStore("unused", settings).describe_store_key()
+    return settings.as_json()
+
+
+def open_keystore(layout: Layout, settings: Mapping[str, Any]) -> KeyStore:
+    """The key store of the store at ``layout`` whose settings are ``settings``."""
+    keys = settings.get("keys")
+    if not keys:
+        return FileKeyStore(layout.keys)
+    if keys.get("adapter") == "kms":
+        from .kms_keys import KmsKeyStore, KmsSettings
+
+        return KmsKeyStore(layout.keys, KmsSettings.from_json(keys))
+    raise StoreError(f"{layout.root}/store.json names an unknown key store {keys.get('adapter')!r}; "
+                     "this refold knows 'kms' (and the file store, when no key store is named)")
