@@ -94,8 +94,8 @@ class Memory:
 
     def append_jsonl(self, lines: Iterable[str] | str | Path, *, ingestion_run: str | None = None) -> list[int]:
         """Append events from JSON Lines (an iterable of lines, a text, or a file path)."""
-        if isinstance(lines, Path):
-            lines = lines.read_text(encoding="utf-8").splitlines()
+        if isinstance(lines, Path):  # bytes: parse_jsonl names the line of a byte that is not UTF-8
+            lines = lines.read_bytes().splitlines()
         elif isinstance(lines, str):
             lines = lines.splitlines()
         batch = parse_jsonl(lines, max_content_bytes=self.max_content_bytes, ingestion_run=ingestion_run)
@@ -111,7 +111,7 @@ class Memory:
         if isinstance(against, (str, Path)):
             try:
                 against = Head.from_json(json.loads(Path(against).read_text()))
-            except (OSError, ValueError, KeyError) as exc:
+            except (OSError, ValueError, KeyError, RecursionError) as exc:
                 raise ValidationError(
                     f"cannot read a chain head from {against}: {exc}; save one with `refold head STORE --json`"
                 ) from exc

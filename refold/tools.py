@@ -152,9 +152,8 @@ def _check(name: str, payload: Any) -> dict[str, Any]:
                 from refold.fold.events import parse_time
 
                 payload[key] = parse_time(payload[key], line=None, name=key)
-            except EventValidationError:
-                problems.append(f"{key}: {payload[key]!r} is not an ISO-8601 time with a timezone "
-                                "(e.g. 2024-05-01T00:00:00+00:00)")
+            except EventValidationError as exc:
+                problems.append(f"{key}: {exc.reason}")
     if problems:
         raise ValidationError(f"{name}: invalid input ({len(problems)} problem(s)): " + "; ".join(problems))
     return payload

@@ -17,6 +17,17 @@ def _iso(value):
     return value.isoformat() if hasattr(value, "isoformat") else str(value)
 
 
+def _dicts(frame):
+    """The rows as dicts; times Python's datetime cannot hold (stored by an older refold that did
+    not check the range) are printed as text instead of failing the whole listing."""
+    try:
+        return frame.to_dicts()
+    except (ValueError, OverflowError):
+        import polars as pl
+
+        return frame.with_columns(pl.col(pl.Datetime).dt.strftime("%Y-%m-%dT%H:%M:%S%.6f+00:00")).to_dicts()
+
+
 @main.command()
 @store_argument
 @click.option("--mode", type=click.Choice(["delete", "shred"]), default="delete", show_default=True,
@@ -35,7 +46,8 @@ def init(store: str, mode: str, as_json: bool) -> None:
 
 @main.command()
 @store_argument
-@click.argument("file", type=click.File("r", encoding="utf-8"))
+# bytes: parse_jsonl decodes each line itself, so a byte that is not UTF-8 is named with its line
+@click.argument("file", type=click.File("rb"))
 @click.option("--ingestion-run", help="Tag every event of this batch with an ingestion run id.")
 @json_option
 def append(store: str, file, ingestion_run: str | None, as_json: bool) -> None:
@@ -62,7 +74,7 @@ def log_cmd(store: str, since: int | None, as_of: str | None, fmt: str, as_json:
     """Show the log."""
     frame = open_store(store).log(since=since, as_of=as_of)
     if as_json or fmt == "jsonl":
-        for row in frame.to_dicts():
+        for row in _dicts(frame):
             click.echo(json.dumps(row, default=_iso, ensure_ascii=False))
         return
     from rich.console import Console

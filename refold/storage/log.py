@@ -53,7 +53,7 @@ from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
 from refold.fold.chain import GENESIS
 from refold.fold.errors import ConflictError, StoreError
-from refold.fold.events import Event, NewEvent
+from refold.fold.events import Event, NewEvent, check_times
 from .layout import Layout
 from .log_reader import HEAD_KEY, LogReader
 from .heads import Head, publish_head
@@ -188,6 +188,7 @@ class EventLog(LogReader):
         """
         if not batch:
             return []
+        check_times(batch)  # a time the chain or Arrow cannot hold fails here, before any sealing
         ids = [e.event_id for e in batch]  # once: the checks below are C-level passes over it
         unique = _dedupe(batch, ids)
         if len(unique) < len(batch):

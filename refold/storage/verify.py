@@ -13,12 +13,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from refold.fold.chain import GENESIS, commitment_of, link_of
-from refold.fold.events import Event
+from refold.fold.events import MAX_TIME, MIN_TIME, Event
 from .log import EventLog, Head
-from .schema import EVENTS_SCHEMA, table_to_events
+from .schema import EVENTS_SCHEMA, stored_time_texts, table_to_events
 
 
 @dataclass(frozen=True)
@@ -41,18 +42,26 @@ class VerifyReport:
         }
 
 
-def _read_events(log: EventLog) -> tuple[list[Event], list[tuple[int | None, str]]]:
+#: seq → canonical text of each stored time that Python's datetime could not hold as stored
+StoredTimes = dict[int, dict[str, str]]
+
+
+def _read_events(log: EventLog) -> tuple[list[Event], list[tuple[int | None, str]], StoredTimes]:
     """All events, reading file by file so one damaged file does not hide the others.
 
     A file that cannot be read, holds text that is not UTF-8, or a field that does not decode
-    (a garbled ``fact``) is a finding named by its lowest seq, not a crash.
+    (a garbled ``fact``) is a finding named by its lowest seq, not a crash. A time outside the
+    range Python reads (stored by an older refold) comes back clamped; its stored text is
+    returned too, so the commitment is checked against what was sealed.
     """
     dt = log._table()
     if not log.layout.is_local:
-        return list(table_to_events(log.arrow())), []
+        table = log.arrow()
+        return list(table_to_events(table)), [], _stored_times(table)
     actions = pa.table(dt.get_add_actions(flatten=True)).to_pylist()
     events: list[Event] = []
     broken: list[tuple[int | None, str]] = []
+    stored: StoredTimes = {}
     for action in actions:
         path = Path(log.layout.events) / action["path"]
         try:
@@ -61,6 +70,7 @@ def _read_events(log: EventLog) -> tuple[list[Event], list[tuple[int | None, str
         except Exception as exc:  # noqa: BLE001 - any unreadable file is a finding, not a crash
             broken.append((action.get("min.seq"), f"data file {action['path']} unreadable: {exc}"))
             continue
+        stored.update(_stored_times(table))
         try:
             events.extend(table_to_events(table))
         except Exception:  # noqa: BLE001 - find the row that does not decode
@@ -72,7 +82,22 @@ def _read_events(log: EventLog) -> tuple[list[Event], list[tuple[int | None, str
                     seq = row["seq"][0].as_py()
                     broken.append((seq, f"seq {seq}: a stored field does not decode ({exc})"))
     events.sort(key=lambda e: e.seq)
-    return events, broken
+    return events, broken, stored
+
+
+def _stored_times(table: pa.Table) -> StoredTimes:
+    """The canonical text of the valid times outside [MIN_TIME, MAX_TIME] in ``table``, by seq."""
+    out: StoredTimes = {}
+    for name in ("valid_from", "valid_to"):
+        column = table[name]
+        outside = pc.or_(pc.less(column, pa.scalar(MIN_TIME, EVENTS_SCHEMA.field(name).type)),
+                         pc.greater(column, pa.scalar(MAX_TIME, EVENTS_SCHEMA.field(name).type)))
+        if not pc.any(outside).as_py():
+            continue
+        rows = table.filter(outside)
+        for seq, text in zip(rows["seq"].to_pylist(), stored_time_texts(rows[name])):
+            out.setdefault(seq, {})[name] = text
+    return out
 
 
 def verify(log: EventLog, *, against: Head | None = None) -> VerifyReport:
@@ -82,7 +107,7 @@ def verify(log: EventLog, *, against: Head | None = None) -> VerifyReport:
     different rows; when nothing else is wrong but some rows are stored twice (a data file copied,
     or one replaced by an older one), it is the first duplicated seq.
     """
-    events, broken = _read_events(log)
+    events, broken, stored = _read_events(log)
     problems: list[str] = [msg for _, msg in broken]
     bad: list[int] = [seq for seq, _ in broken if seq is not None]
     erasures = {e.erasure_id for e in events if e.kind == "erasure" and e.erasure_id}
@@ -102,7 +127,7 @@ def verify(log: EventLog, *, against: Head | None = None) -> VerifyReport:
         elif len(rows) > 1:
             problem = f"seq {expected}: {len(rows)} different rows claim this position (a row was inserted)"
         else:
-            problem = _check(rows[0], expected, prev, erasures)
+            problem = _check(rows[0], expected, prev, erasures, stored.get(expected))
         if problem:
             problems.append(problem)
             bad.append(expected)
@@ -136,7 +161,8 @@ def verify(log: EventLog, *, against: Head | None = None) -> VerifyReport:
                         problems=tuple(problems))
 
 
-def _check(event: Event, expected: int, prev: str, erasures: set[str]) -> str | None:
+def _check(event: Event, expected: int, prev: str, erasures: set[str],
+           stored_times: dict[str, str] | None = None) -> str | None:
     if event.prev_link != prev:
         return f"seq {expected}: prev_link does not match the link of seq {expected - 1}"
     if event.is_tombstone:
@@ -144,7 +170,7 @@ def _check(event: Event, expected: int, prev: str, erasures: set[str]) -> str | 
             return f"seq {expected}: tombstone names erasure {event.erasure_id!r}, which the log does not record"
     else:
         try:
-            commitment = commitment_of(event)
+            commitment = commitment_of(event, stored_times=stored_times)
         except ValueError:
             return f"seq {expected}: content or salt missing or malformed in a non-tombstone event"
         if commitment != event.commitment:
