@@ -402,11 +402,21 @@ class Memory:
         return open_index(self, embedder=embedder, as_of=as_of, backend=backend)
 
 
-def init(root: str | Path, *, mode: Mode = "delete", storage_options: dict[str, str] | None = None) -> Memory:
-    """Create a new store at ``root`` (erasure ``mode`` is fixed here) and open it."""
+def init(root: str | Path, *, mode: Mode = "delete", storage_options: dict[str, str] | None = None,
+         group: bool = False) -> Memory:
+    """Create a new store at ``root`` (erasure ``mode`` is fixed here) and open it.
+
+    A local store is private to its owner (folders 0700, files 0600); ``group`` makes it
+    group-shared instead (root folder 2770, setgid: its group may read and write everything in
+    it). See :mod:`refold.storage.filemodes`.
+    """
     layout = Layout(str(root))
     if layout.is_local and Path(layout.settings).exists():
         raise StoreError(f"{root} is already a refold store; open it with refold.open({str(root)!r})")
+    if layout.is_local:
+        from refold.storage.filemodes import create_root
+
+        create_root(layout.root.removeprefix("file://"), group=group)
     write_settings(layout, mode)
     EventLog.create(layout, storage_options=storage_options)
     return Memory(root, storage_options=storage_options)

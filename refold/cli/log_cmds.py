@@ -32,12 +32,15 @@ def _dicts(frame):
 @store_argument
 @click.option("--mode", type=click.Choice(["delete", "shred"]), default="delete", show_default=True,
               help="Erasure mode, fixed for the store's life: delete rewrites files, shred destroys keys.")
+@click.option("--group", is_flag=True,
+              help="Share the store with your group (folders 2770 setgid, files 0660) instead of keeping it "
+                   "private (0700/0600).")
 @json_option
-def init(store: str, mode: str, as_json: bool) -> None:
+def init(store: str, mode: str, group: bool, as_json: bool) -> None:
     """Create a new store at STORE."""
     import refold
 
-    mem = refold.init(store, mode=mode)  # type: ignore[arg-type]
+    mem = refold.init(store, mode=mode, group=group)  # type: ignore[arg-type]
     if as_json:
         emit_json({"store": mem.root, "mode": mem.mode})
     else:
