@@ -431,7 +431,7 @@ class IndexStore:
                 indexes = {k: VectorIndex.load(folder, k, backend=manifest["backend"]) for k in KINDS}
             except (OSError, ValueError, KeyError, StoreError):
                 shutil.rmtree(folder)
-                folder.mkdir(mode=0o700)  # keep a fresh epoch so other processes drop their cached views
+                make_dirs(folder)  # keep a fresh epoch so other processes drop their cached views
                 atomic_write_json(folder / "manifest.json", {"format": FORMAT, "epoch": time.time_ns()})
                 detail.append(f"{rel}: unreadable, deleted (rebuilt on the next search)")
                 continue
