@@ -126,8 +126,8 @@ class Memory:
 
     def append_jsonl(self, lines: Iterable[str] | str | Path, *, ingestion_run: str | None = None) -> list[int]:
         """Append events from JSON Lines (an iterable of lines, a text, or a file path)."""
-        if isinstance(lines, Path):
-            lines = lines.read_text(encoding="utf-8").splitlines()
+        if isinstance(lines, Path):  # bytes: parse_jsonl names the line of a byte that is not UTF-8
+            lines = lines.read_bytes().splitlines()
         elif isinstance(lines, str):
             lines = lines.splitlines()
         batch = parse_jsonl(lines, max_content_bytes=self.max_content_bytes, ingestion_run=ingestion_run)
@@ -146,7 +146,7 @@ class Memory:
         if isinstance(against, (str, Path)):
             try:
                 against = Head.from_json(json.loads(Path(against).read_text()))
-            except (OSError, ValueError, KeyError) as exc:
+            except (OSError, ValueError, KeyError, RecursionError) as exc:
                 raise ValidationError(
                     f"cannot read a chain head from {against}: {exc}; save one with `refold head STORE --json`"
                 ) from exc
@@ -482,12 +482,16 @@ class Memory:
 
 def init(root: str | Path, *, mode: Mode = "delete", storage_options: dict[str, str] | None = None,
          kms_key_id: str | None = None, kms_key_per_subject: bool = False, kms_endpoint: str | None = None,
-         kms_region: str | None = None, kms_pending_window_days: int | None = None) -> Memory:
+         kms_region: str | None = None, kms_pending_window_days: int | None = None,
+         group: bool = False) -> Memory:
     """Create a new store at ``root`` (erasure ``mode`` is fixed here) and open it.
 
     Shred mode keeps its keys in files under ``keys/``, or in AWS KMS with ``kms_key_id`` (the
     store's KMS key: ARN, id or alias) or ``kms_key_per_subject`` (a KMS key per data subject,
     deleted on erasure after ``kms_pending_window_days``); see docs/erasure.md, "Keys in a KMS".
+    A local store is private to its owner (folders 0700, files 0600); ``group`` makes it
+    group-shared instead (root folder 2770, setgid: its group may read and write everything in
+    it). See :mod:`refold.storage.filemodes`.
     """
     from refold.storage.key_stores import key_settings
 
@@ -497,6 +501,10 @@ def init(root: str | Path, *, mode: Mode = "delete", storage_options: dict[str, 
     keys = key_settings(mode, kms_key_id=kms_key_id, kms_key_per_subject=kms_key_per_subject,
                         kms_endpoint=kms_endpoint, kms_region=kms_region,
                         kms_pending_window_days=kms_pending_window_days)
+    if layout.is_local:
+        from refold.storage.filemodes import create_root
+
+        create_root(layout.root.removeprefix("file://"), group=group)
     write_settings(layout, mode, keys=keys)
     EventLog.create(layout, storage_options=storage_options)
     return Memory(root, storage_options=storage_options)

@@ -18,7 +18,7 @@ def _options(pairs: tuple[str, ...]) -> dict[str, object]:
             raise click.BadParameter(f"{pair!r} is not NAME=VALUE", param_hint="--option")
         try:
             out[name.replace("-", "_")] = json.loads(value)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):  # not JSON (or absurdly nested): a string
             out[name.replace("-", "_")] = value
     return out
 

@@ -17,6 +17,17 @@ def _iso(value):
     return value.isoformat() if hasattr(value, "isoformat") else str(value)
 
 
+def _dicts(frame):
+    """The rows as dicts; times Python's datetime cannot hold (stored by an older refold that did
+    not check the range) are printed as text instead of failing the whole listing."""
+    try:
+        return frame.to_dicts()
+    except (ValueError, OverflowError):
+        import polars as pl
+
+        return frame.with_columns(pl.col(pl.Datetime).dt.strftime("%Y-%m-%dT%H:%M:%S%.6f+00:00")).to_dicts()
+
+
 @main.command()
 @store_argument
 @click.option("--mode", type=click.Choice(["delete", "shred"]), default="delete", show_default=True,
@@ -29,15 +40,18 @@ def _iso(value):
 @click.option("--kms-region", help="KMS region (default: the key ARN's, or AWS_REGION).")
 @click.option("--kms-pending-days", type=int,
               help="Per-subject KMS keys: days before KMS deletes an erased subject's key (7-30; default 7).")
+@click.option("--group", is_flag=True,
+              help="Share the store with your group (folders 2770 setgid, files 0660) instead of keeping it "
+                   "private (0700/0600).")
 @json_option
 def init(store: str, mode: str, kms_key_id: str | None, kms_key_per_subject: bool, kms_endpoint: str | None,
-         kms_region: str | None, kms_pending_days: int | None, as_json: bool) -> None:
+         kms_region: str | None, kms_pending_days: int | None, group: bool, as_json: bool) -> None:
     """Create a new store at STORE."""
     import refold
 
     mem = refold.init(store, mode=mode, kms_key_id=kms_key_id,  # type: ignore[arg-type]
                       kms_key_per_subject=kms_key_per_subject, kms_endpoint=kms_endpoint,
-                      kms_region=kms_region, kms_pending_window_days=kms_pending_days)
+                      kms_region=kms_region, kms_pending_window_days=kms_pending_days, group=group)
     keys = mem.settings.get("keys") or {}
     if as_json:
         emit_json({"store": mem.root, "mode": mem.mode, **({"keys": keys} if keys else {})})
@@ -52,7 +66,8 @@ def init(store: str, mode: str, kms_key_id: str | None, kms_key_per_subject: boo
 
 @main.command()
 @store_argument
-@click.argument("file", type=click.File("r", encoding="utf-8"))
+# bytes: parse_jsonl decodes each line itself, so a byte that is not UTF-8 is named with its line
+@click.argument("file", type=click.File("rb"))
 @click.option("--ingestion-run", help="Tag every event of this batch with an ingestion run id.")
 @json_option
 def append(store: str, file, ingestion_run: str | None, as_json: bool) -> None:
@@ -79,7 +94,7 @@ def log_cmd(store: str, since: int | None, as_of: str | None, fmt: str, as_json:
     """Show the log."""
     frame = open_store(store).log(since=since, as_of=as_of)
     if as_json or fmt == "jsonl":
-        for row in frame.to_dicts():
+        for row in _dicts(frame):
             click.echo(json.dumps(row, default=_iso, ensure_ascii=False))
         return
     from rich.console import Console

@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Mapping
 from datetime import datetime, timezone
 from json.encoder import encode_basestring as _enc  # the C escaper json.dumps uses
 
@@ -52,19 +53,23 @@ def canonical_time(value: datetime | None) -> str | None:
 _iso = canonical_time
 
 
-def header_bytes(event: Event) -> bytes:
+def header_bytes(event: Event, *, stored_times: Mapping[str, str] | None = None) -> bytes:
     """Canonical JSON of the fields the commitment covers besides content.
 
     Canonical means ``json.dumps(header, sort_keys=True, separators=(",", ":"),
     ensure_ascii=False)``; :func:`canonical_header` writes those exact bytes without building a
-    dict, because the log seals every appended event with it.
+    dict, because the log seals every appended event with it. ``stored_times`` gives the canonical
+    text of a ``valid_from``/``valid_to`` the event could not hold as a datetime (a stored time
+    outside Python's range, read back clamped).
     """
+    times = stored_times or {}
     return canonical_header(
         seq=event.seq, event_id=event.event_id, recorded_at=_iso(event.recorded_at),
         table_version=event.table_version, kind=event.kind, tenant=event.tenant,
         source=event.source, subjects=event.subjects, principals=event.principals,
         trace_id=event.trace_id, justification=event.justification,
-        valid_from=_iso(event.valid_from), valid_to=_iso(event.valid_to),
+        valid_from=times.get("valid_from", _iso(event.valid_from)),
+        valid_to=times.get("valid_to", _iso(event.valid_to)),
         ingestion_run=event.ingestion_run, fact=event.fact, cipher=event.cipher,
         key_ids=event.key_ids, erasure_id=event.erasure_id,
     )
@@ -132,11 +137,11 @@ def content_digest(salt: str, content: str) -> bytes:
     return hashlib.sha256(bytes.fromhex(salt) + content.encode("utf-8")).digest()
 
 
-def commitment_of(event: Event) -> str:
+def commitment_of(event: Event, *, stored_times: Mapping[str, str] | None = None) -> str:
     """Recompute the commitment of a non-tombstone event from its stored fields."""
     if event.salt is None or event.content is None:
         raise ValueError(f"seq {event.seq}: only events with content and salt have a computable commitment")
-    return commitment_from(header_bytes(event), event.salt, event.content)
+    return commitment_from(header_bytes(event, stored_times=stored_times), event.salt, event.content)
 
 
 def commitment_from(header: bytes, salt: str, content: str) -> str:

@@ -32,6 +32,7 @@ class EventValidationError(ValidationError):
     def __init__(self, message: str, *, line: int | None = None, field: str | None = None):
         self.line = line
         self.field = field
+        self.reason = message  # what was wrong, without the line/field prefix
         where = []
         if line is not None:
             where.append(f"line {line}")

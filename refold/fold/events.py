@@ -13,9 +13,10 @@ import json
 import os
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import datetime, timezone
+from operator import attrgetter
 from typing import Any
 
 from .errors import EventValidationError
@@ -34,6 +35,14 @@ DEFAULT_MAX_CONTENT_BYTES = 1 << 20  # 1 MiB
 #: What an erased event's id becomes in its tombstone and receipt (a keyed hash, see
 #: refold.storage.erased_ids); reserved: no input id may start with it.
 ERASED_ID_PREFIX = "erased:"
+#: The range every timestamp an event states must fall in, compared in UTC. Python's datetime
+#: ends at 0001-01-01 and 9999-12-31 *in whatever offset it carries*, so a time within a day of
+#: either end overflows when converted to UTC (the chain's canonical form, Arrow's
+#: timestamp[us, UTC] column read back as datetimes) or to a reader's local time. A day of margin
+#: at each end makes every accepted value convertible to any offset (offsets are under 24 h);
+#: Arrow's int64 microseconds span ±292,000 years, so this range is the narrowest layer's.
+MIN_TIME = datetime(1, 1, 2, tzinfo=timezone.utc)
+MAX_TIME = datetime(9999, 12, 30, 23, 59, 59, 999999, tzinfo=timezone.utc)
 FACT_FIELDS = ("subject", "relation", "object")
 _OPTIONAL_STR = ("event_id", "tenant", "trace_id", "justification", "ingestion_run")
 _KNOWN_FIELDS = frozenset(
@@ -179,7 +188,49 @@ def parse_time(value: Any, *, line: int | None, name: str) -> datetime:
             f"'{value}' has no timezone; add one, e.g. {parsed.isoformat()}+00:00",
             line=line, field=name,
         )
+    check_time_range(parsed, line=line, name=name)
     return parsed
+
+
+def check_time_range(value: datetime, *, line: int | None, name: str) -> None:
+    """Raise :class:`EventValidationError` unless ``value`` lies within [MIN_TIME, MAX_TIME].
+
+    Compared without converting (aware datetimes compare by their UTC instant), because the
+    conversion itself is what overflows near the ends of the calendar.
+    """
+    try:
+        inside = MIN_TIME <= value <= MAX_TIME
+    except (OverflowError, TypeError):  # a naive datetime, or an exotic tzinfo that fails
+        inside = False
+    if not inside:
+        raise EventValidationError(
+            f"{value.isoformat()} is outside the supported range {MIN_TIME.date()} .. "
+            f"{MAX_TIME.date()} (UTC); timestamps that close to the ends of the calendar cannot "
+            "be stored safely: use a time inside the range, or leave the field out",
+            line=line, field=name,
+        )
+
+
+def check_times(batch: Sequence["NewEvent"]) -> None:
+    """Check the timestamps of :class:`NewEvent` values built by hand (``validate_event`` checked
+    parsed ones), so a bad value fails its own caller before anything is sealed or queued.
+
+    Distinct values are checked once (a batch usually states few), after a C-level gather.
+    """
+    for name in ("valid_from", "valid_to"):
+        values = set(map(attrgetter(name), batch))
+        values.discard(None)
+        for value in values:
+            try:
+                if isinstance(value, datetime) and value.utcoffset() is not None:
+                    check_time_range(value, line=None, name=name)
+                    continue
+                message = "expected a timezone-aware datetime"
+            except EventValidationError as exc:
+                message = exc.reason
+            line = next(i for i, e in enumerate(batch, start=1) if getattr(e, name) is value
+                        or getattr(e, name) == value)
+            raise EventValidationError(message, line=line, field=name)
 
 
 def _str_list(value: Any, *, line: int | None, name: str) -> tuple[str, ...]:
@@ -312,18 +363,26 @@ def _validate_fact(value: Any, *, line: int | None) -> Fact:
 
 
 def parse_jsonl(
-    lines: Iterable[str],
+    lines: Iterable[str | bytes],
     *,
     max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES,
     ingestion_run: str | None = None,
 ) -> list[NewEvent]:
     """Parse JSON Lines into events; blank lines are skipped, line numbers count from 1.
 
-    Raises :class:`EventValidationError` for the first bad line; the batch is all or nothing.
+    ``lines`` may be text or bytes (UTF-8, decoded here so a bad byte is reported with its line).
+    Raises :class:`EventValidationError` for the first bad line: bytes that are not UTF-8, text
+    that is not JSON or is nested too deep for the parser, or an invalid event. The batch is all
+    or nothing.
     """
     events: list[NewEvent] = []
     seen: dict[str, int] = {}
-    for number, text in enumerate(lines, start=1):
+    for number, text in _numbered(lines):
+        if isinstance(text, (bytes, bytearray)):
+            try:
+                text = text.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise _not_utf8(exc, line=number) from None
         if not text.strip():
             continue
         try:
@@ -331,6 +390,11 @@ def parse_jsonl(
         except json.JSONDecodeError as exc:
             raise EventValidationError(f"not valid JSON ({exc.msg} at column {exc.colno})",
                                        line=number) from None
+        except RecursionError:  # the parser recurses once per level: "[[[[…" runs out of stack
+            raise EventValidationError(
+                "JSON nested too deeply to parse; an event is an object of strings, lists of "
+                "strings and one 'fact' object", line=number,
+            ) from None
         event = validate_event(raw, line=number, max_content_bytes=max_content_bytes,
                                ingestion_run=ingestion_run)
         if event.event_id in seen and not event.same_input(events[seen[event.event_id]]):
@@ -341,6 +405,31 @@ def parse_jsonl(
         seen.setdefault(event.event_id, len(events))
         events.append(event)
     return events
+
+
+def _numbered(lines: Iterable[str | bytes]) -> Iterable[tuple[int, str | bytes]]:
+    """``enumerate(lines, 1)``, turning a decoding error of a text file being read into a
+    validation error (a text stream decodes ahead in chunks: the line is approximate)."""
+    it = iter(lines)
+    number = 0
+    while True:
+        try:
+            text = next(it)
+        except StopIteration:
+            return
+        except UnicodeDecodeError as exc:
+            raise _not_utf8(exc, line=number + 1, approximate=True) from None
+        number += 1
+        yield number, text
+
+
+def _not_utf8(exc: UnicodeDecodeError, *, line: int, approximate: bool = False) -> EventValidationError:
+    where = f"at or after this line, byte {exc.object[exc.start:exc.start + 1]!r}" if approximate \
+        else f"byte {exc.object[exc.start:exc.start + 1]!r} at offset {exc.start}"
+    return EventValidationError(
+        f"not UTF-8 text ({where}); JSON Lines input must be UTF-8: convert it, e.g. with "
+        "`iconv -f LATIN1 -t UTF-8`", line=line,
+    )
 
 
 def event_to_json(event: Event) -> dict[str, Any]:

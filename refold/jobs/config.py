@@ -48,7 +48,7 @@ def _json_object(text: str | None, *, name: str) -> dict[str, Any]:
         return {}
     try:
         value = json.loads(text)
-    except json.JSONDecodeError as exc:
+    except (json.JSONDecodeError, RecursionError) as exc:
         raise ValidationError(f"{name} is not valid JSON ({exc}); pass an object like "
                               '\'{"base_url": "http://127.0.0.1:8000/v1"}\'') from exc
     if not isinstance(value, dict):

@@ -30,6 +30,7 @@ from .cache_rows import (CACHE_SCHEMA, FACT_COLUMNS, CachedFacts, _row_to_extrac
                          _to_table, facts_by_id)
 from .delta_io import Bounds, read_arrow, read_files
 from .table_handles import TableHandle, TableView, shared_table
+from .filemodes import apply_tree
 from .layout import Layout
 
 #: A checkpoint of the cache table every this many commits (see _CONFIG).
@@ -101,9 +102,15 @@ class ExtractionCache:
                                   storage_options=self.storage_options, name="refold_extractions")
             except Exception:  # noqa: BLE001 - a racing creator won; use its table
                 pass
+            self._apply_modes()
         with self._handle.fresh() as dt:
             if dt is None:
                 raise StoreError(f"cannot create the extraction cache at {self.path}")
+
+    def _apply_modes(self) -> None:
+        """Files delta-rs wrote come out with the process umask: give them the store's modes."""
+        if "://" not in self.path:
+            apply_tree(self.path)
 
     def _read(self, *, columns: Sequence[str] | None = None, filter: pc.Expression | None = None,
               prune: list[Bounds] | None = None) -> pa.Table:
@@ -227,6 +234,7 @@ class ExtractionCache:
                                             commit_properties=CommitProperties(max_commit_retries=0),
                                             storage_options=self.storage_options)
                             _checkpoint_older_table(dt)
+                            self._apply_modes()
                         self._absent = None
                         return len(fresh)
             except CommitFailedError:
@@ -282,6 +290,7 @@ class ExtractionCache:
                 with self._handle.fresh() as dt:  # what delta-rs's post-commit hook does
                     if dt is not None:
                         delta_commit.post_commit(dt)
+                        self._apply_modes()
         except Exception as exc:  # noqa: BLE001 - the commit landed; only later reads are slower
             warnings.warn(f"refold: checkpointing the extraction cache at {self.path} failed ({exc})",
                           RuntimeWarning, stacklevel=3)
@@ -308,6 +317,7 @@ class ExtractionCache:
                     return PurgeResult("extractions", 0)
                 try:
                     metrics = dt.delete(f"event_id IN ({quoted})")
+                    self._apply_modes()
                     return PurgeResult("extractions", int(metrics.get("num_deleted_rows", 0)))
                 except CommitFailedError:
                     handle.forget()

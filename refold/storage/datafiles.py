@@ -35,6 +35,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake import ColumnProperties, CommitProperties, DeltaTable, WriterProperties, write_deltalake
 
+from .filemodes import file_mode
 from .schema import EVENTS_SCHEMA, STATS_COLUMNS
 
 #: columns whose every value differs (seq, ids, text, random salt, hashes): a dictionary page for
@@ -124,9 +125,10 @@ class StagedFiles:
         self._created = _storer().submit(self._create)
 
     def _create(self) -> tuple[int, int]:
-        data = os.open(self.data_path, _NEW, 0o644)
+        mode = file_mode(self.data_path.parent)  # private to the store's owner (see filemodes)
+        data = os.open(self.data_path, _NEW, mode)
         try:
-            return data, os.open(self.commit_path, _NEW, 0o644)
+            return data, os.open(self.commit_path, _NEW, mode)
         except BaseException:
             os.close(data)
             self.data_path.unlink(missing_ok=True)

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from refold.fold.errors import RefoldError
-from refold.fold.events import NewEvent
+from refold.fold.events import NewEvent, check_times
 
 from .log import EventLog
 
@@ -53,7 +53,9 @@ class GroupCommit:
         """Append ``batch`` (atomically, in order) in the next group commit; return its seqs."""
         if not batch:
             return []
-        ticket = _Ticket(list(batch))
+        batch = list(batch)
+        check_times(batch)  # a bad event fails its own caller here, never another's group
+        ticket = _Ticket(batch)
         with self._queue_lock:
             self._queue.append(ticket)
             lead, self._leading = not self._leading, True

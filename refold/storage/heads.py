@@ -26,6 +26,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from .filemodes import file_mode, make_dirs
+
 _HEAD_GLOB = "[0-9]" * 20 + ".json"  # receipts/heads/<table version, 20 digits>.json (older stores)
 JOURNAL = "heads.jsonl"
 #: journal size that triggers a rotation (~6k heads); the rotation keeps the newest ``keep``
@@ -198,15 +200,17 @@ class _Journal:
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        make_dirs(self.path.parent)
+        self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, file_mode(self.path.parent))
         self.inode = os.fstat(self.fd).st_ino
 
     def _rotate(self, keep: int) -> None:
         # the lines as written (a signed head keeps its signature), newest heads last
         newest = sorted(_journal_tail(self.path, raw=True), key=lambda v: v[0].table_version)[-keep:]
         tmp = self.path.with_name(f".tmp-{os.getpid()}-{threading.get_ident()}-{JOURNAL}")
-        tmp.write_text("".join("\n" + json.dumps(value) for _, value in newest), encoding="utf-8")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, file_mode(self.path.parent))
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write("".join("\n" + json.dumps(value) for _, value in newest))
         os.replace(tmp, self.path)
         for old in sorted(self.path.parent.glob(_HEAD_GLOB)):  # superseded by the journal
             old.unlink(missing_ok=True)

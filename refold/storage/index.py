@@ -40,6 +40,7 @@ import polars as pl
 
 from refold.fold.errors import StoreError
 from .cache import PurgeResult
+from .filemodes import apply_tree, make_dirs
 from .layout import Layout, atomic_write_json
 
 Backend = Literal["flat", "hnsw"]
@@ -282,9 +283,10 @@ class VectorIndex:
     # -- files ----------------------------------------------------------------------------------
 
     def save(self, folder: Path, kind: str) -> None:
-        folder.mkdir(parents=True, exist_ok=True)
+        make_dirs(folder)
         _atomic(folder / f"{kind}.faiss", lambda tmp: _faiss().write_index(self.index, tmp))
         _atomic(folder / f"{kind}.parquet", lambda tmp: self.meta.write_parquet(tmp))
+        apply_tree(folder)  # faiss and polars create files with the process umask
 
     @classmethod
     def load(cls, folder: Path, kind: str, *, backend: str, tuning: Tuning | None = None) -> "VectorIndex":
@@ -429,7 +431,7 @@ class IndexStore:
                 indexes = {k: VectorIndex.load(folder, k, backend=manifest["backend"]) for k in KINDS}
             except (OSError, ValueError, KeyError, StoreError):
                 shutil.rmtree(folder)
-                folder.mkdir()  # keep a fresh epoch so other processes drop their cached views
+                make_dirs(folder)  # keep a fresh epoch so other processes drop their cached views
                 atomic_write_json(folder / "manifest.json", {"format": FORMAT, "epoch": time.time_ns()})
                 detail.append(f"{rel}: unreadable, deleted (rebuilt on the next search)")
                 continue

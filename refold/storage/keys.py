@@ -60,6 +60,8 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from refold.fold.errors import ErasedSubjectError, StoreError
 
+from .filemodes import file_mode, make_dirs
+
 KEY_BYTES = 32
 _LEGACY_TENANT_PREFIX = "tenant:"  # the old, shared name space (see KeyOwner.legacy_name)
 
@@ -197,10 +199,10 @@ class FileKeyStore:
     def _locked(self) -> Iterator[None]:
         # flock serialises processes; the thread lock serialises threads of this process
         # (flock locks belong to the open file description, not the thread).
-        self._ids.mkdir(parents=True, exist_ok=True)
-        self._subjects.mkdir(parents=True, exist_ok=True)
+        make_dirs(self._ids)
+        make_dirs(self._subjects)
         with self._thread_lock:
-            fd = os.open(self.root / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+            fd = os.open(self.root / ".lock", os.O_RDWR | os.O_CREAT, file_mode(self.root))
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)
                 yield
@@ -209,7 +211,7 @@ class FileKeyStore:
 
     def _write_file(self, folder: Path, name: str, data: bytes) -> None:
         tmp = folder / f".tmp-{secrets.token_hex(8)}"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, file_mode(folder))
         try:
             os.write(fd, data)
             os.fsync(fd)

@@ -27,6 +27,8 @@ from typing import Any, Literal
 
 from refold.fold.errors import StoreError
 
+from .filemodes import file_mode, make_dirs
+
 FORMAT_VERSION = 1
 Mode = Literal["delete", "shred"]
 
@@ -88,9 +90,10 @@ class Layout:
 def atomic_write_json(path: str | os.PathLike, value: Any) -> None:
     """Write JSON so a reader sees the old file or the new one, never half (temp file, fsync, rename)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
+    make_dirs(path.parent)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")  # 0600
     try:
+        os.fchmod(fd, file_mode(path.parent))  # 0660 in a group-shared store
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             json.dump(value, fh, indent=2, sort_keys=True, default=str)
             fh.flush()

@@ -55,11 +55,12 @@ from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundErr
 
 from refold.fold.chain import GENESIS
 from refold.fold.errors import ConflictError, IntegrityError, StoreError
-from refold.fold.events import ERASED_ID_PREFIX, Event, NewEvent
+from refold.fold.events import ERASED_ID_PREFIX, Event, NewEvent, check_times
 from .erased_ids import pseudonyms
 from .layout import Layout
 from .log_reader import HEAD_KEY, LogReader
 from .heads import Head, publish_head
+from .filemodes import apply_tree
 from .hostlock import host_turn
 from . import delta_commit
 from .datafiles import WRITER_PROPERTIES, write_rows
@@ -165,6 +166,7 @@ class EventLog(LogReader):
             )
             if layout.is_local:  # the heads folder and journal exist from the start: the first
                 publish_head(layout.heads, _EMPTY_HEAD)  # append only opens them (~1.3 ms less)
+                apply_tree(layout.events)  # delta-rs wrote it with the umask: the store's modes
             return
         raise StoreError(f"{layout.events} already holds an event log")
 
@@ -202,6 +204,7 @@ class EventLog(LogReader):
         """
         if not batch:
             return []
+        check_times(batch)  # a time the chain or Arrow cannot hold fails here, before any sealing
         ids = [e.event_id for e in batch]  # once: the checks below are C-level passes over it
         unique = _dedupe(batch, ids)
         if len(unique) < len(batch):
@@ -240,6 +243,7 @@ class EventLog(LogReader):
                 self._publish_head(new_head)
                 if self._added is not None and delta_commit.checkpoint_due(version + 1, self._checkpoint_every):
                     delta_commit.post_commit(self._fresh_table())  # what delta-rs's commit hook does
+                    apply_tree(self._folder / "_delta_log")  # the checkpoint delta-rs wrote
                 if (exclusive and COMPACT_EVERY
                         and len(self._indexed) - self._compacted_files >= COMPACT_EVERY):
                     self._compact_quietly(self._fresh_table())
@@ -331,6 +335,8 @@ class EventLog(LogReader):
         else:  # rebased over a writer that went ahead without the lock: re-read everything
             self._ids, self._indexed, self._ids_version, self._last = set(), set(), -1, None
         self._compacted_files = len(self._indexed)
+        if self._folder is not None and metrics.get("numFilesAdded"):
+            apply_tree(self._folder)  # the files delta-rs wrote (and maybe a checkpoint)
         return metrics
 
     def _compact_quietly(self, dt: DeltaTable) -> None:
@@ -395,6 +401,8 @@ class EventLog(LogReader):
             raise CommitFailedError(f"the table is no longer at version {version}")
         props = CommitProperties(max_commit_retries=0, custom_metadata=metadata)
         write_rows(dt, rows.table, props, storage_options=self.storage_options)
+        if self._folder is not None:  # a local table delta-rs commits: its files get the store's modes
+            apply_tree(self._folder)
 
     def _check_existing(self, batch: Sequence[NewEvent], ids: list[str]) -> dict[str, int]:
         """event_id → seq of the ids in ``batch`` (``ids``, in order) the log holds (a conflicting

@@ -302,7 +302,9 @@ class _Scan:
                             self.add(file, f"{prefix}row group {g}, column {column.path_in_schema}, "
                                            f"statistics {label}", needle)
             try:
-                table = pf.read_row_group(g)
+                # one thread: ``data`` is Python-owned bytes, which must not outlive their
+                # owner on an Arrow worker thread (an abort at interpreter shutdown)
+                table = pf.read_row_group(g, use_threads=False)
             except Exception as exc:  # noqa: BLE001
                 self.errors.append(f"{file}: row group {g} unreadable ({exc})")
                 continue

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from refold.fold.events import Event, Fact
+from refold.fold.events import MAX_TIME, MIN_TIME, Event, Fact
 
 TS = pa.timestamp("us", tz="UTC")
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 STR_LIST = pa.list_(pa.string())
 
 EVENTS_SCHEMA = pa.schema(
@@ -78,9 +80,44 @@ def _utc_times(column: pa.ChunkedArray | pa.Array) -> list[datetime | None]:
     if isinstance(column, pa.ChunkedArray):
         column = column.combine_chunks()
     encoded = pc.dictionary_encode(column)
+    dictionary = _readable_times(encoded.dictionary)
     distinct = [None if v is None else v.replace(tzinfo=timezone.utc)
-                for v in pc.cast(encoded.dictionary, pa.timestamp("us")).to_pylist()]  # naive UTC
+                for v in pc.cast(dictionary, pa.timestamp("us")).to_pylist()]  # naive UTC
     return [None if i is None else distinct[i] for i in encoded.indices.to_pylist()]
+
+
+_MIN_US = (MIN_TIME - _EPOCH) // timedelta(microseconds=1)
+_MAX_US = (MAX_TIME - _EPOCH) // timedelta(microseconds=1)
+
+
+def _readable_times(times: pa.Array) -> pa.Array:
+    """``times`` with values outside [MIN_TIME, MAX_TIME] clamped to the range, with a warning.
+
+    Validation keeps such values out of the log, but an older refold stored them unchecked (its
+    batch sealer took any time Arrow holds), and Python's datetime cannot hold them: reading them
+    as they are made every read crash. Clamped, the event folds (a time before year 1 or after
+    9999 means the same to the merge as one at the edge) and can be erased; ``verify`` checks the
+    chain against the stored value itself (:func:`stored_time_texts`).
+    """
+    micros = pc.cast(times, pa.int64())
+    low, high = pc.min(micros).as_py(), pc.max(micros).as_py()
+    if low is None or (low >= _MIN_US and high <= _MAX_US):
+        return times
+    outside = pc.filter(times, pc.or_(pc.less(micros, _MIN_US), pc.greater(micros, _MAX_US)))
+    warnings.warn(
+        f"refold: the log holds a time outside {MIN_TIME.date()} .. {MAX_TIME.date()} UTC "
+        f"({stored_time_texts(outside)[0]}), stored by an older refold that did not check; it is "
+        "read as the nearest time inside the range. Erase that event to remove it.",
+        RuntimeWarning, stacklevel=4,
+    )
+    clamped = pc.max_element_wise(pc.min_element_wise(micros, _MAX_US), _MIN_US)
+    return pc.cast(clamped, times.type)
+
+
+def stored_time_texts(times: pa.Array | pa.ChunkedArray) -> list[str | None]:
+    """The chain's canonical text of each stored time (UTC, ISO-8601, microseconds), computed by
+    Arrow, so it works for any time Arrow holds, also those Python's datetime cannot."""
+    return pc.strftime(times, format="%Y-%m-%dT%H:%M:%S+00:00").to_pylist()
 
 
 def table_to_events(table: pa.Table) -> Iterator[Event]:

@@ -32,6 +32,8 @@ from typing import Any, ContextManager
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
+from .filemodes import apply_tree
+
 ZERO_RETENTION = "interval 0 seconds"
 DEFAULT_LOG_RETENTION = "interval 30 days"
 _RETENTION_KEY = "delta.logRetentionDuration"
@@ -109,6 +111,7 @@ def scrub_table(path: str | os.PathLike, *, erased_ids: Iterable[str] = (),
     with hold() if hold is not None else contextlib.nullcontext():
         version = _clean_log(str(table), storage_options)
     after = {p.name for p in log_dir.iterdir()}
+    apply_tree(table)  # what delta-rs rewrote and checkpointed, with the store's modes
     return {"removed": sorted(set(removed)), "checkpoint_version": version,
             "log_files_removed": len(before - after)}
 

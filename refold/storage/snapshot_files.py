@@ -207,7 +207,7 @@ def read_file(info: SnapshotInfo, name: str, kind: str | None, *, for_decode: bo
     if name not in info.files:
         raise StoreError(f"snapshot {info.path} has no {name}.parquet in its manifest; delete the folder "
                          "(refold rebuilds it)")
-    data = (Path(info.path) / f"{name}.parquet").read_bytes()
+    data = _read_buffer(Path(info.path) / f"{name}.parquet")
     if hashlib.sha256(data).hexdigest() != info.files[name]:
         raise StoreError(f"snapshot {info.path}: {name}.parquet does not match its manifest digest; "
                          "delete the folder (refold rebuilds it)")
@@ -219,6 +219,18 @@ def read_file(info: SnapshotInfo, name: str, kind: str | None, *, for_decode: bo
         if columns is None and kind == "contained":
             columns = ["event_id"]
         return fh.read(columns=columns, use_threads=use_threads)
+
+
+def _read_buffer(path: Path) -> pa.Buffer:
+    """The file's bytes in a buffer Arrow allocated and owns.
+
+    Not Python ``bytes``: a multi-threaded decode hands the buffer to Arrow's worker threads, and
+    when one of them dropped the last reference to a Python-owned buffer during interpreter
+    shutdown it needed the GIL that no longer existed, and the process aborted after its output
+    was complete (``terminate called without an active exception``, exit 134).
+    """
+    with pa.OSFile(str(path), "rb") as fh:
+        return fh.read_buffer()
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,7 @@ from .snapshot_buckets import BUCKET_LIST, bucket_keys, edge_buckets, event_buck
 from .snapshot_files import (Prepared, TableRead, _dictionary_columns, _edge_files, _encode,  # noqa: F401
                              _ids_digest, _on_worker, _sha256, _sorted_ids, _sorted_table, io_worker,
                              prepare_contained, read_file)
+from .filemodes import apply_tree, make_dirs, modes_in
 from .layout import Layout
 from .snapshot_info import SnapshotInfo
 
@@ -246,9 +247,9 @@ class SnapshotStore:
         assert self.root is not None
         spec_dir = self.root / spec_hash
         final = spec_dir / f"{last_seq:012d}"
-        spec_dir.mkdir(parents=True, exist_ok=True)
+        make_dirs(spec_dir)
         tmp = spec_dir / f".tmp-{uuid.uuid4().hex}"
-        tmp.mkdir()
+        tmp.mkdir(mode=0o700)
         try:
             reuse = reuse or {}
             ready = contained if isinstance(contained, Prepared) else prepare_contained(contained, encode=False)
@@ -301,6 +302,8 @@ class SnapshotStore:
                 json.dump(info.as_json(), fh, indent=2, sort_keys=True)
                 fh.flush()
                 os.fsync(fh.fileno())
+            os.chmod(tmp, modes_in(spec_dir)[1])
+            apply_tree(tmp)  # private (or the store's group modes) before it appears
             if replace and final.exists():
                 aside = spec_dir / f".old-{uuid.uuid4().hex}"
                 os.rename(final, aside)

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from refold.fold.errors import NotFoundError, StoreError, ValidationError
 from refold.fold.events import Event
+from .filemodes import file_mode, make_dirs
 from .layout import atomic_write_json
 
 FORMAT = 1
@@ -72,8 +73,8 @@ class SubjectRegistry:
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(str(self.path) + ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+        make_dirs(self.path.parent)
+        fd = os.open(str(self.path) + ".lock", os.O_RDWR | os.O_CREAT, file_mode(self.path.parent))
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield

@@ -20,16 +20,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from refold.fold.errors import ValidationError
 from refold.fold.chain import GENESIS, commitment_of, link_of
 from refold.fold.erasure_record import Erased, ErasureRecord, tombstone_problem
-from refold.fold.events import Event
+from refold.fold.events import MAX_TIME, MIN_TIME, Event
 from .heads import read_head_lines
 from .log import EventLog, Head
-from .schema import EVENTS_SCHEMA, table_to_events
+from .schema import EVENTS_SCHEMA, stored_time_texts, table_to_events
 from .signing import KEY_ENV, PUBLIC_KEY_FILE, fingerprint, recorded_public_key, signature_ok
 from .verify_stats import statistics_problems
 
@@ -67,20 +68,28 @@ class VerifyReport:
         return out
 
 
-def _read_events(log: EventLog) -> tuple[list[Event], list[tuple[int | None, str]]]:
+#: seq → canonical text of each stored time that Python's datetime could not hold as stored
+StoredTimes = dict[int, dict[str, str]]
+
+
+def _read_events(log: EventLog) -> tuple[list[Event], list[tuple[int | None, str]], StoredTimes]:
     """All events, reading file by file so one damaged file does not hide the others.
 
     A file that cannot be read, holds text that is not UTF-8, or a field that does not decode
     (a garbled ``fact``) is a finding named by its lowest seq, not a crash; so is a file whose
-    statistics in the Delta log do not cover its rows.
+    statistics in the Delta log do not cover its rows. A time outside the range Python reads
+    (stored by an older refold) comes back clamped; its stored text is returned too, so the
+    commitment is checked against what was sealed.
     """
     dt = log._table()
     if not log.layout.is_local:
-        return _decoded(log.arrow(), "the log")
+        table = log.arrow()
+        return (*_decoded(table, "the log"), _stored_times(table))
     actions = pa.table(dt.get_add_actions(flatten=True)).to_pylist()
     events: list[Event] = []
     broken: list[tuple[int | None, str]] = []
     findings = []
+    stored: StoredTimes = {}
     covered: set[int] = set()  # seqs held by a file whose statistics cover them
     for action in actions:
         path = Path(log.layout.events) / action["path"]
@@ -91,6 +100,7 @@ def _read_events(log: EventLog) -> tuple[list[Event], list[tuple[int | None, str
             broken.append((action.get("min.seq"), f"data file {action['path']} unreadable: {exc}"))
             continue
         finding = statistics_problems(action, table)
+        stored.update(_stored_times(table))
         found, bad = _decoded(table, f"data file {action['path']}")
         events += found
         broken += bad
@@ -106,7 +116,22 @@ def _read_events(log: EventLog) -> tuple[list[Event], list[tuple[int | None, str
             lost = sorted(finding.hidden - covered)
             broken.append((lost[0] if lost else None, finding.message))
     events.sort(key=lambda e: e.seq)
-    return events, broken
+    return events, broken, stored
+
+
+def _stored_times(table: pa.Table) -> StoredTimes:
+    """The canonical text of the valid times outside [MIN_TIME, MAX_TIME] in ``table``, by seq."""
+    out: StoredTimes = {}
+    for name in ("valid_from", "valid_to"):
+        column = table[name]
+        outside = pc.or_(pc.less(column, pa.scalar(MIN_TIME, EVENTS_SCHEMA.field(name).type)),
+                         pc.greater(column, pa.scalar(MAX_TIME, EVENTS_SCHEMA.field(name).type)))
+        if not pc.any(outside).as_py():
+            continue
+        rows = table.filter(outside)
+        for seq, text in zip(rows["seq"].to_pylist(), stored_time_texts(rows[name])):
+            out.setdefault(seq, {})[name] = text
+    return out
 
 
 def _decoded(table: pa.Table, where: str) -> tuple[list[Event], list[tuple[int | None, str]]]:
@@ -178,7 +203,7 @@ def verify(log: EventLog, *, against: Head | None = None, signed_heads: bool = F
     caller), else the one the store records; events past the newest signed head are reported
     from the first of them, and that head is the reference for erasures recorded after it.
     """
-    events, broken = _read_events(log)
+    events, broken, stored = _read_events(log)
     problems: list[str] = [msg for _, msg in broken]
     bad: list[int] = [seq for seq, _ in broken if seq is not None]
     recorded = _Recorded.of(events)
@@ -199,7 +224,7 @@ def verify(log: EventLog, *, against: Head | None = None, signed_heads: bool = F
         elif len(rows) > 1:
             problem = f"seq {expected}: {len(rows)} different rows claim this position (a row was inserted)"
         else:
-            problem = _check(rows[0], expected, prev, recorded)
+            problem = _check(rows[0], expected, prev, recorded, stored.get(expected))
         if problem:
             problems.append(problem)
             bad.append(expected)
@@ -347,7 +372,8 @@ def _head_problem(head: Head, by_seq: dict[int, list[Event]], last_seq: int, wha
     return None
 
 
-def _check(event: Event, expected: int, prev: str, recorded: _Recorded) -> str | None:
+def _check(event: Event, expected: int, prev: str, recorded: _Recorded,
+           stored_times: dict[str, str] | None = None) -> str | None:
     if event.prev_link != prev:
         return f"seq {expected}: prev_link does not match the link of seq {expected - 1}"
     if event.is_tombstone:
@@ -357,7 +383,7 @@ def _check(event: Event, expected: int, prev: str, recorded: _Recorded) -> str |
             return problem
     else:
         try:
-            commitment = commitment_of(event)
+            commitment = commitment_of(event, stored_times=stored_times)
         except _MALFORMED as exc:
             return f"seq {expected}: a stored field is missing or malformed ({exc})"
         if commitment != event.commitment:
