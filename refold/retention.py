@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from refold.fold.errors import LegalHoldError, NotFoundError, StoreError, ValidationError
 from refold.fold.events import USER_KINDS, parse_time
+from refold.storage.filemodes import file_mode
 from refold.storage.layout import Layout, atomic_write_json
 
 if TYPE_CHECKING:
@@ -191,7 +192,7 @@ def _changing(layout: Layout) -> Iterator[list[Policy]]:
         import fcntl
     except ImportError:  # Windows: no flock; changes are rare and made by an operator
         fcntl = None  # type: ignore[assignment]
-    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, file_mode(Path(lock).parent))
     try:
         if fcntl is not None:
             fcntl.flock(fd, fcntl.LOCK_EX)

@@ -26,6 +26,7 @@ import secrets
 import tempfile
 from pathlib import Path
 
+from .filemodes import file_mode
 from .layout import Layout
 
 __all__ = ["EPOCH_FILE", "bump_epoch", "read_epoch"]
@@ -57,6 +58,7 @@ def bump_epoch(layout: Layout, erasure_id: str) -> str:
     value = f"{erasure_id} {secrets.token_hex(8)}"
     path = _path(layout)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-epoch-")
+    os.fchmod(fd, file_mode(path.parent))  # 0600, or 0660 in a group-shared store
     try:
         with os.fdopen(fd, "w", encoding="ascii") as fh:
             fh.write(value)

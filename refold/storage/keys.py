@@ -313,7 +313,7 @@ class FileKeyStore:
         """Mark the owner erased (durably, first), then destroy its keys, legacy ones included."""
         owner = _check_subject(subject_id)
         with self._locked():
-            self._erased.mkdir(parents=True, exist_ok=True)
+            make_dirs(self._erased)
             if self.erased(owner) is None or erasure_id:
                 self._write_file(self._erased, owner.digest(), (erasure_id or "").encode("ascii"))
             destroyed = []

@@ -51,6 +51,7 @@ from datetime import date, datetime
 from typing import Any
 
 from refold.fold.errors import StoreError
+from .filemodes import make_dirs
 from .keys import KEY_BYTES, FileKeyStore, KeyOwner, owner_of
 
 WRAPPED_FORMAT = "refold-wrapped-key/v1"
@@ -265,7 +266,7 @@ class KmsKeyStore(FileKeyStore):
             if kms_key not in done:
                 done[kms_key] = self._schedule_deletion(kms_key)
         # durable before the wrapped keys go: a rerun after a crash still reports the deletions
-        self._deletions.mkdir(parents=True, exist_ok=True)
+        make_dirs(self._deletions)
         self._write_file(self._deletions, owner.digest(),
                          json.dumps(sorted(done.values(), key=lambda d: d["kms_key_id"]), sort_keys=True).encode())
 

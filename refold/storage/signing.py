@@ -27,6 +27,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from refold.fold.errors import StoreError, ValidationError
+from .filemodes import file_mode, make_dirs
 from .heads import Head
 from .layout import Layout
 
@@ -138,9 +139,11 @@ def set_up_signing(layout: Layout, key_path: str | os.PathLike) -> str:
             raise ValidationError(f"{layout.root} already records another head-signing key "
                                   f"({fingerprint(load_public_key(path))[:16]}…); a store has one key")
     else:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_dirs(path.parent)
         tmp = path.with_name(f".tmp-{os.getpid()}-{PUBLIC_KEY_FILE}")
-        tmp.write_bytes(pem)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, file_mode(path.parent))
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(pem)
         os.replace(tmp, path)
     return fingerprint(public)
 
