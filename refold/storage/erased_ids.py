@@ -22,6 +22,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from refold.fold.events import ERASED_ID_PREFIX as PREFIX
+from .filemodes import file_mode
 
 __all__ = ["KEY_FILE", "PREFIX", "Pseudonyms", "is_pseudonym", "pseudonyms"]
 
@@ -69,7 +70,7 @@ def pseudonyms(root: str, *, create: bool = False) -> Pseudonyms | None:
         if not create:
             return None
     staged = path.with_name(f".{KEY_FILE}.{uuid.uuid4().hex}")
-    fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_EXCL, file_mode(path.parent))  # 0600, 0660 in a group-shared store
     try:
         os.write(fd, os.urandom(_KEY_BYTES))
         os.fsync(fd)
