@@ -143,8 +143,9 @@ def test_storm_processes_without_host_lock(tmp_path):
     plan = [(f"single{k}", 40, 1) for k in range(3)] + [("batch0", 8, 25)]
     mem, lost = _storm(tmp_path, plan, "nolock")
     assert lost > 0  # races did happen (each lost commit was retried)
-    # and a lost race removed the data file it had written: nothing unreferenced is left
-    assert _data_files(mem) == _files_committed(mem)
+    # a lost race leaves at most the data file delta-rs wrote for it, unreferenced (an erasure's
+    # scrub vacuums such orphans): never a commit, never a row
+    assert _files_committed(mem) <= _data_files(mem) <= _files_committed(mem) + lost
 
 
 def _hammer(mem_for, n_threads: int, per_thread: int, size: int) -> dict[str, int]:
