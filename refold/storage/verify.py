@@ -3,12 +3,15 @@
 Checks, in seq order: seqs contiguous from 0 with one row each (identical copies, as left by a
 duplicated or replaced data file, are reported too); each non-tombstone commitment recomputed from its
 fields; each ``prev_link`` equal to the previous row's link and each ``link`` recomputed; each
-tombstone covered by an ``erasure`` event with its erasure id; and finally the tail against the
-newest published head (or a head kept elsewhere), which catches a removed newest commit.
+tombstone covered by an ``erasure`` event with its erasure id; then the tail against the
+newest published head (or a head kept elsewhere), which catches a removed newest commit; and
+each commit's recorded head (its metadata) against the rows (:func:`check_recorded_heads`).
 """
 
 from __future__ import annotations
 
+import bisect
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,6 +21,7 @@ import pyarrow.parquet as pq
 from refold.fold.chain import GENESIS, commitment_of, link_of
 from refold.fold.events import Event
 from .log import EventLog, Head
+from .log_reader import HEAD_KEY
 from .schema import EVENTS_SCHEMA, table_to_events
 
 
@@ -130,6 +134,9 @@ def verify(log: EventLog, *, against: Head | None = None) -> VerifyReport:
             problems.append(f"seq {reference.seq}: link differs from the recorded head "
                             "(the log was rewritten up to here)")
             bad.append(reference.seq)
+    head_problems, head_bad = check_recorded_heads(log, events)
+    problems += head_problems
+    bad += head_bad
     head = Head(last.seq, last.link, last.recorded_at, log._table().version()) if last else None
     first = min(bad) if bad else None
     return VerifyReport(ok=not problems, events=len(events), head=head, first_bad_seq=first,
@@ -156,3 +163,38 @@ def _check(event: Event, expected: int, prev: str, erasures: set[str]) -> str | 
     if link != event.link:
         return f"seq {expected}: link does not match H(prev_link ‖ commitment)"
     return None
+
+
+def check_recorded_heads(log: EventLog, events: list[Event]) -> tuple[list[str], list[int]]:
+    """Each commit's recorded head against the rows: ``(problems, bad seqs)``.
+
+    Every append (and compaction) records the chain head it produced in its commit's metadata.
+    For each commit still in the Delta log whose head was written for that very version (a
+    rebased OPTIMIZE carries a stale one, which is skipped), the last row appended at or before
+    that version (``events`` sorted by seq; a row's ``table_version`` is the version of the
+    append that wrote it) must have the head's seq and link. An edited head is otherwise
+    invisible to the chain checks. The bad seq named is the first position the two disagree on.
+    """
+    problems: list[str] = []
+    bad: list[int] = []
+    versions = [e.table_version for e in events]
+    for entry in log._table().history():
+        raw = entry.get(HEAD_KEY)
+        if raw is None:
+            continue
+        version = entry["version"]
+        try:
+            recorded = Head.from_json(json.loads(raw))
+        except (ValueError, KeyError, TypeError):
+            problems.append(f"commit {version}: the head in its metadata is malformed (the metadata was edited)")
+            continue
+        if recorded.table_version != version:
+            continue
+        i = bisect.bisect_right(versions, version)
+        seq, link = (events[i - 1].seq, events[i - 1].link) if i else (-1, GENESIS)
+        if (recorded.seq, recorded.link) != (seq, link):
+            problems.append(
+                f"commit {version}: the head in its metadata (seq {recorded.seq}) does not match the rows "
+                f"(seq {seq} at that version, or another link): the commit metadata was edited")
+            bad.append(min(recorded.seq, seq) + 1)
+    return problems, bad
