@@ -138,10 +138,10 @@ def test_a_lost_race_retries_on_the_new_head(tmp_path, monkeypatch):
 
 def test_appends_survive_delta_rs_checkpoints_and_keep_the_chain(tmp_path):
     mem = refold.init(tmp_path / "store")
-    for i in range(101):  # past delta-rs's checkpoint (its post-commit hook)
+    for i in range(101):  # past delta-rs's checkpoints (its post-commit hook)
         mem.log_store.append(_events(f"b{i}", 1))
     log_dir = Path(mem.layout.events) / "_delta_log"
-    assert json.loads((log_dir / "_last_checkpoint").read_text())["version"] == 99  # 100 commits: v0..v99
+    assert json.loads((log_dir / "_last_checkpoint").read_text())["version"] == 99  # every 10 commits (delta.checkpointInterval): v0..v100, the last at 99
     report = mem.verify()
     assert report.ok and report.events == 101
     assert_frame_equal(pl.read_delta(mem.layout.events).sort("seq"), mem.log())
