@@ -77,8 +77,8 @@ class LogReader:
         if recorded is not None and (recorded.seq, recorded.link) != (actual.seq, actual.link):
             raise IntegrityError(
                 f"the head recorded in commit {dt.version()} of {self.layout.events} (seq {recorded.seq}) does "
-                f"not match the rows (last seq {actual.seq}, or a different link): the commit metadata was "
-                "edited; nothing was appended. Run `refold verify` and restore the log from a copy",
+                f"not match the rows (last seq {actual.seq}, or a different link): the commit metadata or the "
+                "rows were changed; nothing was appended. Run `refold verify` and restore the log from a copy",
                 first_bad_seq=min(recorded.seq, actual.seq) + 1)
         return actual
 

@@ -173,7 +173,8 @@ def check_recorded_heads(log: EventLog, events: list[Event]) -> tuple[list[str],
     rebased OPTIMIZE carries a stale one, which is skipped), the last row appended at or before
     that version (``events`` sorted by seq; a row's ``table_version`` is the version of the
     append that wrote it) must have the head's seq and link. An edited head is otherwise
-    invisible to the chain checks. The bad seq named is the first position the two disagree on.
+    invisible to the chain checks, and a tail re-sealed consistently is caught at the first
+    recorded head it rewrote. The bad seq named is the first position the two disagree on.
     """
     problems: list[str] = []
     bad: list[int] = []
@@ -192,9 +193,14 @@ def check_recorded_heads(log: EventLog, events: list[Event]) -> tuple[list[str],
             continue
         i = bisect.bisect_right(versions, version)
         seq, link = (events[i - 1].seq, events[i - 1].link) if i else (-1, GENESIS)
-        if (recorded.seq, recorded.link) != (seq, link):
+        if recorded.seq != seq:
             problems.append(
                 f"commit {version}: the head in its metadata (seq {recorded.seq}) does not match the rows "
-                f"(seq {seq} at that version, or another link): the commit metadata was edited")
+                f"(seq {seq} at that version): the commit metadata was edited")
             bad.append(min(recorded.seq, seq) + 1)
+        elif recorded.link != link:
+            problems.append(
+                f"commit {version}: the head in its metadata (seq {recorded.seq}) has another link than the "
+                "row at that seq: the rows up to it were rewritten, or the commit metadata was edited")
+            bad.append(seq)
     return problems, bad
