@@ -15,7 +15,6 @@ import os
 from datetime import datetime, timedelta, timezone
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
