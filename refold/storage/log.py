@@ -29,8 +29,8 @@ anyway gets the same seqs.
 After each commit the new head is published under ``receipts/heads/`` so ``verify`` can detect a
 truncated tail (a removed newest commit). Every :data:`COMPACT_EVERY` data files the appending
 writer compacts them (Delta OPTIMIZE, rows unchanged), because delta-rs's commit cost grows with
-the number of files in the table; checkpoints are delta-rs's own post-commit hook. Reading (heads, rows by seq, time or id) lives in
-:mod:`refold.storage.log_reader`, which :class:`EventLog` extends.
+the number of files in the table; checkpoints are delta-rs's own post-commit hook. Reading (heads,
+rows by seq, time or id) lives in :mod:`refold.storage.log_reader`, which :class:`EventLog` extends.
 """
 
 from __future__ import annotations
