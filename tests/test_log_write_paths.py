@@ -18,6 +18,7 @@ from pathlib import Path
 
 import polars as pl
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError
@@ -61,6 +62,7 @@ def test_appends_are_delta_rs_commits_with_the_head_and_stats_columns_only(tmp_p
         stated = {k.split(".", 1)[1] for k in action if k.startswith(("min.", "max.", "null_count."))}
         assert stated == set(STATS_COLUMNS)
     assert sorted(a["num_records"] for a in actions) == [3, 2000]
+    assert _codecs(mem) == {"UNCOMPRESSED"}  # append files live until the next compaction
     entry = DeltaTable(mem.layout.events).history(1)[0]
     head = Head.from_json(json.loads(entry[HEAD_KEY]))
     assert (head.seq, head.table_version) == (2002, 2) and head == mem.head()
@@ -73,6 +75,18 @@ def test_appends_are_delta_rs_commits_with_the_head_and_stats_columns_only(tmp_p
     dt = DeltaTable(mem.layout.events)
     dt.load_as_version(between)  # by time, as delta-rs resolves it
     assert dt.version() == 1
+    log.compact()
+    assert _codecs(mem) == {"SNAPPY"} and mem.verify().ok  # the files that stay are compressed
+
+
+def _codecs(mem: refold.Memory) -> set[str]:
+    """The compression codecs of every live data file's columns."""
+    out = set()
+    for uri in DeltaTable(mem.layout.events).file_uris():
+        meta = pq.ParquetFile(uri).metadata
+        out |= {meta.row_group(g).column(c).compression for g in range(meta.num_row_groups)
+                for c in range(meta.num_columns)}
+    return out
 
 
 def test_a_writer_on_a_stale_version_gets_commit_failed(tmp_path):
