@@ -12,7 +12,7 @@ $(BIN)/python:
 	$(BIN)/pip install -q --upgrade pip
 
 # Core + dev: enough for the log, the fold with the rules extractor and the demo.
-$(VENV)/.core: $(BIN)/python pyproject.toml setup.py refold/storage/_sealhash.c refold/storage/_columns.c
+$(VENV)/.core: $(BIN)/python pyproject.toml
 	$(BIN)/pip install -q -e ".[dev]"
 	touch $@
 

@@ -329,8 +329,10 @@ def test_consistent_rewrite_of_the_tail_caught_by_the_head(mem):
             pa.Table.from_pylist(keep, schema=events_to_table(rows).schema), events_to_table(rows)
         ]) if keep else events_to_table(rows)
         pq.write_table(table, path)
-    # every published head is checked: the first one past the rewrite (seq 14) tells
-    _bad(mem, 14, "seq 14: link differs from the recorded head", "seq 19: link differs")
+    # every published head is checked (the first one past the rewrite, seq 14, tells), and so is
+    # each commit's recorded head: the earliest commit the rewrite reached (3, head at seq 14)
+    _bad(mem, 14, "seq 14: link differs from the recorded head",
+         "commit 3: the head in its metadata (seq 14) has another link")
 
 
 def test_verify_against_a_head_from_another_history(mem, tmp_path):

@@ -163,6 +163,6 @@ def test_many_threads_many_appends(tmp_path):
     frame = mem.log()
     assert frame["seq"].to_list() == list(range(n * per))
     assert dict(zip(frame["event_id"].to_list(), frame["seq"].to_list())) == acked
-    assert gc.commits == DeltaTable(mem.layout.events).version()
+    assert gc.commits == sum(c["operation"] == "WRITE" for c in DeltaTable(mem.layout.events).history())  # (+ compactions)
     assert gc.commits < n * per  # callers did share commits
     assert mem.verify().ok

@@ -121,22 +121,17 @@ def test_a_head_that_cannot_be_published_warns_and_the_append_lands(tmp_path):
     assert mem.log().height == 1
 
 
-def test_a_new_log_carries_its_empty_head_in_the_create_commit(tmp_path, monkeypatch):
-    """The create commit holds the empty log's head, so the first append reads it from the
-    history (as every later append does) instead of scanning the table's rows."""
+def test_a_new_log_carries_its_empty_head_in_the_create_commit(tmp_path):
+    """The create commit holds the empty log's head, as every append's commit holds its own (the
+    appender checks it against the rows: tests/test_log_chain.py)."""
     from deltalake import DeltaTable
 
     from refold.fold.chain import GENESIS
-    from refold.storage.log_reader import HEAD_KEY, LogReader
+    from refold.storage.log_reader import HEAD_KEY
 
     mem = refold.init(tmp_path / "store")
     entry = DeltaTable(mem.layout.events).history(1)[0]
     assert Head.from_json(json.loads(entry[HEAD_KEY])) == Head(-1, GENESIS, datetime(1970, 1, 1, tzinfo=timezone.utc), 0)
-
-    def no_row_scan(self, dt):
-        raise AssertionError("the head of a new log was taken from its rows")
-
-    monkeypatch.setattr(LogReader, "_head_from_rows", no_row_scan)
     assert mem.head().seq == -1
     assert mem.append([NewEvent(kind="observation", content="first", source="test")]) == [0]
     assert mem.head().seq == 0 and mem.verify().ok

@@ -15,7 +15,6 @@ from deltalake import DeltaTable
 from polars.testing import assert_frame_equal
 
 import refold
-from refold.storage import delta_commit
 from refold.storage.schema import STATS_COLUMNS
 from tests.log_helpers import _plain_delta_files
 
@@ -40,15 +39,6 @@ def _fill(mem: refold.Memory, n_commits: int = 3) -> None:
              "fact": {"subject": "user", "relation": "likes", "object": MARKERS["fact"]},
              "justification": MARKERS["justification"]},
         ])
-
-
-@pytest.fixture(autouse=True, params=["delta-rs", "refold"])
-def write_path(request, monkeypatch):
-    """Every test here runs once per way appends commit (storage/datafiles.py): through
-    delta-rs, and refold's own commit files (storage/delta_commit.py)."""
-    if request.param == "delta-rs":
-        monkeypatch.setattr(delta_commit, "ENABLED", False)
-    return request.param
 
 
 @pytest.fixture()

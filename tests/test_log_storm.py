@@ -143,8 +143,9 @@ def test_storm_processes_without_host_lock(tmp_path):
     plan = [(f"single{k}", 40, 1) for k in range(3)] + [("batch0", 8, 25)]
     mem, lost = _storm(tmp_path, plan, "nolock")
     assert lost > 0  # races did happen (each lost commit was retried)
-    # and a lost race removed the data file it had written: nothing unreferenced is left
-    assert _data_files(mem) == _files_committed(mem)
+    # a lost race leaves at most the data file delta-rs wrote for it, unreferenced (an erasure's
+    # scrub vacuums such orphans): never a commit, never a row
+    assert _files_committed(mem) <= _data_files(mem) <= _files_committed(mem) + lost
 
 
 def _hammer(mem_for, n_threads: int, per_thread: int, size: int) -> dict[str, int]:
@@ -181,7 +182,7 @@ def test_threads_with_own_memory_take_turns_on_the_host_lock(tmp_path):
     mems = [refold.Memory(root) for _ in range(3)]
     acked = _hammer(lambda t: mems[t], n_threads=3, per_thread=10, size=2)
     _check_log(mems[0], acked, 3 * 10 * 2)
-    assert _data_files(mems[0]) == 3 * 10  # no lost race, so no wasted data file
+    assert _data_files(mems[0]) == _files_committed(mems[0])  # no lost race, so no wasted data file
 
 
 def test_threads_share_one_memory(tmp_path):

@@ -1,18 +1,17 @@
-"""The two ways an append commits (storage/datafiles.py, storage/delta_commit.py) give the same table.
+"""How an append commits (storage/datafiles.py): through delta-rs, compare-and-append.
 
-Local appends are written by pyarrow and committed by refold's own commit file (put-if-absent
-with ``os.link``); object stores, and local tables whose protocol refold does not write, go
-through ``write_deltalake``. Both must keep: the rows, statistics on the stats columns only, the
-compare-and-append (a racing commit makes the write fail, the append retries, also between a
-refold writer and a delta-rs writer), delta-rs's checkpoints, and no file of a lost race left in
-the table folder. Real Delta tables in tmp_path; the delta-rs way is forced locally by switching
-refold's commit off (monkeypatch of ``delta_commit.ENABLED``), nothing else is replaced.
+Every append is one ``write_deltalake`` on the table opened at the version the head was read at,
+with ``max_commit_retries=0``. It must keep: the rows, statistics on the stats columns only,
+the compare-and-append (a racing commit makes the write fail and the append retries on the new
+head, instead of delta-rs rebasing it), delta-rs's checkpoints, time travel, and the head stored
+in each commit's metadata. Real Delta tables in tmp_path; nothing is replaced but a spy that
+counts failed commits.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
-import os
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -21,19 +20,20 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from deltalake import CommitProperties, DeltaTable, write_deltalake
+from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError
 from polars.testing import assert_frame_equal
 
 import refold
 from refold.fold.chain import GENESIS
-from refold.fold.errors import StoreError
 from refold.fold.events import NewEvent
-from refold.storage import delta_commit
+from refold.storage import log as log_module
+from refold.storage.datafiles import write_rows
+from refold.storage.heads import Head
 from refold.storage.log import EventLog
+from refold.storage.log_reader import HEAD_KEY
 from refold.storage.schema import EVENTS_SCHEMA, STATS_COLUMNS, TABLE_CONFIGURATION
 from refold.storage.sealing import seal_rows
-from tests.log_helpers import _plain_delta_files
 
 
 def _events(prefix: str, n: int) -> list[NewEvent]:
@@ -42,113 +42,73 @@ def _events(prefix: str, n: int) -> list[NewEvent]:
             for i in range(n)]
 
 
-def _stats(table_dir: str) -> dict:
-    actions = pa.table(DeltaTable(table_dir).get_add_actions(flatten=True)).to_pylist()
-    assert len(actions) == 1
-    return {k: v for k, v in actions[0].items() if k.startswith(("min.", "max.", "null_count.", "num_records"))}
-
-
-def test_refold_add_stats_are_delta_rs_stats_with_exact_times(tmp_path):
-    when = datetime(2026, 3, 4, 5, 6, 7, 891234, tzinfo=timezone.utc)
-    rows, _, _ = seal_rows(_events("st", 50), first_seq=10, prev_link=GENESIS, recorded_at=when,
-                        table_version=1)
-    props = CommitProperties(max_commit_retries=0)
-    paths = {}
-    for way in ("delta-rs", "refold"):
-        paths[way] = str(tmp_path / way)
-        DeltaTable.create(paths[way], EVENTS_SCHEMA, configuration=TABLE_CONFIGURATION)
-        dt = DeltaTable(paths[way])
-        assert delta_commit.unsupported(dt) is None  # refold may commit the tables it creates
-        if way == "refold":
-            folder = Path(paths[way])
-            delta_commit.commit_rows(folder, 1, rows, {"k": "v"})
-        else:
-            write_deltalake(dt, rows, mode="append", commit_properties=props)
-        assert DeltaTable(paths[way]).version() == 1
-    theirs, ours = _stats(paths["delta-rs"]), _stats(paths["refold"])
-    assert set(ours) == {"num_records"} | {f"{k}.{c}" for k in ("min", "max", "null_count") for c in STATS_COLUMNS}
-    assert ours["min.recorded_at"] == ours["max.recorded_at"] == when  # to the microsecond
-    assert theirs["max.recorded_at"] == when.replace(microsecond=891000)  # delta-rs: milliseconds
-    for key in ("min.recorded_at", "max.recorded_at"):
-        del theirs[key], ours[key]
-    assert ours == theirs
-    assert ours["min.seq"] == 10 and ours["max.seq"] == 59 and ours["min.kind"] == "chat_turn"
-    assert_frame_equal(pl.read_delta(paths["refold"]), pl.read_delta(paths["delta-rs"]))
-    entry = DeltaTable(paths["refold"]).history(1)[0]  # custom metadata comes back as delta-rs's does
-    assert entry["operation"] == "WRITE" and entry["k"] == "v" and entry["version"] == 1
-    assert entry["operationParameters"] == {"mode": "Append"}
-    assert not list((Path(paths["refold"]) / "_delta_log").glob("*.tmp"))
-
-
 def _engines(events_dir: str) -> list[str]:
     """engineInfo of every WRITE commit, oldest first."""
     return [c.get("engineInfo", "") for c in reversed(DeltaTable(events_dir).history())
             if c["operation"] == "WRITE"]
 
 
-def test_local_appends_are_committed_by_refold(tmp_path):
+def test_appends_are_delta_rs_commits_with_the_head_and_stats_columns_only(tmp_path):
     mem = refold.init(tmp_path / "store")
     assert mem.log_store.append(_events("big", 2000)) == list(range(2000))
-    time.sleep(0.01)  # the two commits in different milliseconds, for time travel by time below
+    time.sleep(0.01)  # a time between the two commits, for time travel by time below
+    between = datetime.now(timezone.utc)
+    time.sleep(0.01)
     assert mem.log_store.append(_events("small", 3)) == [2000, 2001, 2002]
-    assert _engines(mem.layout.events) == ["refold", "refold"]
-    files = {Path(p).name: pq.ParquetFile(p).metadata for p in _plain_delta_files(Path(mem.layout.events))}
-    assert len(files) == 2
-    for meta in files.values():
-        codecs = {meta.row_group(0).column(i).path_in_schema: meta.row_group(0).column(i).compression
-                  for i in range(meta.num_columns)}
-        assert codecs["link"] == codecs["salt"] == "UNCOMPRESSED" and codecs["content"] == "SNAPPY"
+    engines = _engines(mem.layout.events)
+    assert len(engines) == 2 and all(e.startswith("delta-rs") for e in engines), engines
+    actions = pa.table(DeltaTable(mem.layout.events).get_add_actions(flatten=True)).to_pylist()
+    for action in actions:
+        stated = {k.split(".", 1)[1] for k in action if k.startswith(("min.", "max.", "null_count."))}
+        assert stated == set(STATS_COLUMNS)
+    assert sorted(a["num_records"] for a in actions) == [3, 2000]
+    assert _codecs(mem) == {"UNCOMPRESSED"}  # append files live until the next compaction
+    entry = DeltaTable(mem.layout.events).history(1)[0]
+    head = Head.from_json(json.loads(entry[HEAD_KEY]))
+    assert (head.seq, head.table_version) == (2002, 2) and head == mem.head()
     assert mem.verify().ok
-    assert mem.head().seq == 2002 and mem.head().table_version == 2
     assert_frame_equal(pl.read_delta(mem.layout.events).sort("seq"), mem.log())
-    # the log's own table handle was not moved by those commits; it catches up when read
     log = mem.log_store
-    assert log._fresh_table().version() == 2
+    assert log._dt.version() == 2  # the commit moved the log's own handle: nothing to reload
     assert log._indexed == set(log._fresh_table().file_uris())  # the id index names files as delta-rs does
     assert pl.read_delta(mem.layout.events, version=1).height == 2000  # time travel by version
-    for entry in DeltaTable(mem.layout.events).history(2):  # by time, as delta-rs resolves it
-        dt = DeltaTable(mem.layout.events)
-        dt.load_as_version(datetime.fromtimestamp(entry["timestamp"] / 1000, timezone.utc))
-        assert dt.version() == entry["version"]
+    dt = DeltaTable(mem.layout.events)
+    dt.load_as_version(between)  # by time, as delta-rs resolves it
+    assert dt.version() == 1
+    log.compact()
+    assert _codecs(mem) == {"SNAPPY"} and mem.verify().ok  # the files that stay are compressed
 
 
-def test_a_table_refold_does_not_write_itself_goes_through_delta_rs(tmp_path):
-    """A check constraint needs writer version 3: refold leaves such commits to delta-rs."""
-    mem = refold.init(tmp_path / "store")
-    mem.log_store.append(_events("a", 2))
-    DeltaTable(mem.layout.events).alter.add_constraint({"seq_ok": "seq >= 0"})
-    assert delta_commit.unsupported(DeltaTable(mem.layout.events)) is not None
-    mem.log_store.append(_events("b", 2))
-    other = EventLog(mem.layout)
-    other.append(_events("c", 2))
-    engines = _engines(mem.layout.events)
-    assert engines[0] == "refold" and all(e.startswith("delta-rs") for e in engines[1:]), engines
-    assert mem.verify().ok and mem.log()["seq"].to_list() == list(range(6))
+def _codecs(mem: refold.Memory) -> set[str]:
+    """The compression codecs of every live data file's columns."""
+    out = set()
+    for uri in DeltaTable(mem.layout.events).file_uris():
+        meta = pq.ParquetFile(uri).metadata
+        out |= {meta.row_group(g).column(c).compression for g in range(meta.num_row_groups)
+                for c in range(meta.num_columns)}
+    return out
 
 
-@pytest.mark.parametrize("first", ["refold", "delta-rs"])
-def test_refold_and_delta_rs_commits_exclude_each_other(tmp_path, first):
-    """Put-if-absent holds across implementations: whichever commits version 1 first wins."""
-    path = tmp_path / "t"
-    DeltaTable.create(str(path), EVENTS_SCHEMA, configuration=TABLE_CONFIGURATION)
-    stale = DeltaTable(str(path))  # read at version 0 by the delta-rs writer
-    rows, _, _ = seal_rows(_events("x", 3), first_seq=0, prev_link=GENESIS,
-                        recorded_at=datetime.now(timezone.utc), table_version=1)
-    props = CommitProperties(max_commit_retries=0)
-
-    def refold_commit():
-        delta_commit.commit_rows(path, 1, rows, {})  # (a lost race removes its data file)
-
-    def delta_rs_commit():
-        write_deltalake(stale, rows, mode="append", commit_properties=props)
-
-    order = [refold_commit, delta_rs_commit] if first == "refold" else [delta_rs_commit, refold_commit]
-    order[0]()
+def test_a_writer_on_a_stale_version_gets_commit_failed(tmp_path):
+    """The compare-and-append itself: a write computed at version 0 cannot land after version 1."""
+    path = str(tmp_path / "t")
+    DeltaTable.create(path, EVENTS_SCHEMA, configuration=TABLE_CONFIGURATION)
+    first, stale = DeltaTable(path), DeltaTable(path)
+    rows = seal_rows(_events("x", 3), first_seq=0, prev_link=GENESIS, recorded_at=datetime.now(timezone.utc),
+                     table_version=1).table
+    write_rows(first, rows, {"k": "v"})
+    assert first.version() == 1  # the handle is at the version it made
     with pytest.raises(CommitFailedError):
-        order[1]()
-    dt = DeltaTable(str(path))
-    assert dt.version() == 1 and len(dt.file_uris()) == 1
-    assert pl.read_delta(str(path)).height == 3
+        write_rows(stale, rows, {"k": "v"})
+    dt = DeltaTable(path)
+    assert dt.version() == 1 and len(dt.file_uris()) == 1 and pl.read_delta(path).height == 3
+
+
+class _OtherHost(EventLog):
+    """A writer on another host: it does not share this host's lock (which only saves work)."""
+
+    def _writer_turn(self):
+        return contextlib.nullcontext(False)
 
 
 class _Raced(EventLog):
@@ -164,110 +124,39 @@ class _Raced(EventLog):
         super()._write(version, table, metadata)
 
 
-def test_a_lost_race_retries_and_leaves_no_file(tmp_path, monkeypatch):
+def test_a_lost_race_retries_on_the_new_head(tmp_path, monkeypatch):
     mem = refold.init(tmp_path / "store")
     mem.log_store.append(_events("first", 2))
     log = _Raced(mem.layout)
-    log.rival = EventLog(mem.layout)
+    log.rival = _OtherHost(mem.layout)
+    log.writes = 1  # (no race yet)
+    log.append(_events("warm", 1))  # this object's handle is now loaded (at version 2)
+    log.writes = 0
     failures = []
-    real = delta_commit.commit_add
+    real = log_module.write_rows
 
-    def spy(*args, **kwargs):
+    def spy(dt, *args, **kwargs):
         try:
-            return real(*args, **kwargs)
+            return real(dt, *args, **kwargs)
         except CommitFailedError:
-            failures.append(1)
+            failures.append(dt.version())
             raise
 
-    monkeypatch.setattr(delta_commit, "commit_add", spy)
-    assert log.append(_events("mine", 3)) == [4, 5, 6]  # after the rival's two
-    assert log.writes == 2 and failures == [1]  # lost once, then landed
-    live = {Path(p).name for p in _plain_delta_files(Path(mem.layout.events))}
-    on_disk = {p.name for p in Path(mem.layout.events).glob("*.parquet")}
-    assert on_disk == live and len(live) == 3  # the lost race's file is gone
-    assert not list((Path(mem.layout.events) / "_delta_log").glob("*.tmp"))  # and its staged commit
+    monkeypatch.setattr(log_module, "write_rows", spy)
+    assert log.append(_events("mine", 3)) == [5, 6, 7]  # after the rival's two
+    assert log.writes == 2 and failures == [2]  # lost once at version 2, then landed
     assert mem.verify().ok
-    assert mem.log()["event_id"].to_list()[2:] == ["rival-00000", "rival-00001", "mine-00000",
+    assert mem.log()["event_id"].to_list()[2:] == ["warm-00000", "rival-00000", "rival-00001", "mine-00000",
                                                    "mine-00001", "mine-00002"]
 
 
-@pytest.mark.parametrize("refold_commits", [True, False])
-def test_both_paths_survive_a_checkpoint_and_keep_the_chain(tmp_path, monkeypatch, refold_commits):
-    monkeypatch.setattr(delta_commit, "ENABLED", refold_commits)
+def test_appends_survive_delta_rs_checkpoints_and_keep_the_chain(tmp_path):
     mem = refold.init(tmp_path / "store")
-    for i in range(101):  # past delta-rs's checkpoint (refold's commits run the same hook)
+    for i in range(101):  # past delta-rs's checkpoints (its post-commit hook)
         mem.log_store.append(_events(f"b{i}", 1))
     log_dir = Path(mem.layout.events) / "_delta_log"
-    assert json.loads((log_dir / "_last_checkpoint").read_text())["version"] == 99  # 100 commits: v0..v99
-    assert _engines(mem.layout.events)[0] == ("refold" if refold_commits else "delta-rs:py-1.6.6")
+    assert json.loads((log_dir / "_last_checkpoint").read_text())["version"] == 99  # every 10 commits (delta.checkpointInterval): v0..v100, the last at 99
     report = mem.verify()
     assert report.ok and report.events == 101
     assert_frame_equal(pl.read_delta(mem.layout.events).sort("seq"), mem.log())
-
-
-def test_a_failed_encode_leaves_neither_staged_file(tmp_path, monkeypatch):
-    """A local commit's data file and commit file are created before its rows are encoded
-    (storage/datafiles.py StagedFiles); when encoding fails, neither stays and nothing landed.
-    The encoder is replaced by one that raises (the failure cannot be provoked otherwise)."""
-    mem = refold.init(tmp_path / "store")
-    mem.log_store.append(_events("first", 20))
-    folder = Path(mem.layout.events)
-    before = sorted(p.relative_to(folder) for p in folder.rglob("*"))
-    calls = []
-
-    def broken(rows, **kwargs):
-        calls.append(kwargs["name"])
-        assert (folder / kwargs["name"]).parent == folder  # the staged file's name, in the table folder
-        raise MemoryError("encoder ran out of memory")
-
-    monkeypatch.setattr(delta_commit, "encode_file", broken)
-    with pytest.raises(StoreError, match="did not land .encoder ran out of memory.; it is safe to retry"):
-        mem.log_store.append(_events("second", 20))
-    assert len(calls) == 2 and sorted(p.relative_to(folder) for p in folder.rglob("*")) == before
-    assert mem.log().height == 20 and mem.verify().ok
-
-
-def test_a_failed_data_file_write_leaves_neither_staged_file(tmp_path, monkeypatch):
-    """Writing the data file fails (a full disk; provoked by replacing os.write
-    while the append runs): the append fails as safe to retry, and neither the half-written data file
-    nor the staged commit file stays."""
-    from refold.storage import datafiles
-
-    mem = refold.init(tmp_path / "store")
-    mem.log_store.append(_events("first", 20))
-    folder = Path(mem.layout.events)
-    before = sorted(p.relative_to(folder) for p in folder.rglob("*"))
-
-    def full_disk(fd, data):
-        raise OSError(28, "No space left on device")
-
-    monkeypatch.setattr(datafiles.os, "write", full_disk)
-    with pytest.raises(StoreError, match="did not land .*No space left on device.*; it is safe to retry"):
-        mem.log_store.append(_events("second", 20))
-    monkeypatch.undo()
-    assert sorted(p.relative_to(folder) for p in folder.rglob("*")) == before
-    assert mem.log().height == 20 and mem.verify().ok
-
-
-def test_staged_files_hand_on_each_descriptor_once(tmp_path):
-    """StagedFiles: store() writes and closes the data file, commit_file() hands on the commit
-    file's descriptor, discard() closes only what was not handed on and removes both files."""
-    from refold.storage.datafiles import StagedFiles
-
-    (tmp_path / "_delta_log").mkdir()
-    files = StagedFiles(tmp_path)
-    files.store(pa.py_buffer(b"PAR1 rows"))
-    assert (tmp_path / files.data_name).read_bytes() == b"PAR1 rows"
-    path, fd = files.commit_file()
-    assert path.parent.name == "_delta_log" and path.exists()
-    os.close(fd)  # what commit_add does with it
-    files.discard()
-    assert list(tmp_path.rglob("*")) == [tmp_path / "_delta_log"]
-
-    untouched = StagedFiles(tmp_path)
-    untouched.discard()  # nothing handed on: both descriptors closed here, both files removed
-    assert list(tmp_path.rglob("*")) == [tmp_path / "_delta_log"]
-    with pytest.raises(FileNotFoundError):  # creation failed (no such folder): nothing to discard
-        gone = StagedFiles(tmp_path / "missing")
-        gone.discard()
-        gone.commit_file()
+    assert refold.Memory(mem.root).append(_events("after", 1)) == [101]  # a fresh writer reads the head

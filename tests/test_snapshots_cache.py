@@ -1,8 +1,7 @@
 """The extraction cache's compare-and-append: a duplicated batch, a batch that races another
 writer's commit, and writers in several processes never store a key twice; reads by id are exact.
 
-Each test runs once per way a put commits: refold's own commit file (local tables refold created)
-and delta-rs (``delta_commit.ENABLED`` off: what object stores and foreign tables get).
+A put commits through delta-rs (``max_commit_retries=0`` on the version its keys were checked at).
 Real Delta tables in tmp_path, real processes (spawn) for the concurrent writers.
 """
 
@@ -15,15 +14,8 @@ import pytest
 
 from refold.fold.extract import ExtractedFact, Extraction
 from refold.storage import cache as cache_module
-from refold.storage import delta_commit
 from refold.storage.cache import ExtractionCache
 from refold.storage.layout import Layout
-
-
-@pytest.fixture(autouse=True, params=["refold", "delta-rs"])
-def write_path(request, monkeypatch) -> str:
-    monkeypatch.setattr(delta_commit, "ENABLED", request.param == "refold")
-    return request.param
 
 
 def _x(i: int, spec: str = "s1") -> Extraction:
@@ -49,14 +41,13 @@ def test_a_duplicated_or_overlapping_batch_adds_no_row_twice(tmp_path):
     assert cache.keys("s2") == {"ev-00003"}
 
 
-def test_a_commit_that_loses_the_race_rechecks_the_keys(tmp_path, monkeypatch, write_path):
+def test_a_commit_that_loses_the_race_rechecks_the_keys(tmp_path, monkeypatch):
     """Another writer commits some of the same keys between our check and our commit: ours fails
-    (the version is taken), the keys are checked again on the newer version, the rest lands; the
-    data file of the lost commit does not stay behind."""
+    (the version is taken), the keys are checked again on the newer version, the rest lands."""
     layout = Layout(str(tmp_path))
     cache = ExtractionCache(layout)
     cache.put([_x(0)])
-    real_write, real_encode = cache_module.write_deltalake, delta_commit.encode_file
+    real_write = cache_module.write_deltalake
     raced = []
 
     def other_writer():
@@ -68,25 +59,16 @@ def test_a_commit_that_loses_the_race_rechecks_the_keys(tmp_path, monkeypatch, w
         other_writer()
         return real_write(dt, table, **kwargs)
 
-    def racing_encode(rows, **kwargs):
-        other_writer()
-        return real_encode(rows, **kwargs)
-
     monkeypatch.setattr(cache_module, "write_deltalake", racing_write)
-    monkeypatch.setattr(delta_commit, "encode_file", racing_encode)
     assert cache.put([_x(1), _x(2), _x(3)]) == 1
     assert raced and _rows(cache) == [(f"ev-{i:05d}", "s1") for i in range(4)]
     from deltalake import DeltaTable
 
-    files = {p.name for p in tmp_path.joinpath("extractions").glob("*.parquet")}
     live = {uri.rsplit("/", 1)[-1] for uri in DeltaTable(layout.extractions).file_uris()}
-    if write_path == "refold":  # (delta-rs leaves a lost commit's data file for VACUUM)
-        assert files == live
     assert len(live) == 3 and cache.get("s1", ["ev-00003"])["ev-00003"].facts == _x(3).facts
 
 
-def _writer(root: str, start: int, own_commits: bool) -> int:
-    delta_commit.ENABLED = own_commits  # (a spawned process: the test's monkeypatch is not here)
+def _writer(root: str, start: int) -> int:
     cache = ExtractionCache(Layout(root))
     inserted = 0
     for round_ in range(4):  # overlapping batches: each writer shares half its ids with the next
@@ -95,12 +77,11 @@ def _writer(root: str, start: int, own_commits: bool) -> int:
     return inserted
 
 
-def test_writers_in_several_processes_store_each_key_once(tmp_path, write_path):
+def test_writers_in_several_processes_store_each_key_once(tmp_path):
     root = str(tmp_path)
     ExtractionCache(Layout(root)).put([_x(0)])  # the table exists before the race
-    own = write_path == "refold"
     with multiprocessing.get_context("spawn").Pool(3) as pool:
-        inserted = pool.starmap(_writer, [(root, 0, own), (root, 10, own), (root, 20, own)])
+        inserted = pool.starmap(_writer, [(root, 0), (root, 10), (root, 20)])
     rows = _rows(ExtractionCache(Layout(root)))
     assert rows == [(f"ev-{i:05d}", "s1") for i in range(45)]
     assert sum(inserted) + 1 == len(rows)  # every row counted by exactly one writer

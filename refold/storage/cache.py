@@ -10,13 +10,10 @@ purges rows whose event, or whose request's events, were erased.
 
 from __future__ import annotations
 
-import os
 import random
 import time
-import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -25,11 +22,10 @@ from deltalake.exceptions import CommitFailedError
 
 from refold.fold.errors import StoreError
 from refold.fold.extract import Extraction
-from . import delta_commit
 from .cache_rows import (CACHE_SCHEMA, FACT_COLUMNS, CachedFacts, _row_to_extraction,  # noqa: F401 - re-exported
                          _to_table, facts_by_id)
 from .delta_io import Bounds, read_arrow, read_files
-from .table_handles import TableHandle, TableView, shared_table
+from .table_handles import TableHandle, shared_table
 from .filemodes import apply_tree
 from .layout import Layout
 
@@ -37,8 +33,6 @@ from .layout import Layout
 CHECKPOINT_EVERY = 10
 #: columns with statistics in the Delta log: only keys (facts, requests and outputs quote personal data)
 STATS_COLUMNS = ("event_id", "spec_hash", "seq")
-#: pyarrow's writer for refold's own commits: delta-rs's codec (snappy), Parquet statistics on the keys
-PARQUET_OPTIONS = {"compression": "snappy", "write_statistics": list(STATS_COLUMNS)}
 _CONFIG = {
     "delta.dataSkippingStatsColumns": ",".join(STATS_COLUMNS),
     "delta.enableChangeDataFeed": "false",
@@ -65,12 +59,8 @@ class ExtractionCache:
     Cheap to construct and picklable (Ray ships it): the loaded Delta table lives in this
     process's shared handle for the path (:func:`refold.storage.table_handles.shared_table`), which is
     brought up to date before each use instead of replaying the commit log every call (readers
-    take a view: the loaded table plus the files later append commits added).
-
-    Writes to a local table that refold created commit through refold's own commit path (pyarrow
-    writes the Parquet file, :func:`refold.storage.delta_commit.commit_add` links the commit file
-    into place if that version is still free), as the event log's appends do; other tables
-    (object stores, a protocol or schema refold does not write) through delta-rs.
+    its table up to date with delta-rs). Writes commit through delta-rs, as the event log's
+    appends do (compare-and-append, see :meth:`put`).
     """
 
     def __init__(self, layout: Layout, *, storage_options: dict[str, str] | None = None):
@@ -79,15 +69,13 @@ class ExtractionCache:
         #: (table object, its version, spec hash, ids) a get() found absent: a put() of those keys
         #: at that same version need not look again
         self._absent: tuple[DeltaTable, int, str, frozenset[str]] | None = None
-        #: (table, version, own commits?, checkpoint interval) as decided at that loaded table
-        self._writable: tuple[DeltaTable, int, bool, int] | None = None
 
     def __getstate__(self) -> dict:  # picklable (Ray): no table object travels
         return {"path": self.path, "storage_options": self.storage_options}
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
-        self._absent = self._writable = None
+        self._absent = None
 
     @property
     def _handle(self) -> TableHandle:
@@ -162,7 +150,7 @@ class ExtractionCache:
                               prune=prune).to_pylist()
             found = {r["event_id"]: _row_to_extraction(r) for r in rows}
             if seqs is None:  # (a seq-pruned read does not see rows cached without a seq)
-                self._absent = (view.dt, view.version(), spec_hash, frozenset(ids).difference(found))
+                self._absent = (view, view.version(), spec_hash, frozenset(ids).difference(found))
         return found
 
     def warm(self) -> None:
@@ -204,8 +192,8 @@ class ExtractionCache:
 
         Compare-and-append (as the event log): read which keys the table holds at version ``v``
         (a pruned read of just these ids), and create commit ``v + 1`` with the others only if no
-        other writer created it meanwhile (refold's own commit: put-if-absent of the commit file;
-        delta-rs: ``max_commit_retries=0`` against ``v``); when another writer got there first the
+        other writer created it meanwhile (delta-rs, ``max_commit_retries=0`` against ``v``);
+        when another writer got there first the
         keys are checked again on the newer version. So a retried or duplicated batch adds no row
         twice, and no DataFusion MERGE runs (it cost a full join per write, and wrote string_view
         files).
@@ -218,32 +206,26 @@ class ExtractionCache:
         reloaded = False
         for attempt in range(max_attempts):
             try:
-                with handle.lock:
-                    own = self._own_commits()
-                    with handle.view() if own else handle.fresh() as dt:
-                        if dt is None:
-                            raise StoreError(f"the extraction cache at {self.path} disappeared; fold again")
-                        fresh = self._fresh(dt, unique)
-                        if not fresh:
-                            return 0
-                        rows = _to_table(fresh, seqs or {})
-                        if own:
-                            self._commit(dt.version() + 1, rows)
-                        else:
-                            write_deltalake(dt, rows, mode="append",
-                                            commit_properties=CommitProperties(max_commit_retries=0),
-                                            storage_options=self.storage_options)
-                            _checkpoint_older_table(dt)
-                            self._apply_modes()
-                        self._absent = None
-                        return len(fresh)
+                with handle.fresh() as dt:
+                    if dt is None:
+                        raise StoreError(f"the extraction cache at {self.path} disappeared; fold again")
+                    fresh = self._fresh(dt, unique)
+                    if not fresh:
+                        return 0
+                    rows = _to_table(fresh, seqs or {})
+                    write_deltalake(dt, rows, mode="append",
+                                    commit_properties=CommitProperties(max_commit_retries=0),
+                                    storage_options=self.storage_options)
+                    _checkpoint_older_table(dt)
+                    self._apply_modes()
+                    self._absent = None
+                    return len(fresh)
             except CommitFailedError:
                 pass  # another writer landed first: check the keys again on the newer version
             except StoreError:
                 raise
             except Exception as exc:  # ambiguous: the commit may have landed before the error
                 handle.forget()
-                self._writable = None
                 if not reloaded:
                     reloaded = True
                     continue  # the next round sees whether it landed (then nothing is left)
@@ -251,49 +233,14 @@ class ExtractionCache:
             time.sleep(random.uniform(0, min(0.01 * (attempt + 1), 0.2)))
         raise StoreError(f"extraction cache: gave up after {max_attempts} commit conflicts; retry")
 
-    def _own_commits(self) -> bool:
-        """Whether refold commits this table itself (local, and as refold created it); decided
-        again whenever delta-rs has (re)loaded the table (a protocol change reloads it)."""
-        if "://" in self.path or not delta_commit.ENABLED:
-            return False
-        handle = self._handle
-        with handle.view() as view:
-            if view is None:
-                return False
-            known = handle.memo.get("cache_writable")  # (the check reads protocol, metadata, schema)
-            if known is None or known[0] is not view.dt or known[1] != view.base:
-                ok = delta_commit.unsupported(view.dt, schema=CACHE_SCHEMA, stats_columns=STATS_COLUMNS) is None
-                config = view.dt.metadata().configuration
-                every = int(config.get("delta.checkpointInterval", CHECKPOINT_EVERY))
-                known = handle.memo["cache_writable"] = (view.dt, view.base, ok, every)
-            self._writable = known
-            return known[2]
-
-    def _fresh(self, dt: DeltaTable | TableView, unique: dict[tuple[str, str], Extraction]) -> list[Extraction]:
+    def _fresh(self, dt: DeltaTable, unique: dict[tuple[str, str], Extraction]) -> list[Extraction]:
         """The extractions of ``unique`` whose key ``dt`` (the newest version) does not hold."""
         absent = self._absent
-        base = dt.dt if isinstance(dt, TableView) else dt
-        if (absent is not None and absent[0] is base and absent[1] == dt.version()
+        if (absent is not None and absent[0] is dt and absent[1] == dt.version()
                 and all(spec == absent[2] and eid in absent[3] for eid, spec in unique)):
             return list(unique.values())  # get() just saw none of them at this version
         present = _present(dt, unique)
         return [x for key, x in unique.items() if key not in present]
-
-    def _commit(self, version: int, rows: pa.Table) -> None:
-        """Create commit ``version`` adding ``rows`` (refold's own commit; CommitFailedError when
-        another writer took that version, and then its data file is removed at once)."""
-        delta_commit.commit_rows(Path(os.path.abspath(self.path)), version, rows, {},
-                                 options=PARQUET_OPTIONS, stats_columns=STATS_COLUMNS)
-        try:
-            every = self._writable[3] if self._writable is not None else CHECKPOINT_EVERY
-            if delta_commit.checkpoint_due(version, every):
-                with self._handle.fresh() as dt:  # what delta-rs's post-commit hook does
-                    if dt is not None:
-                        delta_commit.post_commit(dt)
-                        self._apply_modes()
-        except Exception as exc:  # noqa: BLE001 - the commit landed; only later reads are slower
-            warnings.warn(f"refold: checkpointing the extraction cache at {self.path} failed ({exc})",
-                          RuntimeWarning, stacklevel=3)
 
     def purge(self, event_ids: Iterable[str]) -> PurgeResult:
         """Delete rows built from any of ``event_ids`` (as the key or inside the request)."""
@@ -361,7 +308,7 @@ def _spans(seqs: Iterable[int], most: int = 32) -> list[tuple[int, int]]:
     return [(a, b) for a, b in spans]
 
 
-def _present(dt: DeltaTable | TableView, unique: dict[tuple[str, str], Extraction]) -> set[tuple[str, str]]:
+def _present(dt: DeltaTable, unique: dict[tuple[str, str], Extraction]) -> set[tuple[str, str]]:
     """Which of these (event_id, spec_hash) keys the table holds at ``dt``'s version."""
     ids = sorted({eid for eid, _ in unique})
     rows = read_arrow(dt, CACHE_SCHEMA, columns=["event_id", "spec_hash"], filter=_ids_filter(ids),

@@ -13,8 +13,8 @@ there are not opened. It is exact: the ranges are also applied as a filter, so a
 returns the same rows as an unpruned one, and a statistic is trusted only as far as it is a true
 bound (delta-rs cuts long strings, so a string maximum may be a prefix of the real one).
 
-Both readers take a ``DeltaTable`` or a :class:`~refold.storage.table_handles.TableView` (the
-tables kept open per process are in :mod:`refold.storage.table_handles`).
+Both readers take a ``DeltaTable`` (the tables kept open per process are in
+:mod:`refold.storage.table_handles`).
 """
 
 from __future__ import annotations
@@ -30,8 +30,6 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
-from .table_handles import TableView
-
 __all__ = ["Bounds", "read_arrow", "read_files"]
 
 
@@ -40,7 +38,7 @@ __all__ = ["Bounds", "read_arrow", "read_files"]
 Bounds = Mapping[str, tuple[Any, Any]]
 
 
-def read_arrow(dt: DeltaTable | TableView, schema: pa.Schema, *, columns: Sequence[str] | None = None,
+def read_arrow(dt: DeltaTable, schema: pa.Schema, *, columns: Sequence[str] | None = None,
                filter: pc.Expression | None = None, prune: Sequence[Bounds] | None = None) -> pa.Table:
     """Rows of ``dt`` at its loaded version, projected and filtered (``schema`` is the table's).
 
@@ -70,7 +68,7 @@ def read_arrow(dt: DeltaTable | TableView, schema: pa.Schema, *, columns: Sequen
         return table.select(wanted) if wanted else table
 
 
-def read_files(dt: DeltaTable | TableView, schema: pa.Schema, *, columns: Sequence[str] | None = None,
+def read_files(dt: DeltaTable, schema: pa.Schema, *, columns: Sequence[str] | None = None,
                where: Mapping[str, Sequence[Any]] | None = None, prune: Sequence[Bounds] | None = None) -> pa.Table:
     """The rows of ``dt`` whose column values are among ``where``'s (column -> allowed values)
     and that lie within ``prune``, read file by file on the calling thread.
@@ -167,38 +165,12 @@ class _FileStats:
         return self._columns[name]
 
 
-class _ViewStats(_FileStats):
-    """A view's statistics: its loaded table's, then those of the files added after it (taken
-    from the add actions' JSON; a timestamp stays a string there, which no bound compares with,
-    so it never rules a file out)."""
-
-    def __init__(self, base: _FileStats, adds: tuple[tuple[str, dict], ...], version: int):
-        self.version, self._base = version, base
-        self.paths = base.paths + [path for path, _ in adds]
-        self._added = [stats for _, stats in adds]
-        self._columns = {}
-
-    def column(self, name: str) -> tuple[list, list] | None:
-        if name not in self._columns:
-            base = self._base.column(name) or ([None] * len(self._base.paths),) * 2
-            lows = [a.get("minValues", {}).get(name) for a in self._added]
-            highs = [a.get("maxValues", {}).get(name) for a in self._added]
-            self._columns[name] = (base[0] + lows, base[1] + highs)
-        return self._columns[name]
-
-
 #: id(DeltaTable) → (a weak reference to it, its statistics at one version): a fold prunes the
 #: same table version several times (cache look-up, then the write's key check)
 _STATS: dict[int, tuple[weakref.ref, _FileStats]] = {}
 
 
-def _file_stats(dt: DeltaTable | TableView) -> _FileStats:
-    if isinstance(dt, TableView):
-        dt._check()
-        if dt._stats is None:
-            base = _file_stats(dt.dt)
-            dt._stats = _ViewStats(base, dt.adds, dt.version()) if dt.adds else base
-        return dt._stats
+def _file_stats(dt: DeltaTable) -> _FileStats:
     entry = _STATS.get(id(dt))
     if entry is not None and entry[0]() is dt and entry[1].version == dt.version():
         return entry[1]
@@ -209,7 +181,7 @@ def _file_stats(dt: DeltaTable | TableView) -> _FileStats:
     return stats
 
 
-def _pruned(dt: DeltaTable | TableView, uris: list[str], prune: Sequence[Bounds]) -> list[str]:
+def _pruned(dt: DeltaTable, uris: list[str], prune: Sequence[Bounds]) -> list[str]:
     """``uris`` without the files whose statistics show no row within any alternative."""
     try:
         stats = _file_stats(dt)

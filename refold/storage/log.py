@@ -4,13 +4,12 @@ Concurrency design (compare-and-append). delta-rs rebases blind appends from rac
 silently, which would fork ``seq`` and the chain. So every append:
 
 1. brings its view to the newest table version ``v`` and reads the head (last seq, link, record
-   time) from the metadata refold writes with each commit (falling back to the rows);
+   time) from the rows, checked against the head recorded in commit ``v``'s metadata
+   (:meth:`~refold.storage.log_reader.LogReader.head`: a mismatch raises ``IntegrityError``);
 2. assigns ``seq = head.seq + 1 …``, ``table_version = v + 1`` and seals each event into the chain;
-3. creates commit ``v + 1`` only if it does not exist yet: on local tables refold writes the commit
-   file itself and links it into place (:mod:`refold.storage.delta_commit`, put-if-absent by the
-   Delta protocol's own rule), elsewhere delta-rs commits with ``max_commit_retries=0``. Either way
-   a commit that landed after ``v`` makes it fail with ``CommitFailedError`` instead of being
-   rebased, and we go back to 1.
+3. commits version ``v + 1`` through delta-rs with ``max_commit_retries=0``
+   (:mod:`refold.storage.datafiles`): a commit that landed after ``v`` makes it fail with
+   ``CommitFailedError`` instead of being rebased, and we go back to 1.
 
 So a commit lands only on top of the head it was computed from: no fork, no gap, for threads and
 processes alike. A lost race costs a sealed batch and a written data file, so writers on one host
@@ -19,7 +18,7 @@ processes); that lock only saves work, the compare-and-append alone keeps the or
 other hosts, object stores). Each ``EventLog`` keeps the head of the newest version it knows,
 the event_id index of the data files it has read, and a ``DeltaTable`` it refreshes only when
 something reads it: while nothing else lands, an append on a local table costs two ``stat`` calls
-of bookkeeping and no Delta state replay at all.
+of bookkeeping besides its own commit, and no Delta state replay.
 
 Idempotency: an ``event_id`` already in the log returns its original seq and writes nothing (the
 same id with different content raises :class:`ConflictError`); an id repeated inside one batch is
@@ -31,8 +30,8 @@ anyway gets the same seqs.
 After each commit the new head is published under ``receipts/heads/`` so ``verify`` can detect a
 truncated tail (a removed newest commit). Every :data:`COMPACT_EVERY` data files the appending
 writer compacts them (Delta OPTIMIZE, rows unchanged), because delta-rs's commit cost grows with
-the number of files in the table. Reading (heads, rows by seq, time or id) lives in
-:mod:`refold.storage.log_reader`, which :class:`EventLog` extends.
+the number of files in the table; checkpoints are delta-rs's own post-commit hook. Reading (heads,
+rows by seq, time or id) lives in :mod:`refold.storage.log_reader`, which :class:`EventLog` extends.
 """
 
 from __future__ import annotations
@@ -62,16 +61,17 @@ from .log_reader import HEAD_KEY, LogReader
 from .heads import Head, publish_head
 from .filemodes import apply_tree
 from .hostlock import host_turn
-from . import delta_commit
 from .datafiles import WRITER_PROPERTIES, write_rows
+from .table_handles import commit_file
 from .schema import EVENTS_SCHEMA, TABLE_CONFIGURATION
 from .sealing import Sealed, seal_rows
 from .signing import signer_from_env
 
 #: Once this many data files have been added since the last compaction, the append that added the
 #: last one merges them (0: never). delta-rs's commit cost grows with the number of files: a
-#: single-event append took ~20 ms at 100 files and ~180 ms at 800 (measured on 2 busy cores).
-COMPACT_EVERY = 100
+#: single-event append took ~4 ms at 10 files, ~20 ms at 100 and ~180 ms at 800 (2 busy cores);
+#: merging 25 small files costs ~30 ms, less than the growth it saves over the next 25 appends.
+COMPACT_EVERY = 25
 
 
 def _dedupe(batch: Sequence[NewEvent], ids: list[str]) -> list[NewEvent]:
@@ -135,10 +135,6 @@ class EventLog(LogReader):
         self._compacted_files = 0  # live data files right after this object's last compaction
         events = self.layout.events
         self._folder = Path(os.path.abspath(events.removeprefix("file://"))) if self.layout.is_local else None
-        self._fast = False  # refold commits itself (decided at each full sync, see _sync)
-        self._uri_prefix = ""  # what DeltaTable.file_uris() puts before a data file's name
-        self._checkpoint_every = 100  # delta.checkpointInterval
-        self._added: str | None = None  # the data file _write just committed itself
         self._signer = signer_from_env(self.layout)  # signs published heads (REFOLD_SIGNING_KEY)
 
     def __getstate__(self) -> dict[str, Any]:  # picklable (Ray): caches are rebuilt on arrival
@@ -218,7 +214,6 @@ class EventLog(LogReader):
                 if not fresh:
                     return [existing[e.event_id] for e in batch]
                 rows, new_head = self._seal_table(fresh, self._last, version + 1, protect=protect)
-                self._added = None
                 try:
                     self._write(version, rows, {HEAD_KEY: json.dumps(new_head.as_json())})
                 except CommitFailedError:
@@ -241,9 +236,6 @@ class EventLog(LogReader):
                     ) from exc
                 self._remember(ids if fresh is unique else [e.event_id for e in fresh], new_head)
                 self._publish_head(new_head)
-                if self._added is not None and delta_commit.checkpoint_due(version + 1, self._checkpoint_every):
-                    delta_commit.post_commit(self._fresh_table())  # what delta-rs's commit hook does
-                    apply_tree(self._folder / "_delta_log")  # the checkpoint delta-rs wrote
                 if (exclusive and COMPACT_EVERY
                         and len(self._indexed) - self._compacted_files >= COMPACT_EVERY):
                     self._compact_quietly(self._fresh_table())
@@ -259,43 +251,40 @@ class EventLog(LogReader):
         """The newest table version (two ``stat`` calls when this object made the last commit;
         otherwise the table handle catches up, without reading any data file)."""
         with self._lock:
-            version = self._ids_version
-            if (self._fast and self._last is not None and self._last.table_version == version
-                    and self._is_current_version(version)):
-                return version
+            if self._up_to_date():
+                return self._ids_version
             return self._fresh_table().version()
+
+    def _up_to_date(self) -> bool:
+        """Whether the head and id index this object keeps are those of the newest version, and
+        its table handle is at that version (a local table with no newer commit file)."""
+        version = self._ids_version
+        return (self._last is not None and self._last.table_version == version and self._dt is not None
+                and self._dt.version() == version and self._is_current_version(version))
 
     def _sync(self) -> int:
         """Bring what appends compute from (head, id index) to the newest table version; return it.
 
-        When refold commits this table itself, one ``stat`` of the commit after the known version
-        (and one of that version's own, gone once erasure cleaned up the log) tells that nothing
-        landed since: no DeltaTable work at all. Otherwise the table is refreshed, the new files'
-        ids are read and the head is taken from the newest commit; the table's protocol decides
-        again whether refold may write its commits itself (:mod:`refold.storage.delta_commit`).
+        On a local table that this object committed last, one ``stat`` of the commit after the
+        known version (and one of that version's own, gone once erasure cleaned up the log) tells
+        that nothing landed since: no DeltaTable work at all. Otherwise the table is refreshed,
+        the new files' ids are read and the head is read from the rows and checked against the
+        newest commit's (:meth:`head`, which raises ``IntegrityError`` when they disagree).
         """
-        version = self._ids_version
-        if (self._fast and self._last is not None and self._last.table_version == version
-                and self._is_current_version(version)):
-            return version
+        if self._up_to_date():
+            return self._ids_version
         dt = self._fresh_table()
         self._known_ids(dt)
         if not (self._last and self._last.table_version == dt.version()):
             self._last = self.head(dt)
-        self._fast = self._folder is not None and delta_commit.unsupported(dt) is None
-        self._uri_prefix = dt.table_uri.removeprefix("file://")
-        self._checkpoint_every = delta_commit.checkpoint_interval(dt)
         return dt.version()
 
     def _remember(self, fresh_ids: list[str], head: Head) -> None:
-        """Index our own commit without reading it back."""
+        """Index our own commit without reading it back (its rows are ``fresh_ids``)."""
         self._last = head
-        if self._added is not None:  # committed by refold: the one file it wrote
-            self._indexed.add(self._uri_prefix + self._added)
-        elif self._dt is not None and self._dt.version() == head.table_version:  # through delta-rs
-            self._indexed.update(u for u in self._dt.file_uris() if u not in self._indexed)
-        else:
-            return
+        if self._dt is None or self._dt.version() != head.table_version:
+            return  # the handle moved on: the next sync reads what it needs
+        self._indexed.update(u for u in self._dt.file_uris() if u not in self._indexed)
         self._ids.update(fresh_ids)
         self._ids_version = head.table_version
 
@@ -362,8 +351,6 @@ class EventLog(LogReader):
         to land right after, the compare-and-append would fail and the retry would refresh, so a
         stale view never commits. When the log was checkpointed and cleaned up past our version
         (erasure does that), the incremental update cannot work and the table is loaded afresh.
-        Appends that refold commits itself do not move this table: it catches up here, when
-        something reads it.
         """
         with self._lock:
             if self._dt is not None:
@@ -379,28 +366,19 @@ class EventLog(LogReader):
     def _is_current_version(self, version: int) -> bool:
         if self._folder is None:
             return False
-        log_dir = self._folder / "_delta_log"
-        return (os.path.exists(log_dir / delta_commit.log_name(version))
-                and not os.path.exists(log_dir / delta_commit.log_name(version + 1)))
+        return os.path.exists(commit_file(self._folder, version)) and not os.path.exists(
+            commit_file(self._folder, version + 1))
 
     # a seam for fault-injection tests (an error after the commit landed)
     def _write(self, version: int, rows: Sealed, metadata: dict[str, str]) -> None:
         """Commit ``rows`` as table version ``version + 1`` with ``metadata`` in its commitInfo.
 
-        Raises ``CommitFailedError`` when another commit took that version (the data file of a
-        lost race is removed).
+        Raises ``CommitFailedError`` when another commit took that version.
         """
-        if self._fast:
-            if not rows.table.schema.equals(EVENTS_SCHEMA):  # what the table's schema was checked against
-                raise StoreError("internal error: sealed rows do not have the log's schema")
-            self._added = delta_commit.commit_rows(self._folder, version + 1, rows.table, metadata,
-                                                   stats=rows.stats)["path"]
-            return
         dt = self._dt
         if dt is None or dt.version() != version:  # moved since _sync: compute again
             raise CommitFailedError(f"the table is no longer at version {version}")
-        props = CommitProperties(max_commit_retries=0, custom_metadata=metadata)
-        write_rows(dt, rows.table, props, storage_options=self.storage_options)
+        write_rows(dt, rows.table, metadata, storage_options=self.storage_options)
         if self._folder is not None:  # a local table delta-rs commits: its files get the store's modes
             apply_tree(self._folder)
 

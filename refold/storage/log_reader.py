@@ -10,6 +10,7 @@ from datetime import datetime, timezone
 import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.dataset as ds
 from deltalake import DeltaTable
 
 from refold.fold.chain import GENESIS
@@ -21,11 +22,25 @@ from .heads import Head, read_published_head
 from .layout import Layout
 from .schema import EVENTS_SCHEMA, table_to_events
 
-__all__ = ["HEAD_KEY", "LogReader"]
+__all__ = ["HEAD_KEY", "LogReader", "recorded_head"]
 
 #: commit metadata key holding the chain head the commit produced
 HEAD_KEY = "refold.head"
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def recorded_head(dt: DeltaTable) -> Head | None:
+    """The head that ``dt``'s newest commit recorded in its metadata, if it recorded one for
+    that very version (None otherwise). Not trusted by itself: see :meth:`LogReader.head`."""
+    for entry in dt.history(1):
+        if HEAD_KEY in entry:
+            try:
+                head = Head.from_json(json.loads(entry[HEAD_KEY]))
+            except (ValueError, KeyError, TypeError):
+                raise IntegrityError(f"the head recorded in commit {dt.version()} of {dt.table_uri} is "
+                                     "malformed: the commit metadata was edited; run `refold verify`") from None
+            return head if head.table_version == dt.version() else None
+    return None
 
 
 def _with_seq(columns: Sequence[str] | None) -> list[str] | None:
@@ -45,27 +60,74 @@ class LogReader:
         return DeltaTable(self.layout.events, version=version, storage_options=self.storage_options)
 
     def head(self, dt: DeltaTable | None = None) -> Head:
-        """The current head, from the newest commit's metadata (or the rows when it has none).
+        """The current head, read from the rows and checked against the head that the newest
+        commit recorded in its metadata.
 
-        The metadata is trusted only if it was written for the version it landed at: delta-rs
-        rebases an OPTIMIZE over commits that landed meanwhile (``max_commit_retries=0`` does not
-        stop it), and the head it carries is then stale.
+        A head in commit metadata is not trusted by itself (anyone who can write ``_delta_log``
+        can edit it, and an appender that believed it would write a second row at an existing
+        seq). Raises :class:`IntegrityError` when the recorded head, the data files' statistics
+        and the rows disagree: nothing should be appended to such a log before ``refold verify``
+        has been run. A recorded head counts only if it was written for the version it landed
+        at: delta-rs rebases an OPTIMIZE over commits that landed meanwhile
+        (``max_commit_retries=0`` does not stop it), and the head it carries is then stale.
         """
         dt = dt or self._table()
-        version = dt.version()
-        for entry in dt.history(1):
-            if HEAD_KEY in entry:
-                head = Head.from_json(json.loads(entry[HEAD_KEY]))
-                if head.table_version == version:
-                    return head
-        return self._head_from_rows(dt)
+        actual = self._head_from_rows(dt)
+        recorded = recorded_head(dt)
+        if recorded is not None and (recorded.seq, recorded.link) != (actual.seq, actual.link):
+            raise IntegrityError(
+                f"the head recorded in commit {dt.version()} of {self.layout.events} (seq {recorded.seq}) does "
+                f"not match the rows (last seq {actual.seq}, or a different link): the commit metadata or the "
+                "rows were changed; nothing was appended. Run `refold verify` and restore the log from a copy",
+                first_bad_seq=min(recorded.seq, actual.seq) + 1)
+        return actual
 
     def _head_from_rows(self, dt: DeltaTable) -> Head:
-        data = read_arrow(dt, EVENTS_SCHEMA, columns=["seq", "link", "recorded_at"])
-        if data.num_rows == 0:
+        """The last row's seq, link and record time, opening one data file.
+
+        The file whose ``seq`` statistics reach highest holds the last row; the files' row counts
+        must add up to that seq + 1 (seqs are contiguous from 0, and erasure keeps a tombstone row
+        per erased event), and the file's own rows must end where its statistics say. So edited
+        statistics that hide rows, or show rows that are not there, are found here too. Without
+        statistics (a file written by another engine), every file's seq and link are read.
+        """
+        actions = pa.table(dt.get_add_actions(flatten=True))
+        if actions.num_rows == 0:
             return Head(-1, GENESIS, _EPOCH, dt.version())
+        names = actions.column_names
+        if "max.seq" not in names or "num_records" not in names or \
+                actions["max.seq"].null_count or actions["num_records"].null_count:
+            data = read_arrow(dt, EVENTS_SCHEMA, columns=["seq", "link", "recorded_at"])
+            return self._last_row(dt, data, data.num_rows, None)
+        i = pc.index(actions["max.seq"], pc.max(actions["max.seq"])).as_py()
+        path = actions["path"][i].as_py()
+        uri = next((u for u in dt.file_uris() if u.replace("\\", "/").endswith("/" + path)), None)
+        if uri is None:
+            data = read_arrow(dt, EVENTS_SCHEMA, columns=["seq", "link", "recorded_at"])
+            return self._last_row(dt, data, data.num_rows, None)
+        data = ds.dataset([uri], schema=EVENTS_SCHEMA, format="parquet").to_table(
+            columns=["seq", "link", "recorded_at"])
+        return self._last_row(dt, data, pc.sum(actions["num_records"]).as_py(),
+                              (path, actions["max.seq"][i].as_py()))
+
+    def _last_row(self, dt: DeltaTable, data: pa.Table, rows: int, stated: tuple[str, int] | None) -> Head:
+        """The head at ``data``'s highest seq, checked: the log holds ``rows`` rows, and
+        ``stated`` (a data file and the highest seq its statistics state) matches ``data``."""
+        if data.num_rows == 0:
+            raise IntegrityError(f"a data file of {self.layout.events} holds no rows although the log "
+                                 "says it does; run `refold verify`")
         i = pc.index(data["seq"], pc.max(data["seq"])).as_py()
         row = data.slice(i, 1).to_pylist()[0]
+        if stated is not None and stated[1] != row["seq"]:
+            raise IntegrityError(
+                f"the statistics of data file {stated[0]} of {self.layout.events} state seq {stated[1]} as its "
+                f"highest, its rows end at seq {row['seq']}: the Delta log was edited; nothing was appended. "
+                "Run `refold verify`", first_bad_seq=min(stated[1], row["seq"]) + 1)
+        if rows != row["seq"] + 1:
+            raise IntegrityError(
+                f"{self.layout.events} holds {rows} rows but its last seq is {row['seq']}: rows were "
+                "removed, inserted or copied; nothing was appended. Run `refold verify`",
+                first_bad_seq=min(rows, row["seq"] + 1))
         return Head(row["seq"], row["link"], row["recorded_at"].astimezone(timezone.utc), dt.version())
 
     def arrow(self, *, columns: Sequence[str] | None = None, filter: pc.Expression | None = None,

@@ -1,20 +1,25 @@
 """Rows for new events, numbered after the head and sealed into the hash chain (see fold/chain.py).
 
-Every append seals its events here, so plain events are sealed column by column: their fields
-become Arrow arrays once (storage/event_columns.py; the arrays the row table is made of), the
-canonical header of every row is prepared from those arrays as parts (constant text between
-columns; Arrow string kernels only where a value needs JSON escaping), and the three SHA-256 per
-event (content digest, commitment, link) run over the Arrow buffers (storage/batch_hashing.py):
-from 512 events on, a native thread hashes one slice while this thread makes the columns
-without hashes and the add action's statistics, then hashes its own. A protector that changes
-stored fields (shred mode encrypts content), and a batch too small to repay the kernel calls,
-take the general path: one ``Event`` per row, sealed with :func:`~refold.fold.chain.seal`. Both
-give the same bytes for the same input (tests compare them on random events, escapes and all).
+Every append seals its events here. Each event gets 16 random bytes of salt and three SHA-256:
+
+    H(salt ‖ content)                                  the content digest
+    commitment = H(DOMAIN ‖ canonical header ‖ digest)
+    link       = H(prev_link ‖ commitment)
+
+Plain events (stored as they are: no cipher, key ids or erasure id) are sealed column by column:
+their fields become Arrow arrays once, the canonical header of every row is assembled from
+those arrays by Arrow string kernels (constant text between columns; JSON escaping only where a
+value needs it), and the hashes run with :mod:`hashlib` over the joined byte strings. A
+protector that changes stored fields (shred mode encrypts content), and a batch too small to
+repay the kernel calls, take the general path: one ``Event`` per row, sealed with
+:func:`~refold.fold.chain.seal`. Both give the same bytes for the same input (tests compare them
+on random events, escapes and all, and pin golden values).
 """
 
 from __future__ import annotations
 
 import binascii
+import hashlib
 import json
 import os
 from collections.abc import Callable, Sequence
@@ -26,40 +31,54 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from refold.fold.chain import HEADER_FIELDS, canonical_time, seal
+from refold.fold.chain import DOMAIN, HEADER_FIELDS, canonical_time, seal
 from refold.fold.events import Event, NewEvent
-from . import batch_hashing as hashing
-from .datafiles import column_bounds, stats_json
-from .event_columns import LISTS, STRINGS, TIMES, TYPES, Columns, Shared, all_none, user_columns
-from .schema import EVENTS_SCHEMA, STATS_COLUMNS, events_to_table
+from .schema import EVENTS_SCHEMA, events_to_table
 
-#: bytes that a JSON string keeps as they are: ``encode_basestring`` escapes only the control
-#: characters, the quote and the backslash (UTF-8 continuation bytes are all >= 0x80)
-_KEPT = bytes(b for b in range(0x20, 0x100) if b not in b'"\\')
+__all__ = ["COLUMN_WISE_FROM", "Sealed", "chain_links", "commit_digests", "seal_rows", "user_columns"]
+
 #: below this many events the fixed cost of ~30 Arrow kernel calls exceeds sealing one by one
 #: (measured between Delta commits, caches cold: 10 events 1.0 vs 0.7 ms, 32 events 1.3 vs 1.6)
 COLUMN_WISE_FROM = 16
 
+TYPES = {f.name: f.type for f in EVENTS_SCHEMA}
+#: string columns stored exactly as the NewEvent holds them (all but content are in the header)
+STRINGS = ("event_id", "kind", "tenant", "source", "content", "trace_id", "justification", "ingestion_run")
+LISTS = ("subjects", "principals")
+TIMES = ("valid_from", "valid_to")
+#: fields a batch mostly holds one value of (one writer's kind, one tenant, one ingestion run)
+USUALLY_CONSTANT = ("kind", "tenant", "ingestion_run")
+
+#: bytes that a JSON string keeps as they are: ``encode_basestring`` escapes only the control
+#: characters, the quote and the backslash (UTF-8 continuation bytes are all >= 0x80)
+_KEPT = bytes(b for b in range(0x20, 0x100) if b not in b'"\\')
+
+Columns = dict[str, pa.Array]
+#: the value of each of :data:`USUALLY_CONSTANT` that every event of a batch shares
+Shared = dict[str, "str | None"]
+
 
 class Sealed(NamedTuple):
-    """Sealed rows: the table, the last row's link, and the add action's statistics of the table's
-    stats columns (:func:`~.datafiles.add_stats`) when the sealer made them (``None``: not made)."""
+    """Sealed rows: the table (in :data:`~.schema.EVENTS_SCHEMA`) and the last row's link."""
 
     table: pa.Table
     link: str
-    stats: str | None = None
 
 
 def seal_rows(fresh: Sequence[NewEvent], *, first_seq: int, prev_link: str, recorded_at: datetime,
               table_version: int, protector: Callable[[NewEvent], dict[str, Any]] | None = None,
-              ) -> Sealed:
+              salts: bytes | None = None) -> Sealed:
     """The rows of ``fresh`` as seqs ``first_seq…``, chained after ``prev_link`` (a :class:`Sealed`).
 
-    Each event gets 16 fresh random bytes of salt. ``protector`` (when given) returns stored
-    column overrides per event. Timestamps must be timezone-aware (validation makes them so).
+    Each event gets 16 fresh random bytes of salt (``salts``: 16 bytes per event given by the
+    caller instead, for reproducible tests). ``protector`` (when given) returns stored column
+    overrides per event. Timestamps must be timezone-aware (validation makes them so).
     """
     n = len(fresh)
-    salts = os.urandom(16 * n)
+    if salts is None:
+        salts = os.urandom(16 * n)
+    elif len(salts) != 16 * n:
+        raise ValueError(f"seal_rows: {len(salts)} bytes of salt for {n} events; give 16 per event")
     if protector is not None or n < COLUMN_WISE_FROM:
         rows, prev = [], prev_link
         for i, e in enumerate(fresh):
@@ -84,12 +103,12 @@ def _seal_plain(fresh: Sequence[NewEvent], *, first_seq: int, prev_link: str,
                 recorded_at: datetime, table_version: int, salts: bytes) -> Sealed:
     """Column-wise :func:`seal_rows` for events stored as they are (no cipher, key ids, erasure id)."""
     n = len(fresh)
-    cols, shared, bounds = user_columns(fresh)
+    cols, shared = user_columns(fresh)
     cols["seq"] = pa.array(np.arange(first_seq, first_seq + n, dtype=np.int64))
     fact_header: _Json = "null"
     cols["fact"] = pa.nulls(n, pa.string())
-    if not all_none(fresh, "fact"):
-        facts = [e.fact for e in fresh]
+    facts = [e.fact for e in fresh]
+    if any(f is not None for f in facts):
         cols["fact"] = pa.array([None if f is None else json.dumps(f.as_dict(), sort_keys=True)
                                  for f in facts], pa.string())
         fact_header = ("", pa.array([
@@ -101,7 +120,7 @@ def _seal_plain(fresh: Sequence[NewEvent], *, first_seq: int, prev_link: str,
     values: dict[str, _Json] = {
         "cipher": "null", "erasure_id": "null", "key_ids": "[]", "fact": fact_header,
         "recorded_at": _enc(canonical_time(recorded_at)),
-        "seq": ("", cols["seq"], ""), "table_version": str(int(table_version)),  # int64: see _header
+        "seq": ("", pc.cast(cols["seq"], pa.string()), ""), "table_version": str(int(table_version)),
     }
     for name in STRINGS:
         if name in shared:  # one value for every row: constant text, as json.dumps writes it
@@ -114,53 +133,60 @@ def _seal_plain(fresh: Sequence[NewEvent], *, first_seq: int, prev_link: str,
         times = cols[name]
         values[name] = "null" if times.null_count == n else _json_strings(
             pc.strftime(times, format="%Y-%m-%dT%H:%M:%S+00:00"))
-    header = _header(values)
 
-    # the hashes start on native threads while this thread makes the columns that do not hold
-    # them and their add-action statistics (batch_hashing.py: then it hashes its own slice)
-    hashes = hashing.hash_in_background(salts, cols["content"], header, bytes.fromhex(prev_link))
+    commitments = commit_digests(salts, cols["content"], _header(values))
+    chain = chain_links(bytes.fromhex(prev_link), commitments)
+    links = _hex(chain, n + 1)
     cols.update(
         recorded_at=pa.repeat(pa.scalar(recorded_at, TYPES["recorded_at"]), n),
         table_version=pa.repeat(pa.scalar(table_version, pa.int64()), n),
         salt=_hex(salts, n), cipher=pa.nulls(n, pa.string()), erasure_id=pa.nulls(n, pa.string()),
         key_ids=pa.ListArray.from_arrays(pa.repeat(pa.scalar(0, pa.int32()), n + 1), pa.array([], pa.string())),
+        commitment=_hex(commitments, n), prev_link=links.slice(0, n), link=links.slice(1, n),
     )
-    stats = _stats(cols, shared, bounds, first_seq=first_seq, recorded_at=recorded_at, table_version=table_version)
-    commitments, chain = hashes()
-    links = _hex(chain, n + 1)
-    cols.update(commitment=_hex(commitments, n), prev_link=links.slice(0, n), link=links.slice(1, n))
     table = pa.table([cols[name] for name in EVENTS_SCHEMA.names], schema=EVENTS_SCHEMA)
-    return Sealed(table, chain[-32:].hex(), stats)
+    return Sealed(table, chain[-32:].hex())
 
 
-def _stats(cols: Columns, shared: Shared, bounds: dict[str, tuple[Any, Any]], *, first_seq: int,
-           recorded_at: datetime, table_version: int) -> str:
-    """:func:`~.datafiles.add_stats` of the sealed rows, from what the sealer knows: the seqs are
-    consecutive, every row has the batch's record time and table version, a shared kind is one
-    value, and ``bounds`` holds what reading the events found (the event ids' least and
-    greatest); only the other columns are scanned."""
-    n = len(cols["seq"])
-    known: dict[str, tuple[Any, Any, int]] = {
-        "seq": (first_seq, first_seq + n - 1, 0), "recorded_at": (recorded_at, recorded_at, 0),
-        "table_version": (table_version, table_version, 0),
-    }
-    if "kind" in shared:
-        kind = shared["kind"]
-        known["kind"] = (kind, kind, 0) if kind is not None else (None, None, n)
-    for name, (low, high) in bounds.items():
-        known[name] = (low, high, cols[name].null_count)
-    return stats_json(n, {name: known[name] if name in known else column_bounds(cols[name])
-                          for name in STATS_COLUMNS})
+def user_columns(fresh: Sequence[NewEvent]) -> tuple[Columns, Shared]:
+    """The user-supplied fields of ``fresh`` (but the fact) as Arrow arrays of the log's types,
+    and the value of each of :data:`USUALLY_CONSTANT` that every event shares (the header takes
+    it as constant text).
 
+    Attribute access written out per field: a getattr call per value costs twice as much. A
+    shared value becomes a repeated scalar: one ``list.count`` pass instead of converting every
+    value.
+    """
+    columns: Columns = {}
+    shared: Shared = {}
+    for name, values in (
+        ("event_id", [e.event_id for e in fresh]), ("kind", [e.kind for e in fresh]),
+        ("tenant", [e.tenant for e in fresh]), ("source", [e.source for e in fresh]),
+        ("content", [e.content for e in fresh]), ("trace_id", [e.trace_id for e in fresh]),
+        ("justification", [e.justification for e in fresh]),
+        ("ingestion_run", [e.ingestion_run for e in fresh]),
+        ("subjects", [e.subjects for e in fresh]), ("principals", [e.principals for e in fresh]),
+        ("valid_from", [e.valid_from for e in fresh]), ("valid_to", [e.valid_to for e in fresh]),
+    ):
+        if name in USUALLY_CONSTANT and values and values.count(values[0]) == len(values):
+            shared[name] = values[0]
+            columns[name] = pa.repeat(pa.scalar(values[0], TYPES[name]), len(values))
+        elif name in TIMES and values.count(None) == len(values):  # the usual case
+            columns[name] = pa.nulls(len(values), TYPES[name])
+        else:
+            columns[name] = pa.array(values, TYPES[name])
+    return columns, shared
+
+
+# -- the canonical header, column by column ---------------------------------------------------------
 
 #: a header field's JSON text: the same for every row, or per row ``prefix + value + suffix``
-#: (an integer column's value in decimal: the native loop writes it, the fallback casts)
 _Json = Union[str, tuple[str, pa.Array, str]]
 
 
 def _header(values: dict[str, _Json]) -> list[str | pa.Array]:
-    """The parts of ``{"cipher":…,…}`` per row, from each field's JSON text: constant text between
-    columns (joined by the native hashing loop, or by one string kernel without it)."""
+    """The parts of ``{"cipher":…,…}`` per row, from each field's JSON text: constant text
+    between string columns (:func:`commit_digests` joins them)."""
     pieces: list[pa.Array | str] = []
     text = "{"
     for i, name in enumerate(HEADER_FIELDS):  # sorted keys, compact separators
@@ -193,12 +219,9 @@ def _json_string_lists(lists: pa.Array) -> _Json:
     items = lists.values
     if len(items) == 0:
         return "[]"
-    if not items.null_count and not _needs_escaping(items):
-        if hashing._sealhash is not None and not lists.null_count:  # the native loop writes ["a","b"] itself
-            return "", lists, ""
-        if pc.min(pc.list_value_length(lists)).as_py():
-            # every list has an item and no item needs escaping: ["a","b"] is '["' + 'a","b' + '"]'
-            return '["', pc.binary_join(lists, '","'), '"]'
+    if not items.null_count and not _needs_escaping(items) and pc.min(pc.list_value_length(lists)).as_py():
+        # every list has an item and no item needs escaping: ["a","b"] is '["' + 'a","b' + '"]'
+        return '["', pc.binary_join(lists, '","'), '"]'
     texts = _json_strings(items)
     if isinstance(texts, str):  # every item null
         texts = pa.repeat(pa.scalar(texts), len(items))
@@ -212,11 +235,37 @@ def _json_string_lists(lists: pa.Array) -> _Json:
 def _needs_escaping(values: pa.Array) -> bool:
     """True when some value may hold a byte JSON escapes (exact for unsliced arrays)."""
     data = values.buffers()[2]
-    if data is None:
-        return False
-    if hashing._sealhash is not None:
-        return hashing._sealhash.needs_escaping(data)
-    return bool(data.to_pybytes().translate(None, _KEPT))
+    return data is not None and bool(data.to_pybytes().translate(None, _KEPT))
+
+
+# -- the hashes --------------------------------------------------------------------------------------
+
+
+def commit_digests(salts: bytes, contents: pa.Array, header: pa.Array | Sequence[str | pa.Array]) -> bytes:
+    """Per row, H(DOMAIN ‖ header ‖ H(salt ‖ content)): 32 bytes each, one after the other.
+
+    ``salts`` holds 16 bytes per row; ``contents`` is a string or binary array without nulls.
+    ``header`` is an array of whole headers, or the parts every row's header is made of, in
+    order: text that is the same in every row, or a string array with each row's piece (no nulls).
+    """
+    n = len(contents)
+    parts = [header] if isinstance(header, (pa.Array, pa.ChunkedArray)) else list(header)
+    if any(not isinstance(p, (str, bytes)) and p.null_count for p in [contents, *parts]):
+        raise ValueError("sealing: a hashed column holds nulls")
+    whole = pc.binary_join_element_wise(*parts, "") if len(parts) > 1 else parts[0]
+    sha = hashlib.sha256
+    digests = b"".join([sha(x).digest() for x in _concat(_fixed(salts, 16, n), contents)])
+    return b"".join([sha(x).digest() for x in _concat(DOMAIN, whole, _fixed(digests, 32, n))])
+
+
+def chain_links(prev: bytes, commitments: bytes) -> bytes:
+    """``prev``, then each link H(link before ‖ commitment): 32 bytes each (one more than rows)."""
+    sha = hashlib.sha256
+    chain = [prev]
+    for i in range(0, len(commitments), 32):  # sequential by design: each link covers the one before
+        prev = sha(prev + commitments[i:i + 32]).digest()
+        chain.append(prev)
+    return b"".join(chain)
 
 
 def _hex(data: bytes, n: int) -> pa.Array:
@@ -224,9 +273,20 @@ def _hex(data: bytes, n: int) -> pa.Array:
 
     The hex text becomes the array's data buffer as it is, with offsets every ``width`` bytes.
     """
-    text = hashing._sealhash.hexlify(data) if hashing._sealhash is not None else binascii.hexlify(data)
+    text = binascii.hexlify(data)
     width = len(text) // n
     if len(text) >= 2**31:  # past int32 offsets: let Arrow say so
-        return pc.cast(hashing._fixed(text, width, n), pa.string())
+        return pc.cast(_fixed(text, width, n), pa.string())
     offsets = np.arange(0, width * (n + 1), width, dtype=np.int32)
     return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(text)])
+
+
+def _fixed(data: bytes, width: int, n: int) -> pa.Array:
+    """``n`` binary values of ``width`` bytes each, cut from ``data`` without copying."""
+    return pa.FixedSizeBinaryArray.from_buffers(pa.binary(width), n, [None, pa.py_buffer(data)])
+
+
+def _concat(*parts: pa.Array | bytes) -> list[bytes]:
+    """Per row, the bytes of ``parts`` one after the other (strings as UTF-8)."""
+    binary = [p if isinstance(p, bytes) else pc.cast(p, pa.binary()) for p in parts]
+    return pc.binary_join_element_wise(*binary, b"").to_pylist()

@@ -11,11 +11,16 @@ not hide the rest) and the head kept elsewhere (``against``) against the log, wh
 removed newest commit; and whether an erasure recorded *after* that reference head tombstoned an
 event the head vouched for (a forged erasure appended at the tail looks exactly like that).
 
+Each commit's recorded head (its metadata) is checked against the rows too
+(:func:`check_recorded_heads`).
+
 Never raises on table content: whatever a row or a file holds becomes a finding.
 """
 
 from __future__ import annotations
 
+import bisect
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,6 +35,7 @@ from refold.fold.erasure_record import Erased, ErasureRecord, tombstone_problem
 from refold.fold.events import MAX_TIME, MIN_TIME, Event
 from .heads import read_head_lines
 from .log import EventLog, Head
+from .log_reader import HEAD_KEY
 from .schema import EVENTS_SCHEMA, stored_time_texts, table_to_events
 from .signing import KEY_ENV, PUBLIC_KEY_FILE, fingerprint, recorded_public_key, signature_ok
 from .verify_stats import statistics_problems
@@ -248,6 +254,9 @@ def verify(log: EventLog, *, against: Head | None = None, signed_heads: bool = F
     if log.layout.is_local or against is not None:
         signed = _check_heads(log, against, by_seq, last if intact else None, recorded, problems, bad, notes,
                               signed_heads=signed_heads or public_key is not None, public_key=public_key)
+    head_problems, head_bad = check_recorded_heads(log, events)
+    problems += head_problems
+    bad += head_bad
     try:
         head = Head(last.seq, last.link, last.recorded_at, log._table().version()) if last else None
     except _MALFORMED:
@@ -395,3 +404,44 @@ def _check(event: Event, expected: int, prev: str, recorded: _Recorded,
     if link != event.link:
         return f"seq {expected}: link does not match H(prev_link ‖ commitment)"
     return None
+
+
+def check_recorded_heads(log: EventLog, events: list[Event]) -> tuple[list[str], list[int]]:
+    """Each commit's recorded head against the rows: ``(problems, bad seqs)``.
+
+    Every append (and compaction) records the chain head it produced in its commit's metadata.
+    For each commit still in the Delta log whose head was written for that very version (a
+    rebased OPTIMIZE carries a stale one, which is skipped), the last row appended at or before
+    that version (``events`` sorted by seq; a row's ``table_version`` is the version of the
+    append that wrote it) must have the head's seq and link. An edited head is otherwise
+    invisible to the chain checks, and a tail re-sealed consistently is caught at the first
+    recorded head it rewrote. The bad seq named is the first position the two disagree on.
+    """
+    problems: list[str] = []
+    bad: list[int] = []
+    versions = [e.table_version for e in events]
+    for entry in log._table().history():
+        raw = entry.get(HEAD_KEY)
+        if raw is None:
+            continue
+        version = entry["version"]
+        try:
+            recorded = Head.from_json(json.loads(raw))
+        except (ValueError, KeyError, TypeError):
+            problems.append(f"commit {version}: the head in its metadata is malformed (the metadata was edited)")
+            continue
+        if recorded.table_version != version:
+            continue
+        i = bisect.bisect_right(versions, version)
+        seq, link = (events[i - 1].seq, events[i - 1].link) if i else (-1, GENESIS)
+        if recorded.seq != seq:
+            problems.append(
+                f"commit {version}: the head in its metadata (seq {recorded.seq}) does not match the rows "
+                f"(seq {seq} at that version): the commit metadata was edited")
+            bad.append(min(recorded.seq, seq) + 1)
+        elif recorded.link != link:
+            problems.append(
+                f"commit {version}: the head in its metadata (seq {recorded.seq}) has another link than the "
+                "row at that seq: the rows up to it were rewritten, or the commit metadata was edited")
+            bad.append(seq)
+    return problems, bad
