@@ -22,12 +22,11 @@ from deltalake import DeltaTable
 from refold.fold.errors import IntegrityError
 from .delta_io import _file_stats
 from .log_reader import HEAD_KEY
-from .table_handles import TableView
 
 __all__ = ["check_range", "last_seq"]
 
 
-def last_seq(dt: DeltaTable | TableView) -> int:
+def last_seq(dt: DeltaTable) -> int:
     """The last seq the table at its (view's) version must hold, -1 when it holds none."""
     out = -1
     try:
@@ -40,7 +39,7 @@ def last_seq(dt: DeltaTable | TableView) -> int:
     return out if head is None else max(out, head)
 
 
-def _commit_head_seq(dt: DeltaTable | TableView) -> int | None:
+def _commit_head_seq(dt: DeltaTable) -> int | None:
     """The seq of the head the table version's own commit recorded, when it recorded one for
     that version (local tables: one small file read; elsewhere None)."""
     uri = dt.table_uri

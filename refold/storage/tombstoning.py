@@ -20,10 +20,12 @@ an erased id or value.
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from urllib.parse import unquote
 
@@ -37,7 +39,6 @@ from deltalake.transaction import AddAction, RemoveAction
 
 from refold.fold.errors import ErasureError
 from refold.fold.events import Event
-from .datafiles import add_stats
 from .schema import EVENTS_SCHEMA, STATS_COLUMNS, events_to_table, table_to_events
 
 __all__ = ["Staged", "stage", "tombstone"]
@@ -149,3 +150,36 @@ def stage(dt: DeltaTable, folder: str | Path, seqs: set[int], *, erasure_id: str
                                    partition_values={}) for path, size in candidates]
     staged.erased = erased
     return staged
+
+
+def add_stats(rows: pa.Table, columns=STATS_COLUMNS) -> str:
+    """The ``stats`` of an add action for ``rows``: row count, and min, max and null count of the
+    table's stats ``columns`` (the same columns delta-rs keeps statistics on for this table).
+
+    Timestamps are written to the millisecond as the protocol has them, the minimum rounded down
+    and the maximum up, so a reader pruning by them never skips a row.
+    """
+    mins: dict[str, object] = {}
+    maxs: dict[str, object] = {}
+    nulls: dict[str, int] = {}
+    for name in columns:
+        column = rows[name]
+        nulls[name] = column.null_count
+        bounds = pc.min_max(column)
+        low, high = bounds["min"].as_py(), bounds["max"].as_py()
+        if low is None:  # every value null: no bounds to state
+            continue
+        if isinstance(low, datetime):
+            low, high = _ms(low, up=False), _ms(high, up=True)
+        mins[name], maxs[name] = low, high
+    return json.dumps({"numRecords": rows.num_rows, "minValues": mins, "maxValues": maxs, "nullCount": nulls})
+
+
+def _ms(value: datetime, *, up: bool) -> str:
+    value = value.astimezone(timezone.utc)
+    extra = value.microsecond % 1000
+    if extra:
+        value -= timedelta(microseconds=extra)
+        if up:
+            value += timedelta(milliseconds=1)
+    return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"

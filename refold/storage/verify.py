@@ -419,7 +419,8 @@ def check_recorded_heads(log: EventLog, events: list[Event]) -> tuple[list[str],
     """
     problems: list[str] = []
     bad: list[int] = []
-    versions = [e.table_version for e in events]
+    # a malformed row (no table_version) counts as older than any commit: it is reported elsewhere
+    versions = [e.table_version if isinstance(e.table_version, int) else -1 for e in events]
     for entry in log._table().history():
         raw = entry.get(HEAD_KEY)
         if raw is None:
