@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import networkx as nx
 import polars as pl
 
-from refold.fold.errors import StoreError, ValidationError
+from refold.fold.errors import NotFoundError, StoreError, ValidationError
 from refold.fold.events import (
     DEFAULT_MAX_CONTENT_BYTES, Event, NewEvent, parse_jsonl, validate_event,
 )
@@ -450,20 +450,43 @@ class Memory:
         return open_index(self, embedder=embedder, as_of=as_of, backend=backend)
 
 
+def _exists(layout: Layout, storage_options: dict[str, str] | None) -> bool:
+    """Whether ``layout`` holds a refold store: its settings file (local) or its log table."""
+    if layout.is_local:
+        return Path(layout.settings).exists()
+    from deltalake import DeltaTable
+
+    return DeltaTable.is_deltatable(layout.events, storage_options=storage_options)
+
+
 def init(root: str | Path, *, mode: Mode = "delete", storage_options: dict[str, str] | None = None) -> Memory:
-    """Create a new store at ``root`` (erasure ``mode`` is fixed here) and open it."""
+    """Create a new store at ``root`` (erasure ``mode`` is fixed here) and open it.
+
+    Raises :class:`StoreError` when ``root`` already holds a store (open it with :func:`open`).
+    """
     layout = Layout(str(root))
-    if layout.is_local and Path(layout.settings).exists():
-        raise StoreError(f"{root} is already a refold store; open it with refold.open({str(root)!r})")
+    if _exists(layout, storage_options):
+        raise StoreError(f"{root} is already a refold store; open it with refold.open({str(root)!r})",
+                         cli=f"{root} is already a refold store; use it as it is (e.g. `refold log {root}`)")
     write_settings(layout, mode)
     EventLog.create(layout, storage_options=storage_options)
     return Memory(root, storage_options=storage_options)
 
 
-def open(root: str | Path, *, create: bool = True, mode: Mode = "delete",
-         storage_options: dict[str, str] | None = None, group_commit: bool = False) -> Memory:  # noqa: A001
-    """Open the store at ``root``; create it (with ``mode``) when absent and ``create`` is true."""
+def open(root: str | Path, *, create: bool = False, mode: Mode = "delete",  # noqa: A001
+         storage_options: dict[str, str] | None = None, group_commit: bool = False) -> Memory:
+    """Open the existing store at ``root``.
+
+    A missing store raises :class:`NotFoundError` (a mistyped path must not silently become an
+    empty memory); create one with :func:`init`, or pass ``create=True`` to create it (with
+    ``mode``) when absent. ``mode`` is used only when this call creates the store.
+    """
     layout = Layout(str(root))
-    if create and layout.is_local and not Path(layout.settings).exists():
+    if not _exists(layout, storage_options):
+        if not create:
+            raise NotFoundError(
+                f"no refold store at {root}; create one with refold.init({str(root)!r}) "
+                "(or refold.open(path, create=True))",
+                cli=f"no refold store at {root}; create one with `refold init {root}`")
         init(root, mode=mode, storage_options=storage_options)
     return Memory(root, storage_options=storage_options, group_commit=group_commit)

@@ -18,7 +18,8 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except RefoldError as exc:
-            click.echo(f"refold: error: {exc}", err=True)
+            # the CLI wording of the message: it names `refold` commands, not Python calls
+            click.echo(f"refold: error: {exc.for_cli()}", err=True)
             ctx.exit(2)
 
 
@@ -37,9 +38,10 @@ def json_option(fn):
 
 
 def open_store(path: str):
-    from refold.memory import Memory
+    """The existing store at ``path``; a missing one is a NotFoundError naming `refold init`."""
+    from refold.memory import open as open_memory
 
-    return Memory(path)
+    return open_memory(path)
 
 
 def emit_json(value: Any) -> None:
