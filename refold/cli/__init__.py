@@ -2,5 +2,6 @@
 
 from . import erasure_cmds, fold_cmds, log_cmds, search_cmds, snapshot_cmds  # noqa: F401  (registers commands)
 from .app import main
+from . import mcp_cmds  # noqa: E402,F401,I001  (registers `refold mcp`)
 
 __all__ = ["main"]
