@@ -115,6 +115,7 @@ def build_server(context: ToolContext):
 def serve(options: ServerOptions) -> None:
     """Run the server until stdin closes (stdio) or the process is stopped (HTTP)."""
     _sdk()  # a missing SDK is reported before the store and the model are loaded
+    listener = _listen(options) if options.http else None  # a busy port too
     context = _warm_context(options)
     server = build_server(context)
     scope = f"tenant {options.tenant}" + (f", principal {options.principal}" if options.principal else "")
@@ -137,4 +138,21 @@ def serve(options: ServerOptions) -> None:
     config = uvicorn.Config(app, host=options.host, port=options.port, log_level="warning")
     print(f"refold mcp: serving {options.store} on http://{options.host}:{options.port}/mcp ({scope})",
           file=sys.stderr, flush=True)
-    anyio.run(uvicorn.Server(config).serve)
+    anyio.run(lambda: uvicorn.Server(config).serve(sockets=[listener]))
+
+
+def _listen(options: ServerOptions):
+    """The HTTP socket, bound before anything slow happens: a port in use is a one-line error,
+    and the server owns the port from here on (no window for another process to take it)."""
+    import socket
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((options.host, options.port))
+    except OSError as exc:
+        sock.close()
+        raise RefoldError(f"cannot listen on {options.host}:{options.port} ({exc.strerror}); "
+                          "pick another --port") from None
+    sock.listen(128)
+    return sock

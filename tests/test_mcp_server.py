@@ -167,7 +167,7 @@ def test_minilm_server_stays_warm(store):
     assert asyncio.run(run()) == ["Berlin", "Berlin"]
 
 
-def test_cli_refuses_a_missing_store_and_a_port_without_http(tmp_path):
+def test_cli_refuses_a_missing_store_a_busy_port_and_a_port_without_http(store, tmp_path):
     missing = subprocess.run([SCRIPT, "mcp", str(tmp_path / "nope")], capture_output=True, text=True,
                              stdin=subprocess.DEVNULL, timeout=120)
     assert missing.returncode == 2
@@ -176,3 +176,11 @@ def test_cli_refuses_a_missing_store_and_a_port_without_http(tmp_path):
     stdio_port = subprocess.run([SCRIPT, "mcp", str(tmp_path / "nope"), "--port", "9000"], capture_output=True,
                                 text=True, stdin=subprocess.DEVNULL, timeout=120)
     assert stdio_port.returncode == 2 and "--port needs --http" in stdio_port.stderr
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        busy = subprocess.run([SCRIPT, "mcp", str(store), "--http", "--port", str(port), "--embedder", "hashing"],
+                              capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=120)
+    assert busy.returncode == 2 and busy.stderr.strip().splitlines() == [
+        f"refold: error: cannot listen on 127.0.0.1:{port} (Address already in use); pick another --port"]
