@@ -132,7 +132,8 @@ def test_principal_is_fixed_by_the_server_and_retract_and_as_of_work(store):
 
     async def run() -> dict:
         out = {}
-        async with Client(_stdio(store, "--tenant", "acme", "--principal", "intern", "--embedder", "hashing")) as c:
+        async with Client(_stdio(store, "--tenant", "acme", "--principal", "intern", "--reader", "intern",
+                                 "--reader", "hr", "--embedder", "hashing")) as c:
             seen = await c.call_tool("search_memory", {"query": "Bob salary", "k": 10})
             out["intern"] = {r["object"] for r in seen.structured_content["results"]}
             rome = next(r for r in seen.structured_content["results"] if r["object"] == "Rome")
@@ -149,6 +150,7 @@ def test_principal_is_fixed_by_the_server_and_retract_and_as_of_work(store):
     assert out["now"]["facts"] == []  # Rome retracted, the salary invisible to the intern
     [retraction] = [e for e in refold.open(store).events() if e.kind == "retraction"]
     assert (retraction.tenant, retraction.trace_id, retraction.justification) == ("acme", "run-3", "Bob moved")
+    assert retraction.principals == ("intern", "hr")  # --reader: who may read what the agent writes
 
 
 @pytest.mark.slow
