@@ -212,13 +212,16 @@ def _check(name: str, payload: Any) -> dict[str, Any]:
     problems = []
     for err in sorted(_VALIDATORS[name].iter_errors(payload), key=lambda e: list(e.path)):
         where = "/".join(str(p) for p in err.path) or "input"
+        if err.validator == "format" and where in _TIME_FIELDS:
+            continue  # checked below with refold's own parser and message, whatever jsonschema has installed
         if err.validator == "pattern" or (err.validator == "minLength" and err.instance == ""):
             message = "must not be empty or blank"
         else:
             message = err.message
         problems.append(f"{where}: {message}")
     for key in _TIME_FIELDS:
-        # format "date-time" is only checked when rfc3339-validator is installed: parse ourselves
+        # jsonschema checks format "date-time" only when rfc3339-validator happens to be installed,
+        # and then with a terser message: parse ourselves, always
         if isinstance(payload.get(key), str) and not any(p.startswith(f"{key}:") for p in problems):
             try:
                 from refold.fold.events import parse_time
