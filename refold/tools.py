@@ -37,7 +37,7 @@ from refold.fold.errors import EventValidationError, NotFoundError, ValidationEr
 if TYPE_CHECKING:
     from refold.memory import Memory
 
-__all__ = ["TOOLS", "ToolContext", "anthropic_tools", "handle", "mcp_tools", "openai_tools", "tool_names"]
+__all__ = ["READ_ONLY", "TOOLS", "ToolContext", "anthropic_tools", "handle", "mcp_tools", "openai_tools", "tool_names"]
 
 _NON_EMPTY = {"type": "string", "minLength": 1, "pattern": r"\S"}
 _TIME = {"type": "string", "format": "date-time",
@@ -164,9 +164,18 @@ def openai_tools() -> list[dict[str, Any]]:
             for n, (d, s) in TOOLS.items()]
 
 
+#: tools that only read; the others append to the log (never destructively: a retraction closes
+#: a fact, history keeps it)
+READ_ONLY = frozenset({"search_memory", "memory_as_of", "why"})
+
+
 def mcp_tools() -> list[dict[str, Any]]:
-    """The tools as MCP ``tools/list`` entries: ``{name, description, inputSchema}``."""
-    return [{"name": n, "description": d, "inputSchema": copy.deepcopy(s)} for n, (d, s) in TOOLS.items()]
+    """The tools as MCP ``tools/list`` entries: ``{name, description, inputSchema, annotations}``
+    (the annotations tell a client which tools only read)."""
+    return [{"name": n, "description": d, "inputSchema": copy.deepcopy(s),
+             "annotations": {"readOnlyHint": n in READ_ONLY, "destructiveHint": False,
+                             "idempotentHint": n in READ_ONLY, "openWorldHint": False}}
+            for n, (d, s) in TOOLS.items()]
 
 
 @dataclass(frozen=True)

@@ -74,7 +74,8 @@ async def _scenario(acme, globex) -> dict:
     out: dict = {}
     async with Client(acme) as client:
         listing = await client.list_tools()
-        out["tools"] = [t.model_dump(by_alias=True, include={"name", "description", "input_schema"})
+        out["tools"] = [t.model_dump(by_alias=True, exclude_none=True,
+                                     include={"name", "description", "input_schema", "annotations"})
                         for t in listing.tools]
         written = await client.call_tool("write_memory", WRITE)
         assert not written.is_error, written.content

@@ -21,7 +21,8 @@ def test_schemas_meta_validate_in_both_formats():
     assert [t["name"] for t in anthropic] == ["write_memory", "retract_memory", "search_memory", "memory_as_of", "why"]
     assert [t["function"]["name"] for t in openai] == [t["name"] for t in mcp] == ["write_memory", "retract_memory", "search_memory", "memory_as_of", "why"]
     for a, o, m in zip(anthropic, openai, mcp):
-        assert set(m) == {"name", "description", "inputSchema"}
+        assert set(m) == {"name", "description", "inputSchema", "annotations"}
+        assert m["annotations"]["readOnlyHint"] == (m["name"] in ("search_memory", "memory_as_of", "why"))
         assert m["inputSchema"] == a["input_schema"] and m["description"] == a["description"]
         assert set(a) == {"name", "description", "input_schema"}
         assert o["type"] == "function" and set(o["function"]) == {"name", "description", "parameters"}
