@@ -48,7 +48,7 @@ def make_events(n: int) -> list[dict]:
 
 def _fold(root: Path, events: list[dict], extractor: str, options: dict, runner_args: dict | None,
           batch_size: int, *, precached: int = 0) -> dict:
-    mem = refold.open(root)
+    mem = refold.init(root)
     mem.append(events)
     ext = get_extractor(extractor, **options)
     spec = spec_for(ext)

@@ -1,7 +1,7 @@
 """refold: agent memory as an input-closed fold over an append-only Delta Lake event log.
 
     import refold
-    mem = refold.open("./memory")
+    mem = refold.init("./memory")     # a new store; refold.open("./memory") opens it later
     mem.append({"kind": "chat_turn", "content": "I live in Paris", "source": "chat#1"})
 """
 

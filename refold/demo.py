@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
             console.print(f"[red]{root} exists and is not a refold store; pick another folder[/]")
             return 2
         shutil.rmtree(root)
-    mem = refold.open(root)
+    mem = refold.open(root, create=True)  # --keep reuses the store; otherwise it was removed above
     console.rule("[bold]1. Ingest")
     runs = ingest_sample(mem)
     for run, version in runs:

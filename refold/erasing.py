@@ -133,8 +133,9 @@ def json_state_digest(graph) -> str:
 
 
 def refold_outcome(mem: "Memory", *, scheme: str = DIGEST_SCHEME) -> RefoldOutcome:
-    """Refold ``mem`` (current spec) and return its spec hash and state digest (``scheme``
-    :data:`DIGEST_SCHEME`, or "" for the JSON digest of older receipts).
+    """Refold ``mem`` (current spec) and return its spec hash, state digest (``scheme``
+    :data:`DIGEST_SCHEME`, or "" for the JSON digest of older receipts) and the extraction calls
+    the refold made (for the receipt; None for the JSON digest, which only re-checks receipts).
 
     The digest reads the Memory's live fold under its fold lock instead of the copy
     :meth:`Memory.state` hands out: the copy cost as much as the digest (~0.2 s at 20k facts),
@@ -142,30 +143,37 @@ def refold_outcome(mem: "Memory", *, scheme: str = DIGEST_SCHEME) -> RefoldOutco
     """
     try:
         spec = mem.current_spec()
-        if mem.mode == "shred" or scheme != DIGEST_SCHEME:
+        if scheme != DIGEST_SCHEME:
             state = mem.state(spec=spec)
-            return RefoldOutcome(state.spec_hash, state_digest(state.graph) if scheme == DIGEST_SCHEME
-                                 else json_state_digest(state.graph))
-        return RefoldOutcome(spec.hash, _live_digest(mem, spec))
+            return RefoldOutcome(state.spec_hash, json_state_digest(state.graph))
+        return RefoldOutcome(spec.hash, *_live_digest(mem, spec))
     except ExtractionError as exc:
         raise ErasureError(
-            f"the refold after the erasure needs model extractions ({exc}); run the fold with the "
-            "model, then rerun the same `refold erase` command: it resumes where it stopped"
+            f"the refold after the erasure needs model extractions ({exc}); run mem.fold(extractor=...) "
+            "with the model, then call erase again for the same subject: it resumes where it stopped",
+            cli=f"the refold after the erasure needs model extractions ({exc.for_cli()}); run "
+                "`refold fold STORE --extractor ...` with the model, then rerun the same `refold erase` "
+                "command: it resumes where it stopped",
         ) from exc
 
 
-def _live_digest(mem: "Memory", spec) -> str:
+def _live_digest(mem: "Memory", spec) -> tuple[str, int]:
     """:func:`state_digest` of ``mem``'s fold of ``spec`` at the head, brought up to date as
     :meth:`Memory.state` does (resume from its live fold or the newest valid snapshot, then the
-    log's tail) but digested in place."""
+    log's tail) but digested in place, and the extraction calls that took. A shred-mode store
+    folds its readable (decrypted) events, as :meth:`Memory.state` does."""
     from refold.extractors import get_extractor
-    from refold.projection import DeltaSource
+    from refold.projection import DeltaSource, ListSource
 
     extractor = get_extractor("rules") if spec.extractor == "rules" else None
-    with mem.advanced_fold(spec, extractor=extractor, source=DeltaSource(mem.log_store),
-                           at_most=mem.head().seq) as done:
+    if mem.mode == "shred":
+        events = mem.events()
+        source, at_most = ListSource(events), (events[-1].seq if events else -1)
+    else:
+        source, at_most = DeltaSource(mem.log_store), mem.head().seq
+    with mem.advanced_fold(spec, extractor=extractor, source=source, at_most=at_most) as done:
         done.live.refresh()
-        return state_digest(done.live.graph)
+        return state_digest(done.live.graph), done.extraction_calls
 
 
 def fact_impact(mem: "Memory", event_ids: Iterable[str]) -> dict[str, Any] | None:

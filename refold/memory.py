@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import networkx as nx
 import polars as pl
 
-from refold.fold.errors import StoreError, ValidationError
+from refold.fold.errors import NotFoundError, StoreError, ValidationError
 from refold.fold.events import (
     DEFAULT_MAX_CONTENT_BYTES, Event, NewEvent, parse_jsonl, validate_event,
 )
@@ -480,12 +480,22 @@ class Memory:
         return open_index(self, embedder=embedder, as_of=as_of, backend=backend)
 
 
+def _exists(layout: Layout, storage_options: dict[str, str] | None) -> bool:
+    """Whether ``layout`` holds a refold store: its settings file (local) or its log table."""
+    if layout.is_local:
+        return Path(layout.settings).exists()
+    from deltalake import DeltaTable
+
+    return DeltaTable.is_deltatable(layout.events, storage_options=storage_options)
+
+
 def init(root: str | Path, *, mode: Mode = "delete", storage_options: dict[str, str] | None = None,
          kms_key_id: str | None = None, kms_key_per_subject: bool = False, kms_endpoint: str | None = None,
          kms_region: str | None = None, kms_pending_window_days: int | None = None,
          group: bool = False) -> Memory:
     """Create a new store at ``root`` (erasure ``mode`` is fixed here) and open it.
 
+    Raises :class:`StoreError` when ``root`` already holds a store (open it with :func:`open`).
     Shred mode keeps its keys in files under ``keys/``, or in AWS KMS with ``kms_key_id`` (the
     store's KMS key: ARN, id or alias) or ``kms_key_per_subject`` (a KMS key per data subject,
     deleted on erasure after ``kms_pending_window_days``); see docs/erasure.md, "Keys in a KMS".
@@ -496,8 +506,9 @@ def init(root: str | Path, *, mode: Mode = "delete", storage_options: dict[str, 
     from refold.storage.key_stores import key_settings
 
     layout = Layout(str(root))
-    if layout.is_local and Path(layout.settings).exists():
-        raise StoreError(f"{root} is already a refold store; open it with refold.open({str(root)!r})")
+    if _exists(layout, storage_options):
+        raise StoreError(f"{root} is already a refold store; open it with refold.open({str(root)!r})",
+                         cli=f"{root} is already a refold store; use it as it is (e.g. `refold log {root}`)")
     keys = key_settings(mode, kms_key_id=kms_key_id, kms_key_per_subject=kms_key_per_subject,
                         kms_endpoint=kms_endpoint, kms_region=kms_region,
                         kms_pending_window_days=kms_pending_window_days)
@@ -510,10 +521,20 @@ def init(root: str | Path, *, mode: Mode = "delete", storage_options: dict[str, 
     return Memory(root, storage_options=storage_options)
 
 
-def open(root: str | Path, *, create: bool = True, mode: Mode = "delete",
-         storage_options: dict[str, str] | None = None, group_commit: bool = False) -> Memory:  # noqa: A001
-    """Open the store at ``root``; create it (with ``mode``) when absent and ``create`` is true."""
+def open(root: str | Path, *, create: bool = False, mode: Mode = "delete",  # noqa: A001
+         storage_options: dict[str, str] | None = None, group_commit: bool = False) -> Memory:
+    """Open the existing store at ``root``.
+
+    A missing store raises :class:`NotFoundError` (a mistyped path must not silently become an
+    empty memory); create one with :func:`init`, or pass ``create=True`` to create it (with
+    ``mode``) when absent. ``mode`` is used only when this call creates the store.
+    """
     layout = Layout(str(root))
-    if create and layout.is_local and not Path(layout.settings).exists():
+    if not _exists(layout, storage_options):
+        if not create:
+            raise NotFoundError(
+                f"no refold store at {root}; create one with refold.init({str(root)!r}) "
+                "(or refold.open(path, create=True))",
+                cli=f"no refold store at {root}; create one with `refold init {root}`")
         init(root, mode=mode, storage_options=storage_options)
     return Memory(root, storage_options=storage_options, group_commit=group_commit)

@@ -59,7 +59,7 @@ def test_bad_input_exits_2_with_one_clean_line(mem):
     result = CliRunner().invoke(main, ["fold", mem.root, "--extractor", "nope"])
     assert result.exit_code == 2 and "unknown extractor 'nope'" in result.output
     result = CliRunner().invoke(main, ["facts", str(Path(mem.root).parent / "missing")])
-    assert result.exit_code == 2 and "not a refold store" in result.output
+    assert result.exit_code == 2 and "no refold store at" in result.output and "refold init" in result.output
 
 
 def test_main_job_runs_end_to_end(tmp_path):

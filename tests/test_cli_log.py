@@ -92,7 +92,8 @@ def test_append_from_stdin(store, batch):
 
 
 def test_append_json_and_ingestion_run(store, batch):
-    out = json.loads(run("append", store, batch, "--ingestion-run", "run-7", "--json").stdout)
+    out = [json.loads(line) for line in
+           run("append", store, batch, "--ingestion-run", "run-7", "--json").stdout.splitlines()]  # JSON Lines
     assert [row["seq"] for row in out] == [0, 1, 2] and out[0]["event_id"] == "e-1"
     assert refold.Memory(store).log()["ingestion_run"].to_list() == ["run-7"] * 3
 

@@ -21,13 +21,13 @@ def test_erasure_commands_end_to_end(tmp_path):
 
     out = _run("subjects", root, "--json")
     assert out.exit_code == 0
-    assert [s["subject_id"] for s in json.loads(out.output)] == [H.X, H.Y]
+    assert [json.loads(line)["subject_id"] for line in out.output.splitlines()] == [H.X, H.Y]
     out = _run("subjects", root, "--add", "s-z", "--name", "Zed Zulu", "--alias", "Zed")
     assert out.exit_code == 0 and "Zed Zulu" in out.output and "3 subject(s)" in out.output
 
-    found = json.loads(_run("find", root, "--subject", H.X, "--json").output)
-    assert len(found["tagged"]) == 12
-    assert [e["event_id"] for e in found["untagged_mentions"]] == ["ev-mention"]
+    found = [json.loads(line) for line in _run("find", root, "--subject", H.X, "--json").output.splitlines()]
+    assert len([e for e in found if e["match"] == "tagged"]) == 12
+    assert [e["event_id"] for e in found if e["match"] == "untagged_mention"] == ["ev-mention"]
 
     dry = _run("erase", root, "--subject", H.X, "--dry-run", "--include-mentions")
     assert dry.exit_code == 0 and "erase 13 event(s)" in dry.output and "out of scope" in dry.output

@@ -190,10 +190,10 @@ def _assert_uploaded_layout(head: Head) -> None:
 
 def test_jobs_on_a_head_node(head, tmp_path):
     store = tmp_path / "store"  # absolute: the job runs in a copy of the working dir
-    mem = refold.open(store)
+    mem = refold.init(store)
     mem.append(_events())
     erasing.register_subject(mem, "s-ana", "Ana")
-    reference = refold.open(tmp_path / "reference")
+    reference = refold.init(tmp_path / "reference")
     reference.append(_events())
     reference.fold()
 

@@ -20,7 +20,7 @@ from refold.jobs.config import job_parser, load_config
 
 @pytest.fixture
 def store(tmp_path):
-    mem = refold.open(tmp_path / "store")
+    mem = refold.init(tmp_path / "store")
     mem.append([
         {"kind": "chat_turn", "content": "Ana: I live in Lisbon.", "source": "chat#1", "subjects": ["s-ana"]},
         {"kind": "chat_turn", "content": "Ben: I work at Acme.", "source": "chat#2", "subjects": ["s-ben"]},
@@ -135,7 +135,7 @@ def test_erase_makes_missing_model_extractions_then_resumes(tmp_path, capsys):
 
     stub = StubServer()
     try:
-        mem = refold.open(tmp_path / "store")
+        mem = refold.init(tmp_path / "store")
         mem.append([{"kind": "chat_turn", "content": "Ana: I live in Quillacollo.", "source": "chat#1",
                      "subjects": ["s-ana"]},
                     {"kind": "chat_turn", "content": "Ben: I work at Acme.", "source": "chat#2",

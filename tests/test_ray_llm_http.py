@@ -55,7 +55,7 @@ def test_processor_is_the_http_llm_pipeline(ray_session, llama_server):
 
 
 def test_http_pipeline_extracts_caches_and_folds(ray_session, llama_server, spec, tmp_path):
-    mem = refold.open(tmp_path / "store")
+    mem = refold.init(tmp_path / "store")
     mem.append(_sample(20))
     runner = http_runner(llama_server, spec, cache=mem.cache, batch_size=4, progress=False)
     extractor = OpenAIExtractor(llama_server, model=DEFAULT_MODEL_ID)
@@ -95,7 +95,7 @@ def test_http_pipeline_extracts_caches_and_folds(ray_session, llama_server, spec
 def test_pipeline_rows_equal_the_in_process_adapter(ray_session, llama_server, spec, tmp_path):
     """Same server, same requests, greedy decoding: the Ray pipeline's cache rows are the ones the
     ``openai`` adapter writes in process (raw output, facts, rejections, tokens)."""
-    mem = refold.open(tmp_path / "store")
+    mem = refold.init(tmp_path / "store")
     mem.append([e for e in _sample(32) if e["kind"] in ("chat_turn", "document")][:2])
     events = mem.events()
     runner = http_runner(llama_server, spec, progress=False)

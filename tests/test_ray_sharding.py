@@ -60,7 +60,7 @@ def _events(n: int) -> list[dict]:
 
 
 def _store(path: Path, n: int):
-    mem = refold.open(path)
+    mem = refold.init(path)
     mem.append(_events(n))
     return mem
 

@@ -141,7 +141,7 @@ def test_snapshot_on_demand_and_cli(mem, tmp_path):
     assert f"snapshot at seq {mem.head().seq}" in out.output
     listed = runner.invoke(main, ["snapshot", mem.root, "--list", "--json"])
     assert listed.exit_code == 0
-    seqs = [s["last_seq"] for s in json.loads(listed.output)]
+    seqs = [json.loads(line)["last_seq"] for line in listed.output.splitlines()]
     assert seqs == [info.last_seq, mem.head().seq]
     pruned = runner.invoke(main, ["snapshot", mem.root, "--prune", "1", "--json"])
     assert pruned.exit_code == 0 and len(SnapshotStore(mem.layout).list()) == 1

@@ -17,9 +17,13 @@ EMB = "hashing"
 
 def test_schemas_meta_validate_in_both_formats():
     anthropic, openai = tools.anthropic_tools(), tools.openai_tools()
-    assert [t["name"] for t in anthropic] == ["write_memory", "search_memory", "why"]
-    assert [t["function"]["name"] for t in openai] == ["write_memory", "search_memory", "why"]
-    for a, o in zip(anthropic, openai):
+    mcp = tools.mcp_tools()
+    assert [t["name"] for t in anthropic] == ["write_memory", "retract_memory", "search_memory", "memory_as_of", "why"]
+    assert [t["function"]["name"] for t in openai] == [t["name"] for t in mcp] == ["write_memory", "retract_memory", "search_memory", "memory_as_of", "why"]
+    for a, o, m in zip(anthropic, openai, mcp):
+        assert set(m) == {"name", "description", "inputSchema", "annotations"}
+        assert m["annotations"]["readOnlyHint"] == (m["name"] in ("search_memory", "memory_as_of", "why"))
+        assert m["inputSchema"] == a["input_schema"] and m["description"] == a["description"]
         assert set(a) == {"name", "description", "input_schema"}
         assert o["type"] == "function" and set(o["function"]) == {"name", "description", "parameters"}
         assert a["input_schema"] == o["function"]["parameters"] and a["description"] == o["function"]["description"]
@@ -28,6 +32,12 @@ def test_schemas_meta_validate_in_both_formats():
         json.dumps(a), json.dumps(o)  # plain JSON
     write = anthropic[0]
     assert "justification" in write["input_schema"]["required"]
+    # every write tool requires a trace id, in every form (the handler has no default to fall back on)
+    for form in (anthropic, [o["function"] for o in openai], mcp):
+        for tool in form:
+            schema = tool.get("input_schema") or tool.get("parameters") or tool["inputSchema"]
+            if tool["name"] in ("write_memory", "retract_memory"):
+                assert {"justification", "trace_id"} <= set(schema["required"]), tool["name"]
     assert "next projection" in write["description"] and "justification" in write["description"].lower()
     # returned copies: editing one does not change the next
     anthropic[0]["input_schema"]["required"].clear()
@@ -37,10 +47,10 @@ def test_schemas_meta_validate_in_both_formats():
 @pytest.fixture
 def ctx(tmp_path):
     mem = refold.init(tmp_path / "store")
-    return tools.ToolContext(memory=mem, tenant="acme", trace_id="run-1", embedder=EMB)
+    return tools.ToolContext(memory=mem, tenant="acme", embedder=EMB)
 
 
-GOOD = {"subject": "Alice", "relation": "lives_in", "object": "Berlin",
+GOOD = {"subject": "Alice", "relation": "lives_in", "object": "Berlin", "trace_id": "run-1",
         "justification": "Alice said so in chat #7", "statement": "I moved to Berlin last week"}
 
 
@@ -63,7 +73,8 @@ def test_bad_write_input_is_refused_with_every_problem_named(ctx, bad, needles):
 
 
 def test_other_bad_calls(ctx):
-    with pytest.raises(ValidationError, match="unknown tool 'delete_memory'.*write_memory, search_memory, why"):
+    with pytest.raises(ValidationError, match="unknown tool 'delete_memory'.*write_memory, retract_memory, "
+                                              "search_memory, memory_as_of, why"):
         tools.handle("delete_memory", {}, ctx)
     with pytest.raises(ValidationError, match="k: 0 is less than the minimum of 1"):
         tools.handle("search_memory", {"query": "x", "k": 0}, ctx)
@@ -75,9 +86,9 @@ def test_other_bad_calls(ctx):
         tools.handle("why", {}, ctx)
     with pytest.raises(ValidationError, match="context must be a ToolContext"):
         tools.handle("why", {"fact_id": "f_1"}, {"tenant": "acme"})
-    no_trace = tools.ToolContext(memory=ctx.memory, tenant="acme")
-    with pytest.raises(ValidationError, match="trace_id missing"):
-        tools.handle("write_memory", GOOD, no_trace)
+    no_trace = {k: v for k, v in GOOD.items() if k != "trace_id"}
+    with pytest.raises(ValidationError, match="'trace_id' is a required property"):
+        tools.handle("write_memory", no_trace, ctx)
 
 
 def test_write_fold_search_why_round_trip(ctx):
@@ -99,7 +110,7 @@ def test_write_fold_search_why_round_trip(ctx):
     assert answer["events"][0]["trace_id"] == "run-1"
     events = tools.handle("search_memory", {"query": "Berlin", "kind": "events"}, ctx)
     assert events["results"][0]["text"] == "I moved to Berlin last week"
-    # an input trace_id overrides the context's; a dict context works too
+    # a dict context works too
     out = tools.handle("write_memory", {**GOOD, "object": "Rome", "trace_id": "run-2"},
                        {"memory": ctx.memory, "tenant": "acme", "embedder": EMB})
     assert out["trace_id"] == "run-2"
@@ -107,10 +118,10 @@ def test_write_fold_search_why_round_trip(ctx):
 
 def test_tenant_and_principal_scoping(ctx):
     mem = ctx.memory
-    hr = tools.ToolContext(memory=mem, tenant="acme", trace_id="t", readers=("hr",), embedder=EMB)
+    hr = tools.ToolContext(memory=mem, tenant="acme", readers=("hr",), embedder=EMB)
     tools.handle("write_memory", {**GOOD, "relation": "salary", "object": "90k", "justification": "payroll"}, hr)
     tools.handle("write_memory", GOOD, ctx)
-    other = tools.ToolContext(memory=mem, tenant="globex", trace_id="t", embedder=EMB)
+    other = tools.ToolContext(memory=mem, tenant="globex", embedder=EMB)
     tools.handle("write_memory", {**GOOD, "subject": "Gus", "object": "Oslo"}, other)
     mem.fold()
     q = {"query": "Alice salary Berlin", "k": 10}

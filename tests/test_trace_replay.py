@@ -35,13 +35,14 @@ def _store(root):
     return mem
 
 
-def _ctx(mem, trace_id="run-1", tenant="acme"):
-    return tools.ToolContext(memory=mem, tenant=tenant, trace_id=trace_id, embedder=EMB)
+def _ctx(mem, tenant="acme"):
+    return tools.ToolContext(memory=mem, tenant=tenant, embedder=EMB)
 
 
 def test_a_traced_tool_search_replays_what_it_returned_then_after_later_writes_changed_the_answer(tmp_path):
     mem = _store(tmp_path / "s")
-    then = tools.handle("search_memory", {"query": "where does Xena live", "k": 2}, _ctx(mem))
+    then = tools.handle("search_memory", {"query": "where does Xena live", "k": 2, "trace_id": "run-1"},
+                        _ctx(mem))
     returned = [r["fact_id"] for r in then["results"]]
     assert then["results"][0]["object"] == "Quuxville"
     # a later write supersedes the fact the agent was shown: today's answer differs
@@ -64,10 +65,10 @@ def test_a_traced_tool_search_replays_what_it_returned_then_after_later_writes_c
 
 def test_trace_lists_what_the_trace_wrote_and_read_in_log_order(tmp_path):
     mem = _store(tmp_path / "s")
-    ctx = _ctx(mem, trace_id="run-7")
-    tools.handle("search_memory", {"query": "Bob", "k": 1}, ctx)
+    ctx = _ctx(mem)
+    tools.handle("search_memory", {"query": "Bob", "k": 1, "trace_id": "run-7"}, ctx)
     tools.handle("write_memory", {"subject": "Bob", "relation": "likes", "object": "tea",
-                                  "justification": "Bob said so in chat#2"}, ctx)
+                                  "justification": "Bob said so in chat#2", "trace_id": "run-7"}, ctx)
     mem.search("Bob likes", k=3, tenant="acme", principal="agent-7", embedder=EMB, trace_id="run-7")
     mem.search("Bob", k=1, tenant="acme", embedder=EMB, trace_id="another-run")
 
@@ -165,9 +166,10 @@ def test_in_shred_mode_an_erased_subjects_reads_keep_only_their_trace_id(tmp_pat
 
 def test_event_searches_and_valid_time_filters_are_recorded_and_replayed(tmp_path):
     mem = _store(tmp_path / "s")
-    ctx = _ctx(mem, trace_id="run-e")
-    events = tools.handle("search_memory", {"query": "Rome", "k": 2, "kind": "events"}, ctx)
-    past = tools.handle("search_memory", {"query": "Xena", "k": 1, "valid_at": "2000-01-01T00:00:00+00:00"}, ctx)
+    ctx = _ctx(mem)
+    events = tools.handle("search_memory", {"query": "Rome", "k": 2, "kind": "events", "trace_id": "run-e"}, ctx)
+    past = tools.handle("search_memory", {"query": "Xena", "k": 1, "valid_at": "2000-01-01T00:00:00+00:00",
+                                          "trace_id": "run-e"}, ctx)
     assert past["results"] == []  # nothing was valid then
     mem.append({"kind": "chat_turn", "content": "Rome is lovely.", "source": "chat#9", "tenant": "acme"})
     report = mem.trace("run-e", replay=True)

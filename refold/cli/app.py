@@ -1,9 +1,17 @@
-"""The click group every ``refold`` command registers on, and small shared helpers."""
+"""The click group every ``refold`` command registers on, and small shared helpers.
+
+One output dialect for every command (docs/cli.md): ``--json`` prints one indented JSON document
+for a single result (:func:`emit_json`) and JSON Lines, one compact object per line, for a list
+(:func:`emit_jsonl`); every time is ISO-8601 (``2026-12-04T05:20:41.123456+00:00``), in JSON and
+in tables alike (:func:`iso`). Errors are one line on stderr, in their CLI wording, exit 2.
+"""
 
 from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterable
+from datetime import date, datetime
 from typing import Any
 
 import click
@@ -18,7 +26,8 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except RefoldError as exc:
-            click.echo(f"refold: error: {exc}", err=True)
+            # the CLI wording of the message: it names `refold` commands, not Python calls
+            click.echo(f"refold: error: {exc.for_cli()}", err=True)
             ctx.exit(2)
 
 
@@ -37,13 +46,35 @@ def json_option(fn):
 
 
 def open_store(path: str):
-    from refold.memory import Memory
+    """The existing store at ``path``; a missing one is a NotFoundError naming `refold init`."""
+    from refold.memory import open as open_memory
 
-    return Memory(path)
+    return open_memory(path)
+
+
+def iso(value: Any) -> Any:
+    """JSON fallback for values json cannot write: times as ISO-8601, anything else as str."""
+    if isinstance(value, (datetime, date)):
+        return value.isoformat()
+    return str(value)
+
+
+def iso_text(value: Any) -> str:
+    """A table cell: times as ISO-8601, None as empty, anything else as str."""
+    if value is None:
+        return ""
+    return iso(value)
 
 
 def emit_json(value: Any) -> None:
-    click.echo(json.dumps(value, indent=2, sort_keys=True, default=str))
+    """One result: one indented JSON document."""
+    click.echo(json.dumps(value, indent=2, sort_keys=True, default=iso, ensure_ascii=False))
+
+
+def emit_jsonl(rows: Iterable[Any]) -> None:
+    """A list of results: JSON Lines, one compact object per line (nothing for an empty list)."""
+    for row in rows:
+        click.echo(json.dumps(row, default=iso, ensure_ascii=False))
 
 
 def stdout_is_tty() -> bool:

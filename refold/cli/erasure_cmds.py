@@ -1,12 +1,16 @@
-"""Erasure commands: subjects, find, erase, receipt verify, scan."""
+"""Erasure commands: subjects, find, erase, receipt show, receipt verify, scan."""
 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import click
 
-from .app import emit_json, json_option, main, open_store, store_argument
+from .app import emit_json, emit_jsonl, json_option, main, open_store, store_argument
+
+#: what `erase` says when the residue scan had nothing to look for
+NO_NEEDLES = "residue scan: no needles given (pass --canary or register the subject's name)"
 
 
 def _event_line(e) -> str:
@@ -35,7 +39,7 @@ def subjects(store: str, add_id: str | None, name: str | None, aliases: tuple[st
         erasing.register_subject(mem, add_id, name, aliases=aliases, identifiers=identifiers)
     items = erasing.subjects(mem)
     if as_json:
-        emit_json([{"subject_id": s.subject_id, **s.as_json()} for s in items])
+        emit_jsonl({"subject_id": s.subject_id, **s.as_json()} for s in items)
         return
     for s in items:
         extra = ", ".join([*s.aliases, *s.identifiers])
@@ -53,9 +57,9 @@ def find(store: str, subject_id: str, as_json: bool) -> None:
     from refold.fold.events import event_to_json
 
     found = erasing.find(open_store(store), subject_id)
-    if as_json:
-        emit_json({"tagged": [event_to_json(e) for e in found.tagged],
-                   "untagged_mentions": [event_to_json(e) for e in found.untagged]})
+    if as_json:  # a list of events: JSON Lines, each saying how it matched
+        emit_jsonl([*({"match": "tagged", **event_to_json(e)} for e in found.tagged),
+                    *({"match": "untagged_mention", **event_to_json(e)} for e in found.untagged)])
         return
     click.echo(f"tagged with {subject_id}: {len(found.tagged)} event(s)")
     for e in found.tagged:
@@ -139,15 +143,56 @@ def _print_receipt(r) -> None:
                    if d.get("deletion_date") else f"  KMS key {d['kms_key_id']}: {d.get('state')}")
     for p in r.purged:
         click.echo(f"  purged {p['rows']} from {p['store']}")
-    click.echo(f"  residue scan: {len(hits)} hit(s) for {r.scan.get('needles', 0)} needle(s)")
+    click.echo(f"  refold: {_calls(r.extraction_calls)}")
+    if r.scan.get("needles", 0):
+        click.echo(f"  residue scan: {len(hits)} hit(s) for {r.scan['needles']} needle(s)")
+    else:
+        click.echo(f"  {NO_NEEDLES}")
     for h in hits[:20]:
         click.echo(f"    {h['file']} @ {h['location']} (needle #{h['needle_index']})")
     click.echo(f"receipt {r.erasure_id}")
 
 
+def _calls(count: int | None) -> str:
+    if count is None:
+        return "extraction calls not recorded (a receipt from before refold recorded them)"
+    return f"{count} extraction call(s)" + (" (every surviving extraction came from the cache)" if count == 0 else "")
+
+
 @main.group()
 def receipt() -> None:
     """Erasure receipts."""
+
+
+@receipt.command("show")
+@store_argument
+@click.argument("receipt_file", metavar="RECEIPT")
+@json_option
+def receipt_show(store: str, receipt_file: str, as_json: bool) -> None:
+    """Print RECEIPT (a path or an erasure id): what the erasure did, as recorded."""
+    from refold.storage.receipts import load_receipt, receipt_path
+
+    mem = open_store(store)
+    path = receipt_file
+    if not receipt_file.endswith(".json") and not Path(receipt_file).exists():
+        path = receipt_path(mem.layout, receipt_file)
+    r = load_receipt(path)
+    if as_json:
+        emit_json(r.as_json())
+        return
+    click.echo(f"erasure {r.erasure_id}: {r.status}, subject {r.subject_id} ({r.mode} mode)")
+    click.echo(f"  started {r.started_at}, completed {r.completed_at}")
+    click.echo(f"  events: {len(r.events)} erased, keys destroyed: {len(r.destroyed_key_ids)}, "
+               f"files removed: {len(r.removed_files)}")
+    for p in r.purged:
+        click.echo(f"  purged {p['rows']} from {p['store']}")
+    click.echo(f"  refold: {_calls(r.extraction_calls)}; spec {r.spec_hash}, state digest {r.state_digest}")
+    needles = r.scan.get("needles", 0)
+    click.echo(f"  residue scan: {len(r.scan.get('hits', []))} hit(s) for {needles} needle(s)" if needles
+               else f"  {NO_NEEDLES}")
+    click.echo("  out of scope (refold cannot reach these):")
+    for item in r.out_of_scope:
+        click.echo(f"    - {item}")
 
 
 @receipt.command("verify")
@@ -171,6 +216,7 @@ def receipt_verify(store: str, receipt_file: str, needles: tuple[str, ...], cana
     else:
         for c in report.checks:
             click.echo(f"{'ok  ' if c.ok else 'FAIL'} {c.name}: {c.detail}")
+        click.echo(f"info refold (as recorded): {_calls(report.extraction_calls)}")
     sys.exit(0 if report.ok else 1)
 
 

@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from .app import emit_json, json_option, main, open_store, store_argument
+from .app import emit_json, emit_jsonl, json_option, main, open_store, store_argument
 
 
 def _options(pairs: tuple[str, ...]) -> dict[str, object]:
@@ -78,8 +78,7 @@ def facts(store: str, subject, relation, as_of, valid_at, tenant, current_only, 
                                     valid_at=valid_at, tenant=tenant, current_only=current_only,
                                     principal=principal)
     if as_json or fmt == "jsonl":
-        for row in frame.to_dicts():
-            click.echo(json.dumps(row, default=str, ensure_ascii=False))
+        emit_jsonl(frame.to_dicts())
         return
     from rich.console import Console
     from rich.table import Table

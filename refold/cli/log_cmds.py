@@ -7,14 +7,32 @@ import sys
 
 import click
 
-from .app import emit_json, json_option, main, open_store, store_argument
+from .app import emit_json, emit_jsonl, iso_text, json_option, main, open_store, store_argument
 
 _TABLE_COLUMNS = ["seq", "event_id", "recorded_at", "kind", "tenant", "source", "content"]
+_SHREDDED = "(shredded: key destroyed)"
 
 
-def _iso(value):
-    """Timestamps as ISO-8601 (``2026-01-01T12:00:00+00:00``, what --as-of reads back), else str."""
-    return value.isoformat() if hasattr(value, "isoformat") else str(value)
+def _readable(mem, frame, as_of):
+    """A shred-mode log frame with what the store's keys can open decrypted (content,
+    justification, fact; ``cipher`` cleared on those rows); a row whose key was destroyed keeps
+    its ``cipher`` and shows no content. Plain stores are returned as they are."""
+    if mem.mode != "shred" or frame.is_empty() or frame["cipher"].null_count() == frame.height:
+        return frame
+    import polars as pl
+
+    wanted = set(frame["event_id"].to_list())
+    opened = {e.event_id: e for e in mem.events(as_of=as_of) if e.event_id in wanted}
+    rows = []
+    for row in frame.to_dicts():
+        event = opened.get(row["event_id"])
+        if row["cipher"] is not None and event is not None:
+            readable = event.content is not None
+            row.update(content=event.content, justification=event.justification,
+                       fact=json.dumps(event.fact.as_dict(), sort_keys=True) if event.fact else None,
+                       cipher=None if readable else row["cipher"])
+        rows.append(row)
+    return pl.DataFrame(rows, schema=frame.schema)
 
 
 def _dicts(frame):
@@ -78,7 +96,7 @@ def append(store: str, file, ingestion_run: str | None, as_json: bool) -> None:
     batch = parse_jsonl(file, max_content_bytes=mem.max_content_bytes, ingestion_run=ingestion_run)
     seqs = mem.log_store.append(batch)
     if as_json:
-        emit_json([{"seq": s, "event_id": e.event_id} for s, e in zip(seqs, batch)])
+        emit_jsonl({"seq": s, "event_id": e.event_id} for s, e in zip(seqs, batch))
     else:
         for seq, event in zip(seqs, batch):
             click.echo(f"{seq} {event.event_id}")
@@ -89,13 +107,16 @@ def append(store: str, file, ingestion_run: str | None, as_json: bool) -> None:
 @click.option("--since", type=int, help="First seq to show (inclusive).")
 @click.option("--as-of", "as_of", help="Record time: a table VERSION or an ISO-8601 TIME.")
 @click.option("--format", "fmt", type=click.Choice(["table", "jsonl"]), default="table", show_default=True)
+@click.option("--raw", is_flag=True, help="Shred mode: show the stored ciphertext instead of decrypting.")
 @json_option
-def log_cmd(store: str, since: int | None, as_of: str | None, fmt: str, as_json: bool) -> None:
-    """Show the log."""
-    frame = open_store(store).log(since=since, as_of=as_of)
+def log_cmd(store: str, since: int | None, as_of: str | None, fmt: str, raw: bool, as_json: bool) -> None:
+    """Show the log. On a shred-mode store, content is decrypted where its key exists (--raw: as stored)."""
+    mem = open_store(store)
+    frame = mem.log(since=since, as_of=as_of)
+    if not raw:
+        frame = _readable(mem, frame, as_of)
     if as_json or fmt == "jsonl":
-        for row in _dicts(frame):
-            click.echo(json.dumps(row, default=_iso, ensure_ascii=False))
+        emit_jsonl(frame.to_dicts())
         return
     from rich.console import Console
     from rich.table import Table
@@ -103,8 +124,11 @@ def log_cmd(store: str, since: int | None, as_of: str | None, fmt: str, as_json:
     table = Table(show_lines=False)
     for name in _TABLE_COLUMNS:
         table.add_column(name, overflow="fold", max_width=60 if name == "content" else None)
-    for row in frame.select(_TABLE_COLUMNS).iter_rows():
-        table.add_row(*["" if v is None else str(v) for v in row])
+    for row in frame.iter_rows(named=True):
+        cells = [iso_text(row[name]) for name in _TABLE_COLUMNS]
+        if row["content"] is None and row.get("cipher"):
+            cells[-1] = _SHREDDED
+        table.add_row(*cells)
     Console().print(table)
     click.echo(f"{frame.height} event(s)")
 

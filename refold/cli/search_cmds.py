@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 
-from .app import emit_json, json_option, main, open_store, store_argument
+from .app import emit_json, emit_jsonl, json_option, main, open_store, store_argument
 
 _EMBEDDER = click.option("--embedder", default="minilm", show_default=True,
                          help="minilm (packaged all-MiniLM-L6-v2) | hashing (tests only).")
@@ -35,8 +33,7 @@ def search(store: str, text: str, k: int, tenant, principal, as_of, valid_at, hi
     frame = open_store(store).search(text, k=k, tenant=tenant, principal=principal, as_of=as_of,
                                      valid_at=valid_at, kind=kind, history=history, embedder=embedder)
     if as_json:
-        for row in frame.to_dicts():
-            click.echo(json.dumps(row, default=str, ensure_ascii=False))
+        emit_jsonl(frame.to_dicts())
         return
     from rich.console import Console
     from rich.table import Table

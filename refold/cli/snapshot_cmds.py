@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from .app import emit_json, json_option, main, open_store, store_argument
+from .app import emit_json, emit_jsonl, iso_text, json_option, main, open_store, store_argument
 
 
 @main.command()
@@ -40,12 +40,13 @@ def snapshot(store: str, list_only: bool, keep: int | None, as_json: bool) -> No
         return
     items = snaps.list()
     if as_json:
-        emit_json([s.as_json() for s in items])
+        emit_jsonl(s.as_json() for s in items)
         return
     if not items:
         click.echo("no snapshots")
         return
     click.echo(f"{'spec':<18}{'last_seq':>10}{'nodes':>9}{'facts':>9}{'contained':>11}  created_at")
     for s in items:
-        click.echo(f"{s.spec_hash:<18}{s.last_seq:>10}{s.nodes:>9}{s.edges:>9}{s.contained:>11}  {s.created_at}")
+        click.echo(f"{s.spec_hash:<18}{s.last_seq:>10}{s.nodes:>9}{s.edges:>9}{s.contained:>11}  "
+                   f"{iso_text(s.created_at)}")
     click.echo(f"{len(items)} snapshot(s)")

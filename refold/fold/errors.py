@@ -1,7 +1,9 @@
 """The one error root of refold and its small, flat tree.
 
 Every error refold raises on purpose derives from :class:`RefoldError`, so callers can catch one
-type. Messages say what was wrong and what to do next.
+type. Messages say what was wrong and what to do next. When what to do next differs between the
+Python API and the ``refold`` command line (``refold.init(path)`` versus ``refold init PATH``), the
+error also carries ``cli``, the message as a CLI user should read it; the CLI prints that one.
 
     RefoldError
     ├── ValidationError        bad user input (events, facts, specs, tool calls)
@@ -19,7 +21,20 @@ from __future__ import annotations
 
 
 class RefoldError(Exception):
-    """Root of every error refold raises on purpose."""
+    """Root of every error refold raises on purpose.
+
+    ``cli`` (keyword-only, optional): the message worded for a command-line user, naming
+    ``refold`` commands where ``str(error)`` names Python calls; :meth:`for_cli` falls back to
+    the plain message.
+    """
+
+    def __init__(self, *args: object, cli: str | None = None):
+        super().__init__(*args)
+        self.cli = cli
+
+    def for_cli(self) -> str:
+        """The message as the ``refold`` command line prints it."""
+        return getattr(self, "cli", None) or str(self)
 
 
 class ValidationError(RefoldError, ValueError):

@@ -316,7 +316,8 @@ class _Run:
         if self.refold is None:
             return {"spec_hash": None, "state_digest": None}
         outcome = RefoldOutcome.coerce(self.refold())
-        return {"spec_hash": outcome.spec_hash, "state_digest": outcome.state_digest}
+        return {"spec_hash": outcome.spec_hash, "state_digest": outcome.state_digest,
+                "extraction_calls": outcome.extraction_calls}
 
     def _registry(self) -> dict:
         removed = self.registry.remove(self.plan.subject_id) if self.registry is not None else False
@@ -375,6 +376,7 @@ class _Run:
             removed_files=tuple(sorted(set(removed))), delta=delta,
             spec_hash=res.get("refold", {}).get("spec_hash"),
             state_digest=res.get("refold", {}).get("state_digest"),
+            extraction_calls=res.get("refold", {}).get("extraction_calls"),
             scan=res.get("scan", {}), engines=self.plan.engines, out_of_scope=self.plan.out_of_scope,
             notes=tuple(notes),
         )

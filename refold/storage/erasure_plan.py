@@ -36,10 +36,12 @@ OUT_OF_SCOPE = (
 
 @dataclass(frozen=True)
 class RefoldOutcome:
-    """What a refold reports for the receipt: the spec hash and a digest of the folded state."""
+    """What a refold reports for the receipt: the spec hash, a digest of the folded state and
+    how many extraction (model) calls the refold made (None: not reported)."""
 
     spec_hash: str | None
     state_digest: str | None
+    extraction_calls: int | None = None
 
     @classmethod
     def coerce(cls, value: Any) -> "RefoldOutcome":
@@ -48,8 +50,9 @@ class RefoldOutcome:
         if value is None or isinstance(value, str):
             return cls(None, value)
         if isinstance(value, Mapping):
-            return cls(value.get("spec_hash"), value.get("state_digest"))
-        return cls(getattr(value, "spec_hash", None), getattr(value, "state_digest", None))
+            return cls(value.get("spec_hash"), value.get("state_digest"), value.get("extraction_calls"))
+        return cls(getattr(value, "spec_hash", None), getattr(value, "state_digest", None),
+                   getattr(value, "extraction_calls", None))
 
 
 @dataclass(frozen=True)

@@ -124,5 +124,6 @@ def read_settings(layout: Layout) -> dict[str, Any]:
             return json.load(fh)
     except FileNotFoundError:
         raise StoreError(
-            f"{layout.root} is not a refold store (no store.json); create one with `refold init {layout.root}`"
+            f"{layout.root} is not a refold store (no store.json); create one with refold.init({layout.root!r})",
+            cli=f"{layout.root} is not a refold store (no store.json); create one with `refold init {layout.root}`",
         ) from None

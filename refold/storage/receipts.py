@@ -61,6 +61,9 @@ class Receipt:
     delta: Mapping[str, Any] = field(default_factory=dict)
     spec_hash: str | None = None
     state_digest: str | None = None
+    #: model (extraction) calls the erasure's refold made: 0 when every surviving event's cached
+    #: extraction was reused; None in receipts written before this field existed
+    extraction_calls: int | None = None
     scan: Mapping[str, Any] = field(default_factory=dict)
     #: model engines / hosts that processed the erased events: {"engine", "model_id", "host", "events"}
     engines: tuple[Mapping[str, Any], ...] = ()
@@ -141,13 +144,15 @@ class ReceiptReport:
 
     erasure_id: str
     checks: tuple[Check, ...]
+    #: the receipt's record of the erasure refold's model calls (None: not recorded)
+    extraction_calls: int | None = None
 
     @property
     def ok(self) -> bool:
         return all(c.ok for c in self.checks)
 
     def as_json(self) -> dict[str, Any]:
-        return {"erasure_id": self.erasure_id, "ok": self.ok,
+        return {"erasure_id": self.erasure_id, "ok": self.ok, "extraction_calls": self.extraction_calls,
                 "checks": [{"name": c.name, "ok": c.ok, "detail": c.detail} for c in self.checks]}
 
 
@@ -180,7 +185,7 @@ def verify_receipt(root: str | Path, receipt: str | Path | Receipt, *,
     checks.append(Check("chain", report.ok, "; ".join(report.problems) or f"{report.events} events verify"))
     if rec.status == "noop":
         checks.append(Check("noop", True, f"nothing to erase; see erasure {rec.previous_erasure_id}"))
-        return ReceiptReport(rec.erasure_id, tuple(checks))
+        return ReceiptReport(rec.erasure_id, tuple(checks), rec.extraction_calls)
     # erased events are found by position: the receipt names them by the pseudonyms of their ids
     # (refold.storage.erased_ids), and a shredded event's row keeps its own id
     erasure = next(iter(log.events_by_id(None, [rec.erasure_id])), None)
@@ -247,4 +252,4 @@ def verify_receipt(root: str | Path, receipt: str | Path | Receipt, *,
             checks.append(Check("state digest", grew,
                                 "the log grew since the erasure; the digest is not comparable" if grew
                                 else "refolded state differs from the receipt"))
-    return ReceiptReport(rec.erasure_id, tuple(checks))
+    return ReceiptReport(rec.erasure_id, tuple(checks), rec.extraction_calls)
