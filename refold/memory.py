@@ -414,15 +414,16 @@ class Memory:
 
     def erase(self, subject_id: str, *, dry_run: bool = False, canaries: Iterable[str] = (),
               include: Iterable[str] = (), include_mentions: bool = False, orphan_grace_hours: int = 1,
-              decremental: bool = True):
+              decremental: bool = True, notes: Iterable[str] = ()):
         """Erase a data subject (store mode: delete or shred) and return the receipt; with
         ``dry_run`` return the impact preview and write nothing. Safe to rerun after a crash.
-        ``decremental``: patch the newest snapshot (see :mod:`refold.erasure_refold`)."""
+        ``decremental``: patch the newest snapshot (see :mod:`refold.erasure_refold`); ``notes``:
+        lines the receipt carries."""
         from refold import erasing
 
         return erasing.erase(self, subject_id, dry_run=dry_run, canaries=canaries, include=include,
                              include_mentions=include_mentions, orphan_grace_hours=orphan_grace_hours,
-                             decremental=decremental)
+                             decremental=decremental, notes=tuple(notes))
 
     def scan(self, needles: Iterable[str] = (), *, canaries: Iterable[str] = ()):
         """Residue scan of every file under the store for ``needles`` (names, as whole words)

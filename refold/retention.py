@@ -389,13 +389,11 @@ def plan(mem: "Memory", *, now: datetime | str | None = None) -> RetentionPlan:
     than the rule's keep before ``now``; erased events (tombstones, shredded events) are skipped,
     and an expired event a hold covers is listed in ``held`` instead.
     """
-    from refold.erasing import keystore
-
     when = _now(now)
     policy = read_policy(mem.layout)
     if not policy.rules:
         return RetentionPlan(now=when, rules=())
-    keys = keystore(mem)
+    keys = mem.key_store if mem.mode == "shred" else None
     rows = mem.log_store.arrow(columns=["event_id", "kind", "tenant", "subjects", "recorded_at", "cipher",
                                         "key_ids"])
     expired, held = [], []
@@ -421,7 +419,6 @@ def apply(mem: "Memory", *, now: datetime | str | None = None, dry_run: bool = F
     """Erase what :func:`plan` expires, as one erasure with one receipt (see the module
     docstring); ``dry_run`` returns the plan and writes nothing. When an earlier run was
     interrupted, this run finishes it (and only it): its receipt, its notes."""
-    from refold import erasing
     from refold.storage.erased_ids import pseudonyms
     from refold.storage.erasure_plan import pending_journal
 
@@ -429,7 +426,7 @@ def apply(mem: "Memory", *, now: datetime | str | None = None, dry_run: bool = F
     if pending is not None:
         # an earlier run stopped half-way: finish what it planned (its receipt carries its
         # notes); what expired since is left to the next run
-        receipt = erasing.erase(mem, RETENTION_SUBJECT, canaries=canaries, decremental=decremental)
+        receipt = mem.erase(RETENTION_SUBJECT, canaries=canaries, decremental=decremental)
         return RetentionRun(plan=RetentionPlan(now=_now(now), rules=read_policy(mem).rules), dry_run=False,
                             receipt=receipt, notes=(f"resumed the interrupted retention run {pending['erasure_id']}",
                                                     *receipt.notes))
@@ -438,6 +435,6 @@ def apply(mem: "Memory", *, now: datetime | str | None = None, dry_run: bool = F
         return RetentionRun(plan=the_plan, dry_run=dry_run, notes=tuple(the_plan.notes()))
     # the receipt (and the journal) must not keep a caller's event id: name them as tombstones will
     notes = tuple(the_plan.notes(pseudonyms(mem.root, create=True)))
-    receipt = erasing.erase(mem, RETENTION_SUBJECT, include=[e.event_id for e in the_plan.expired],
+    receipt = mem.erase(RETENTION_SUBJECT, include=[e.event_id for e in the_plan.expired],
                             canaries=canaries, decremental=decremental, notes=notes)
     return RetentionRun(plan=the_plan, dry_run=False, receipt=receipt, notes=notes)

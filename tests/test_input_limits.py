@@ -101,8 +101,8 @@ def test_hand_built_events_are_checked_by_the_log_itself(mem):
 
 
 def test_write_memory_refuses_the_time_with_a_validation_error(mem):
-    ctx = tools.ToolContext(memory=mem, trace_id="run-1")
-    args = {"subject": "Alice", "relation": "lives_in", "object": "Paris",
+    ctx = tools.ToolContext(memory=mem)
+    args = {"subject": "Alice", "relation": "lives_in", "object": "Paris", "trace_id": "run-1",
             "justification": "she said so", "valid_from": "0001-01-01T00:00:00+01:00"}
     before = _state(mem)
     with pytest.raises(ValidationError) as info:

@@ -35,15 +35,20 @@ def _readable(mem, frame, as_of):
     return pl.DataFrame(rows, schema=frame.schema)
 
 
-def _dicts(frame):
-    """The rows as dicts; times Python's datetime cannot hold (stored by an older refold that did
-    not check the range) are printed as text instead of failing the whole listing."""
-    try:
-        return frame.to_dicts()
-    except (ValueError, OverflowError):
-        import polars as pl
+def _printable(frame):
+    """``frame`` with its times as ISO-8601 text when Python's datetime cannot hold one of them
+    (stored by an older refold that did not check the range), so the listing prints instead of
+    failing; otherwise unchanged."""
+    import polars as pl
 
-        return frame.with_columns(pl.col(pl.Datetime).dt.strftime("%Y-%m-%dT%H:%M:%S%.6f+00:00")).to_dicts()
+    from refold.fold.events import MAX_TIME, MIN_TIME
+
+    times = [name for name, dtype in frame.schema.items() if isinstance(dtype, pl.Datetime)]
+    outside = frame.select(pl.any_horizontal(
+        [(pl.col(c) < MIN_TIME) | (pl.col(c) > MAX_TIME) for c in times]).any()).item() if times else False
+    if not outside:
+        return frame
+    return frame.with_columns(pl.col(times).dt.strftime("%Y-%m-%dT%H:%M:%S%.6f+00:00"))
 
 
 @main.command()
@@ -115,6 +120,7 @@ def log_cmd(store: str, since: int | None, as_of: str | None, fmt: str, raw: boo
     frame = mem.log(since=since, as_of=as_of)
     if not raw:
         frame = _readable(mem, frame, as_of)
+    frame = _printable(frame)
     if as_json or fmt == "jsonl":
         emit_jsonl(frame.to_dicts())
         return
@@ -184,7 +190,8 @@ def signing_key(store: str, key_path: str, as_json: bool) -> None:
     """Set up signed heads: record KEY's public key in STORE and sign its current head.
 
     Later appends sign their heads when REFOLD_SIGNING_KEY names KEY."""
-    from refold.storage.signing import set_up_signing, sign_current_head
+    from refold.storage.signing import set_up_signing
+    from refold.storage.verify import sign_current_head
 
     mem = open_store(store)
     fingerprint = set_up_signing(mem.layout, key_path)
@@ -203,7 +210,7 @@ def signing_key(store: str, key_path: str, as_json: bool) -> None:
 @json_option
 def sign_head(store: str, key_path: str | None, as_json: bool) -> None:
     """Sign the current head, after a full verify passes (e.g. after a crash left it unsigned)."""
-    from refold.storage.signing import sign_current_head
+    from refold.storage.verify import sign_current_head
 
     head = sign_current_head(open_store(store).log_store, key_path)
     if as_json:

@@ -94,7 +94,7 @@ def recorded_public_key(layout: Layout) -> Ed25519PublicKey | None:
     return load_public_key(path) if path.exists() else None
 
 
-def _load_private(path: str | os.PathLike, origin: str) -> Ed25519PrivateKey:
+def load_private(path: str | os.PathLike, origin: str) -> Ed25519PrivateKey:
     try:
         key = serialization.load_pem_private_key(Path(path).read_bytes(), password=None)
     except (OSError, ValueError, TypeError) as exc:
@@ -122,7 +122,7 @@ def set_up_signing(layout: Layout, key_path: str | os.PathLike) -> str:
         raise ValidationError(f"{key_path} is inside the store {layout.root}: keep the signing key "
                               "elsewhere, or anyone who can write the store can sign")
     if key_path.exists():
-        private = _load_private(key_path, "given")
+        private = load_private(key_path, "given")
     else:
         private = Ed25519PrivateKey.generate()
         pem = private.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
@@ -156,7 +156,7 @@ def signer_from_env(layout: Layout) -> HeadSigner | None:
     path = os.environ.get(KEY_ENV)
     if not path or not layout.is_local:
         return None
-    private = _load_private(path, KEY_ENV)
+    private = load_private(path, KEY_ENV)
     recorded = recorded_public_key(layout)
     key = fingerprint(private.public_key())
     if recorded is None:
@@ -165,32 +165,3 @@ def signer_from_env(layout: Layout) -> HeadSigner | None:
         raise StoreError(f"the key in {KEY_ENV} ({key[:16]}…) is not the one {layout.root} records "
                          f"({fingerprint(recorded)[:16]}…)")
     return HeadSigner(private, key)
-
-
-def sign_current_head(log, key_path: str | os.PathLike | None = None) -> Head:
-    """Publish the log's current head signed with the operator's key (``key_path``, else
-    ``REFOLD_SIGNING_KEY``), after a full ``verify`` passes: signing vouches for every event up
-    to the head, so a log that does not verify is refused (IntegrityError naming the problem).
-
-    For setting up signing on a log that already has events, and for the events of an append
-    whose signed head was never published (a crash right after its commit)."""
-    from refold.fold.errors import IntegrityError  # (verify imports this module: import it here)
-    from .heads import publish_head
-    from .verify import verify
-
-    path = key_path or os.environ.get(KEY_ENV)
-    if not path:
-        raise ValidationError(f"no signing key: pass --key PATH or set {KEY_ENV}")
-    private = _load_private(path, "given" if key_path else KEY_ENV)
-    recorded = recorded_public_key(log.layout)
-    key = fingerprint(private.public_key())
-    if recorded is None or fingerprint(recorded) != key:
-        raise ValidationError(f"{log.layout.root} does not record this key ({key[:16]}…); record it first with "
-                              f"`refold signing-key {log.layout.root} --key {path}`")
-    report = verify(log)
-    if not report.ok:
-        raise IntegrityError(f"the log does not verify, so its head is not signed: {report.problems[0]}",
-                             first_bad_seq=report.first_bad_seq)
-    head = log.head()
-    publish_head(log.layout.heads, head, signer=HeadSigner(private, key))
-    return head

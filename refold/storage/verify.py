@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,15 +30,16 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from refold.fold.errors import ValidationError
+from refold.fold.errors import IntegrityError, ValidationError
 from refold.fold.chain import GENESIS, commitment_of, link_of
 from refold.fold.erasure_record import Erased, ErasureRecord, tombstone_problem
 from refold.fold.events import MAX_TIME, MIN_TIME, Event
-from .heads import read_head_lines
+from .heads import publish_head, read_head_lines
 from .log import EventLog, Head
 from .log_reader import HEAD_KEY
 from .schema import EVENTS_SCHEMA, stored_time_texts, table_to_events
-from .signing import KEY_ENV, PUBLIC_KEY_FILE, fingerprint, recorded_public_key, signature_ok
+from .signing import (KEY_ENV, PUBLIC_KEY_FILE, HeadSigner, fingerprint, load_private, recorded_public_key,
+                      signature_ok)
 from .verify_stats import statistics_problems
 
 #: what a field may raise when a stored value has the wrong shape (a null inside a list, a
@@ -446,3 +448,28 @@ def check_recorded_heads(log: EventLog, events: list[Event]) -> tuple[list[str],
                 "row at that seq: the rows up to it were rewritten, or the commit metadata was edited")
             bad.append(seq)
     return problems, bad
+
+
+def sign_current_head(log, key_path: str | os.PathLike | None = None) -> Head:
+    """Publish the log's current head signed with the operator's key (``key_path``, else
+    ``REFOLD_SIGNING_KEY``), after a full ``verify`` passes: signing vouches for every event up
+    to the head, so a log that does not verify is refused (IntegrityError naming the problem).
+
+    For setting up signing on a log that already has events, and for the events of an append
+    whose signed head was never published (a crash right after its commit)."""
+    path = key_path or os.environ.get(KEY_ENV)
+    if not path:
+        raise ValidationError(f"no signing key: pass --key PATH or set {KEY_ENV}")
+    private = load_private(path, "given" if key_path else KEY_ENV)
+    recorded = recorded_public_key(log.layout)
+    key = fingerprint(private.public_key())
+    if recorded is None or fingerprint(recorded) != key:
+        raise ValidationError(f"{log.layout.root} does not record this key ({key[:16]}…); record it first with "
+                              f"`refold signing-key {log.layout.root} --key {path}`")
+    report = verify(log)
+    if not report.ok:
+        raise IntegrityError(f"the log does not verify, so its head is not signed: {report.problems[0]}",
+                             first_bad_seq=report.first_bad_seq)
+    head = log.head()
+    publish_head(log.layout.heads, head, signer=HeadSigner(private, key))
+    return head
