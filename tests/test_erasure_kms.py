@@ -110,10 +110,18 @@ def test_init_without_permission_on_the_key_names_the_missing_permission(tmp_pat
     """moto enforces a key policy's Deny for kms:DescribeKey (only that action, in 5.2.5)."""
     policy = {"Version": "2012-10-17", "Statement": [
         {"Effect": "Deny", "Principal": "*", "Action": ["kms:DescribeKey"], "Resource": "*"}]}
-    key = aws_env.client("kms").create_key(Policy=json.dumps(policy))["KeyMetadata"]["Arn"]
+    kms = aws_env.client("kms")
+    key = kms.create_key(Policy=json.dumps(policy))["KeyMetadata"]["Arn"]
     root = tmp_path / "store"
-    with pytest.raises(StoreError) as info:
-        refold.init(root, mode="shred", kms_key_id=key, kms_endpoint=aws_env.endpoint)
+    try:
+        with pytest.raises(StoreError) as info:
+            refold.init(root, mode="shred", kms_key_id=key, kms_endpoint=aws_env.endpoint)
+    finally:
+        # on moto 5.2.5 this Deny also denied DescribeKey on keys the shared server made later
+        # (test_keys after this test): an allowing policy back keeps later tests independent
+        allow = {"Version": "2012-10-17", "Statement": [
+            {"Effect": "Allow", "Principal": "*", "Action": "kms:*", "Resource": "*"}]}
+        kms.put_key_policy(KeyId=key, PolicyName="default", Policy=json.dumps(allow))
     message = str(info.value)
     assert "AccessDeniedException" in message and "lack kms:DescribeKey" in message and key in message
     assert not root.exists()
