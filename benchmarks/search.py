@@ -48,6 +48,7 @@ def build(n: int, dim: int, backend: str, vectors: np.ndarray, tuning: Tuning,
         "text_hash": [f"h{i}" for i in ids], "valid_from": None,
         "valid_to": None, "recorded_seq": ids, "derivation": "extracted",
         "sources": [[f"e{i}"] for i in ids], "restricted": False, "readers": [[] for _ in ids],
+        "closer_restricted": False, "closer_readers": [[] for _ in ids],
     }, schema_overrides=FACT_SCHEMA).select(list(FACT_SCHEMA)).cast(FACT_SCHEMA)
     ix = VectorIndex.empty(dim, FACT_SCHEMA, backend=backend, tuning=tuning)
     lookup = {f"t{i}": row for i, row in zip(ids, vectors)}
