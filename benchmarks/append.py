@@ -32,7 +32,7 @@ pyarrow writing refold's 23-column rows to a bare Parquet file (what the data fi
 any commit).
 
 The append floors (printed as met or MISSED, never asserted by the tests; see
-docs/benchmarks-append.md): a 1k-event batch within :data:`TARGET` × plain Parquet; the median
+docs/benchmarks.md): a 1k-event batch within :data:`TARGET` × plain Parquet; the median
 single-event append at most :data:`SINGLE_MEDIAN_MS`; group commit from 8 threads at least
 :data:`GROUP_EVENTS_PER_S`.
 """
