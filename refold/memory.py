@@ -38,10 +38,12 @@ class Memory:
     """
 
     def __init__(self, root: str | Path, *, storage_options: dict[str, str] | None = None,
-                 max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES, group_commit: bool = False):
-        """``group_commit``: concurrent :meth:`append` calls from threads of this process share
-        Delta commits (one commit for the events that arrive while the previous one is in
-        flight) — the lever for many single-event writers; see docs/log.md."""
+                 max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES, group_commit: bool = True):
+        """``group_commit`` (default on): concurrent :meth:`append` calls from threads of this
+        process share Delta commits (one commit for the events that arrive while the previous one
+        is in flight) — the lever for many single-event writers. A lone caller leads a group of
+        one at once, so a single-threaded writer pays nothing for it; False appends each call on
+        its own commit. See docs/log.md."""
         self.layout = Layout(str(root))
         self.storage_options = storage_options
         self.max_content_bytes = max_content_bytes
@@ -523,7 +525,7 @@ def init(root: str | Path, *, mode: Mode = "delete", storage_options: dict[str, 
 
 
 def open(root: str | Path, *, create: bool = False, mode: Mode = "delete",  # noqa: A001
-         storage_options: dict[str, str] | None = None, group_commit: bool = False) -> Memory:
+         storage_options: dict[str, str] | None = None, group_commit: bool = True) -> Memory:
     """Open the existing store at ``root``.
 
     A missing store raises :class:`NotFoundError` (a mistyped path must not silently become an
