@@ -56,6 +56,8 @@ class Memory:
         self._spec_at: tuple[int, FoldSpec] | None = None  # (log version, current spec) last seen
         self._fold_lock = threading.RLock()  # the live fold is advanced by one caller at a time
         self._recorded_specs: set[str] = set()  # specs known to be in the log (never erased)
+        self._state_stores: dict = {}  # spec hash → StateStore (its open Delta table handles)
+        self._state_at: dict = {}  # spec hash → (log version, StateTag) last brought up to date
 
     @property
     def root(self) -> str:
@@ -155,9 +157,14 @@ class Memory:
     #: keep this many snapshots per spec (the newest)
     snapshot_keep: int = 4
 
+    #: how :meth:`fold` folds: ``"partitioned"`` writes the state tables (state/<spec-hash>/,
+    #: see docs/fold.md); ``"graph"`` advances one in-process graph and writes snapshots
+    fold_engine: Literal["graph", "partitioned"] = "graph"
+
     def fold(self, *, extractor: str | Extractor = "rules", spec: FoldSpec | None = None,
              full: bool = False, progress: bool = False, runner=None, snapshot_every: int | None = None,
-             index: bool | str = False, **options: Any) -> FoldReport:
+             index: bool | str = False, engine: Literal["graph", "partitioned"] | None = None,
+             **options: Any) -> FoldReport:
         """Bring derived state up to date with the log and return the counts.
 
         Records the spec in the log first. Resumes from the newest valid state (this process's
@@ -166,7 +173,9 @@ class Memory:
         (never re-extracting). After an erasure this same call is the erasure refold. Writes a
         snapshot every ``snapshot_every`` events (default :attr:`snapshot_every`; 0: none).
         ``index`` (True, or an embedder name such as ``"minilm"``) also brings the vector index up
-        to date with the new state (embedding only new or changed texts).
+        to date with the new state (embedding only new or changed texts). ``engine``
+        (default :attr:`fold_engine`): ``"partitioned"`` folds bucket by bucket into the state
+        tables (``full`` rewrites them; otherwise only what the new events touch).
         """
         from refold.fold.extractors import get_extractor
         from refold.folding import FoldReport, record_spec
@@ -177,6 +186,16 @@ class Memory:
         if spec.hash not in self._recorded_specs:
             record_spec(self, spec)
             self._recorded_specs.add(spec.hash)
+        if (engine or self.fold_engine) == "partitioned":
+            from refold.state_fold import fold_state
+
+            with self._fold_lock:
+                report = fold_state(self, spec, extractor=ext, full=full, progress=progress, runner=runner,
+                                    **({"buckets": options["buckets"]} if "buckets" in options else {}))
+                self._state_at.pop(spec.hash, None)
+            if index:
+                self.index(embedder=None if index is True else index)
+            return report
         every = self.snapshot_every if snapshot_every is None else snapshot_every
         with self.advanced_fold(spec, extractor=ext, full=full, progress=progress, runner=runner,
                                 snapshot_every=every, keep=self.snapshot_keep) as done:
@@ -212,10 +231,12 @@ class Memory:
             return next((s for s in store.list(spec.hash) if s.last_seq == done.live.last_seq), None)
 
     def derived_stores(self) -> list[Any]:
-        """Derived stores beyond the cache and the index that erasure must purge: the snapshots."""
+        """Derived stores beyond the cache and the index that erasure must purge: the snapshots
+        and the state tables."""
+        from refold.state_fold import StatePurger
         from refold.storage.snapshots import SnapshotStore
 
-        return [SnapshotStore(self.layout, storage_options=self.storage_options)]
+        return [SnapshotStore(self.layout, storage_options=self.storage_options), StatePurger(self)]
 
     @contextlib.contextmanager
     def advanced_fold(self, spec: FoldSpec, *, extractor: Extractor | None = None, **options: Any
@@ -237,11 +258,43 @@ class Memory:
     def forget_live(self) -> None:
         """Drop this process's folded state (an erasure patched the snapshot it came from)."""
         self._live = {}
+        self._state_at = {}
 
     def _keep_live(self, live) -> None:
         old = self._live.get(live.spec.hash)
         if old is None or old is live or live.last_seq >= old.last_seq:
             self._live = {live.spec.hash: live}
+
+    def state_store(self, spec: FoldSpec):
+        """The state tables of ``spec`` (one object per spec per Memory: it keeps their Delta
+        handles open, so a read does not replay their commit logs)."""
+        from refold.storage.state import StateStore
+
+        store = self._state_stores.get(spec.hash)
+        if store is None:
+            store = self._state_stores[spec.hash] = StateStore(self.layout, spec.hash,
+                                                               storage_options=self.storage_options)
+        return store
+
+    def _state_tables(self, spec: FoldSpec):
+        """(store, tag) of ``spec``'s state tables brought up to date with the log, or None when
+        this spec was never folded into state tables. The one place where this process looks up
+        its cached state: a log version seen before skips the check."""
+        store = self.state_store(spec)
+        version = self.log_store.version()
+        seen = self._state_at.get(spec.hash)
+        if seen is not None and seen[0] == version:
+            return store, seen[1]
+        if store.tag() is None:
+            return None
+        from refold.fold.extractors import get_extractor
+        from refold.state_fold import fold_state
+
+        with self._fold_lock:
+            fold_state(self, spec, extractor=get_extractor("rules") if spec.extractor == "rules" else None)
+            tag = store.tag()
+            self._state_at = {spec.hash: (version, tag)}
+        return store, tag
 
     @property
     def cache(self):
@@ -310,7 +363,14 @@ class Memory:
         from refold.folding import parse_time_or_none
 
         when = parse_time_or_none(valid_at)
-        relation = self.current_spec().canonical_relation(relation) if relation else None
+        spec = self.current_spec()
+        relation = spec.canonical_relation(relation) if relation else None
+        tables = self._state_tables(spec) if as_of is None and self.mode != "shred" else None
+        if tables is not None:
+            from refold.state_queries import facts_from_state
+
+            return facts_from_state(*tables, subject=subject, relation=relation, valid_at=when, tenant=tenant,
+                                    current_only=current_only)
         rows = fact_rows(self.state(as_of=as_of).graph, subject=subject, relation=relation,
                          valid_at=when, tenant=tenant, current_only=current_only)
         return facts_frame(rows)

@@ -1,0 +1,407 @@
+"""Running the partitioned fold against a store: state as Delta tables (see refold.storage.state).
+
+    full         log (in batches) → extraction cache (extract what is missing) → items table
+                 → per bucket group: read its items, fold each bucket alone → merged rows
+                 → entities (names from items, summaries) → roll-up join stage → derived rows
+                 → the last commit is tagged with the log position (the snapshot)
+    incremental  the events after the tag → their items (appended) → only the subjects they touch
+                 are advanced from their current rows, the buckets holding them rewritten, and the
+                 roll-ups and entities that depend on those subjects refreshed
+    erasure      :class:`StatePurger`: the buckets that held the erased events' items are refolded
+                 from the surviving items (cached extractions: no model call), the dependent
+                 roll-ups and entities refreshed, and old versions vacuumed
+
+Peak memory of a full fold follows the largest bucket group plus the roll-up stage's columns, not
+the whole graph. :func:`merge_buckets` reads a bucket group's items from the store itself and
+returns its rows, so the same function can run as a remote task (e.g. a Ray task given the store
+URI); locally the groups run one after another in this process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from refold.fold.errors import ExtractionError, RefoldError, StoreError
+from refold.fold.events import Event
+from refold.fold.extract import Extractor
+from refold.fold.partition import (
+    DEFAULT_BUCKETS, FACT_SCHEMA, ITEM_SCHEMA, advance_subjects, bucket_of, derive_frame, entity_rows,
+    fold_partition, items_of,
+)
+from refold.fold.spec import FoldSpec
+from refold.folding import FoldReport, extract_missing, needs_extraction
+from refold.progress import FoldProgress
+from refold.storage.cache import PurgeResult
+from refold.storage.schema import table_to_events
+from refold.storage.state import StateStore, StateTag
+
+if TYPE_CHECKING:
+    from refold.memory import Memory
+
+__all__ = ["PartitionError", "StatePurger", "fold_state", "merge_buckets"]
+
+#: Log events read (and their items built) per batch of a full fold.
+EVENT_BATCH = 20_000
+#: Buckets merged per facts commit of a full fold.
+BUCKET_GROUP = 8
+
+
+class PartitionError(RefoldError):
+    """A partition's fold failed; names the partition (bucket) and the cause."""
+
+
+@dataclass(frozen=True)
+class _Head:
+    seq: int
+    link: str
+
+
+def _rollup_relations(spec: FoldSpec) -> set[str]:
+    return {r for rule in spec.rollups for r in rule.inputs}
+
+
+# -- reading the log -----------------------------------------------------------------------------
+
+
+def _event_batches(mem: "Memory", since: int = 0) -> Iterator[list[Event]]:
+    """Stored events with seq >= ``since`` in batches (each in log order), readable form."""
+    if mem.mode == "shred":  # content must be decrypted (and destroyed keys honoured) first
+        events = [e for e in mem.events() if e.seq >= since]
+        for start in range(0, len(events), EVENT_BATCH):
+            yield events[start:start + EVENT_BATCH]
+        return
+    dt = mem.log_store._table()
+    scanner = dt.to_pyarrow_dataset().scanner(filter=pc.field("seq") >= since, batch_size=EVENT_BATCH)
+    for batch in scanner.to_batches():
+        if batch.num_rows:
+            table = pa.Table.from_batches([batch]).sort_by("seq")
+            yield list(table_to_events(table))
+
+
+def _items(mem: "Memory", spec: FoldSpec, events: list[Event], *, extractor: Extractor | None, buckets: int,
+           progress: bool, runner, batch_size: int) -> tuple[list[dict[str, Any]], int, int]:
+    """(item rows, extraction calls, rejected outputs) of ``events``, extracting what is missing."""
+    cache = mem.cache
+    calls = rejected = 0
+    wanted = [e for e in events if needs_extraction(e)]
+    if not wanted:
+        return [i for e in events for i in items_of(e, None, buckets)], 0, 0
+    if extractor is not None:
+        calls, rejected = extract_missing(events, spec=spec, extractor=extractor, cache=cache,
+                                          batch_size=batch_size, progress=progress, runner=runner)
+    ids = [e.event_id for e in wanted]
+    found = cache.facts(spec.hash, ids, seqs=[e.seq for e in wanted])
+    if len(found) < len(ids):  # rows cached without a seq are not found by a seq-pruned read
+        found.update(cache.facts(spec.hash, [i for i in ids if i not in found]))
+    missing = [i for i in ids if i not in found]
+    if missing:
+        raise ExtractionError(f"{len(missing)} event(s) have no {spec.extractor} extraction yet; run `refold "
+                              f"fold {mem.root} --extractor {spec.extractor}` first")
+    if extractor is None or calls == 0:
+        rejected = sum(len(found[i].rejected) for i in ids)
+    rows = []
+    for e in events:
+        cached = found.get(e.event_id)
+        rows += items_of(e, None if cached is None else cached.facts, buckets)
+    return rows, calls, rejected
+
+
+# -- the fold ------------------------------------------------------------------------------------
+
+
+def merge_buckets(store: StateStore, spec: FoldSpec, group: Sequence[int], *, buckets: int) -> pa.Table:
+    """Merged rows of the buckets ``group``, each folded alone from the store's items table.
+
+    Reads only those partitions; a failure names the bucket (:class:`PartitionError`)."""
+    dataset = store.table("items").to_pyarrow_dataset()
+    rows: list[dict[str, Any]] = []
+    for bucket in group:
+        try:
+            part = dataset.to_table(filter=pc.field("bucket") == bucket)
+            part = part.sort_by([("seq", "ascending"), ("ordinal", "ascending")])
+            rows += fold_partition(spec, part.to_pylist(), buckets=buckets)
+        except RefoldError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - name the partition, keep the cause
+            raise PartitionError(f"folding partition bucket={bucket} of {store.root} failed: {exc!r}; "
+                                 "rerun the fold (finished partitions are kept)") from exc
+    return pa.Table.from_pylist(rows, schema=FACT_SCHEMA)
+
+
+def fold_state(mem: "Memory", spec: FoldSpec, *, extractor: Extractor | None, full: bool = False,
+               progress: bool = False, runner=None, batch_size: int = 16,
+               buckets: int = DEFAULT_BUCKETS) -> FoldReport:
+    """Bring ``spec``'s state tables up to date with the log (see the module docstring)."""
+    store = mem.state_store(spec)
+    tag = None if full else store.tag()
+    if tag is not None:
+        done = _incremental(mem, spec, store, tag, extractor=extractor, progress=progress, runner=runner,
+                            batch_size=batch_size)
+        if done is not None:
+            return done
+    return _full(mem, spec, store, extractor=extractor, progress=progress, runner=runner,
+                 batch_size=batch_size, buckets=buckets)
+
+
+def _full(mem, spec, store: StateStore, *, extractor, progress, runner, batch_size, buckets) -> FoldReport:
+    calls = rejected = 0
+    tenants: set[str] = set()
+    head = _Head(-1, "")
+    first = True
+    for events in _event_batches(mem):
+        rows, c, r = _items(mem, spec, events, extractor=extractor, buckets=buckets, progress=progress,
+                            runner=runner, batch_size=batch_size)
+        calls, rejected = calls + c, rejected + r
+        tenants.update(e.tenant for e in events)
+        if events[-1].seq > head.seq:
+            head = _Head(events[-1].seq, events[-1].link)
+        store.write("items", pa.Table.from_pylist(rows, schema=ITEM_SCHEMA), mode="overwrite" if first else "append")
+        first = False
+    if first:  # an empty log
+        store.write("items", ITEM_SCHEMA.empty_table())
+    groups = [list(range(b, min(b + BUCKET_GROUP, buckets))) for b in range(0, buckets, BUCKET_GROUP)]
+    with FoldProgress(buckets, label="merging partitions", enabled=progress) as bar:
+        for i, group in enumerate(groups):
+            merged = merge_buckets(store, spec, group, buckets=buckets)
+            if i == 0:  # the first write replaces the whole table (another bucket count, old rows)
+                store.write("facts", merged)
+            else:
+                store.write("facts", merged, buckets=group, layer="merged")
+            bar.advance(len(group))
+    tag = _finish(mem, spec, store, head=head, tenants=tenants, buckets=buckets, subjects=None)
+    return _report(store, spec, tag, calls=calls, rejected=rejected, started_from=-1)
+
+
+def _finish(mem, spec, store: StateStore, *, head: _Head, tenants: Iterable[str], buckets: int,
+            subjects: set[str] | None, nodes: set[str] | None = None,
+            renamed: set[str] | None = None) -> StateTag:
+    """The stages after the merge: entities, then the roll-ups (the tagged commit).
+
+    ``subjects`` None: everything (a full fold); else the subjects whose merged rows changed,
+    ``nodes`` the nodes whose surface names changed, ``renamed`` those whose display name may
+    have changed (their referrers' summaries are refreshed too)."""
+    if subjects is None:
+        items = pl.from_arrow(store.read("items", columns=_OCC_COLUMNS))
+        merged = pl.from_arrow(store.read("facts", filter=pc.field("layer") == "merged", columns=_SUMMARY_COLUMNS))
+        ents = entity_rows(spec, items, merged, buckets=buckets)
+        entities_version = store.write("entities", ents.to_arrow())
+        del items
+        base = pl.from_arrow(store.read("facts", columns=_BASE_COLUMNS, filter=(pc.field("layer") == "merged") & (
+            pc.field("relation").isin(sorted(_rollup_relations(spec))))))
+        derived = derive_frame(spec.rollups, base, buckets=buckets)
+        tag = StateTag(log_seq=head.seq, log_link=head.link, buckets=buckets, tenants=tuple(sorted(tenants)),
+                       entities_version=entities_version)
+        store.write("facts", derived.to_arrow(), layer="derived", tag=tag)
+        return _current_tag(store)
+    entities_version = _refresh_entities(spec, store, buckets, (nodes or set()) | subjects, renamed or set())
+    _refresh_derived(spec, store, buckets, subjects, tag=StateTag(
+        log_seq=head.seq, log_link=head.link, buckets=buckets, tenants=tuple(sorted(tenants)),
+        entities_version=entities_version))
+    return _current_tag(store)
+
+
+def _current_tag(store: StateStore) -> StateTag:
+    tag = store.tag()
+    if tag is None:
+        raise StoreError(f"state tables under {store.root} were written without their tag; rerun the fold")
+    return tag
+
+
+_OCC_COLUMNS = ["kind", "tenant", "seq", "ordinal", "subject", "relation", "object", "subject_node", "object_node"]
+_SUMMARY_COLUMNS = ["subject", "relation", "object", "recorded_seq", "fact_id", "sources", "valid_to"]
+_BASE_COLUMNS = ["fact_id", "tenant", "subject", "relation", "object", "valid_from", "valid_to", "recorded_seq",
+                 "recorded_at", "sources", "source_seqs", "source_principals", "confidence"]
+
+
+def _isin(column: str, values: Iterable[str]) -> pc.Expression:
+    return pc.field(column).isin(pa.array(sorted(set(values)), pa.string()))
+
+
+def _buckets(nodes: Iterable[str], buckets: int) -> set[int]:
+    return {bucket_of(n, buckets) for n in nodes}
+
+
+def _refresh_derived(spec: FoldSpec, store: StateStore, buckets: int, touched: set[str], *, tag: StateTag) -> None:
+    """Recompute the derived rows with an input whose subject is in ``touched`` (the merged layer
+    is already up to date), rewriting only the buckets that hold such rows; the tagged commit."""
+    merged = pc.field("layer") == "merged"
+    firsts = {r.inputs[0] for r in spec.rollups}
+    seconds = {r.inputs[1] for r in spec.rollups if r.kind == "compose"}
+    touch = pl.Series(sorted(touched), dtype=pl.Utf8)
+    a = pl.from_arrow(store.read("facts", columns=_BASE_COLUMNS, filter=merged & pc.field("relation").isin(
+        sorted(firsts)) & (_isin("subject", touched) | _isin("object", touched)))) if touched and firsts else None
+    parts = [] if a is None else [a]
+    if a is not None and seconds:
+        middles = set(a["object"].to_list()) | touched
+        parts.append(pl.from_arrow(store.read("facts", buckets=_buckets(middles, buckets), columns=_BASE_COLUMNS,
+                                              filter=merged & pc.field("relation").isin(sorted(seconds))
+                                              & _isin("subject", middles))))
+    base = pl.concat(parts).unique("fact_id", maintain_order=True) if parts else None
+    new = derive_frame(spec.rollups, base, buckets=buckets, touching=touched) if base is not None else None
+    hit = set(touched)
+    if a is not None:
+        inverse = {r.inputs[0] for r in spec.rollups if r.kind == "inverse"}
+        hit |= set(a["subject"].to_list())
+        hit |= set(a.filter(pl.col("relation").is_in(sorted(inverse)) & pl.col("subject").is_in(touch))["object"]
+                   .to_list())
+    where = _buckets(hit, buckets)
+    old = pl.from_arrow(store.read("facts", buckets=where, filter=pc.field("layer") == "derived"))
+    keep = old.filter(~pl.col("input_subjects").list.eval(pl.element().is_in(touch)).list.any())
+    rows = keep if new is None or new.height == 0 else pl.concat([keep, new.cast(keep.schema)])
+    if where:
+        store.write("facts", rows.to_arrow(), buckets=where, layer="derived", tag=tag)
+    else:  # nothing derived changed: an empty commit still records the new log position
+        store.write("facts", FACT_SCHEMA.empty_table(), mode="append", tag=tag)
+
+
+def _refresh_entities(spec: FoldSpec, store: StateStore, buckets: int, nodes: set[str], renamed: set[str]) -> int:
+    """Recompute the entity rows of ``nodes`` (and the summaries of current facts pointing at a
+    node of ``renamed``) from the items naming them; rewrite their buckets; return the version."""
+    if renamed:
+        referrers = store.read("facts", columns=["subject"], filter=(pc.field("layer") == "merged")
+                               & pc.field("valid_to").is_null() & _isin("object", renamed))
+        nodes = nodes | set(referrers["subject"].to_pylist())
+    if not nodes:
+        dt = store.table("entities")
+        return -1 if dt is None else dt.version()
+    items = pl.from_arrow(store.read("items", columns=_OCC_COLUMNS,
+                                     filter=_isin("subject_node", nodes) | _isin("object_node", nodes)))
+    merged = pl.from_arrow(store.read("facts", buckets=_buckets(nodes, buckets), columns=_SUMMARY_COLUMNS,
+                                      filter=(pc.field("layer") == "merged") & _isin("subject", nodes)))
+    objects = set(merged.filter(pl.col("valid_to").is_null())["object"].to_list()) - nodes
+    names = {}
+    if objects:
+        known = store.read("entities", buckets=_buckets(objects, buckets), columns=["node", "name"],
+                           filter=_isin("node", objects))
+        names = dict(zip(known["node"].to_pylist(), known["name"].to_pylist()))
+    fresh = entity_rows(spec, items, merged, buckets=buckets, nodes=nodes, names=names)
+    where = _buckets(nodes, buckets)
+    old = pl.from_arrow(store.read("entities", buckets=where))
+    keep = old.filter(~pl.col("node").is_in(pl.Series(sorted(nodes), dtype=pl.Utf8)))
+    return store.write("entities", pl.concat([keep, fresh.cast(keep.schema)]).to_arrow(), buckets=where)
+
+
+def _report(store: StateStore, spec: FoldSpec, tag: StateTag, *, calls: int, rejected: int,
+            started_from: int) -> FoldReport:
+    layers = store.read("facts", columns=["layer"], version=tag.facts_version)["layer"]
+    derived = pc.sum(pc.equal(layers, "derived")).as_py() or 0
+    return FoldReport(events_folded=tag.log_seq + 1, extraction_calls=calls, facts=len(layers) - derived,
+                      derived_facts=derived, rejected_outputs=rejected, last_seq=tag.log_seq,
+                      spec_hash=spec.hash, started_from=started_from)
+
+
+# -- incremental -----------------------------------------------------------------------------------
+
+
+def _tail(mem: "Memory", tag: StateTag) -> list[Event] | None:
+    """The events after ``tag``'s position, or None when the log no longer has that position
+    (rewritten or another log: the caller refolds in full)."""
+    from refold.projection import DeltaSource, ListSource
+
+    source = DeltaSource(mem.log_store) if mem.mode != "shred" else ListSource(mem.events())
+    if tag.log_seq < 0:
+        return source.window(0)[0]
+    tail, _ = source.window(tag.log_seq + 1)
+    if tail and tail[0].prev_link:
+        return tail if tail[0].seq == tag.log_seq + 1 and tail[0].prev_link == tag.log_link else None
+    events, _ = source.window(tag.log_seq)
+    if not events or events[0].seq != tag.log_seq or events[0].link != tag.log_link:
+        return None
+    return events[1:]
+
+
+def _incremental(mem, spec, store: StateStore, tag: StateTag, *, extractor, progress, runner,
+                 batch_size) -> FoldReport | None:
+    tail = _tail(mem, tag)
+    if tail is None:
+        return None
+    if not tail:
+        return _report(store, spec, tag, calls=0, rejected=0, started_from=tag.log_seq)
+    buckets, started_from = tag.buckets, tag.log_seq
+    rows, calls, rejected = _items(mem, spec, tail, extractor=extractor, buckets=buckets, progress=progress,
+                                   runner=runner, batch_size=batch_size)
+    head = _Head(tail[-1].seq, tail[-1].link)
+    tenants = set(tag.tenants) | {e.tenant for e in tail}
+    if rows:
+        store.write("items", pa.Table.from_pylist(rows, schema=ITEM_SCHEMA), mode="append")
+    subjects = {r["subject_node"] for r in rows}
+    nodes = subjects | {r["object_node"] for r in rows}
+    where = _buckets(subjects, buckets)
+    old = pl.from_arrow(store.read("facts", buckets=where, filter=pc.field("layer") == "merged"))
+    touch = pl.Series(sorted(subjects), dtype=pl.Utf8)
+    current = old.filter(pl.col("subject").is_in(touch))
+    rows.sort(key=lambda r: (r["seq"], r["ordinal"]))
+    fresh = advance_subjects(spec, current.to_dicts(), rows, buckets=buckets)
+    merged = pl.concat([old.filter(~pl.col("subject").is_in(touch)),
+                        pl.from_arrow(pa.Table.from_pylist(fresh, schema=FACT_SCHEMA))])
+    store.write("facts", merged.to_arrow(), buckets=where, layer="merged")
+    tag = _finish(mem, spec, store, head=head, tenants=tenants, buckets=buckets, subjects=subjects, nodes=nodes)
+    return _report(store, spec, tag, calls=calls, rejected=rejected, started_from=started_from)
+
+
+# -- erasure ---------------------------------------------------------------------------------------
+
+
+class StatePurger:
+    """The state tables as a derived store of erasure: ``purge(event_ids)`` refolds, for every
+    spec, the subjects whose items came from an erased event (from the surviving items: no model
+    call), refreshes the roll-ups and entities that depend on them, and vacuums."""
+
+    def __init__(self, mem: "Memory"):
+        self.mem = mem
+
+    def purge(self, event_ids: Iterable[str]) -> PurgeResult:
+        import os
+
+        from refold.folding import recorded_specs
+
+        ids = sorted(set(event_ids))
+        self.mem._state_at = {}  # this process's up-to-date marks no longer hold
+        root = self.mem.layout._join("state")
+        if not ids or not os.path.isdir(root):
+            return PurgeResult(store="state", rows=0)
+        specs = recorded_specs(self.mem)
+        removed, detail = 0, []
+        for spec_hash in sorted(os.listdir(root)):
+            store = self.mem.state_store(specs[spec_hash]) if spec_hash in specs else None
+            if store is None or store.tag() is None:
+                # no spec to refold with, or a fold that never finished: drop it (it may hold erased data)
+                StateStore(self.mem.layout, spec_hash, storage_options=self.mem.storage_options).drop()
+                detail.append(f"state/{spec_hash}: dropped")
+                continue
+            n = purge_state(store, specs[spec_hash], ids)
+            removed += n
+            detail.append(f"state/{spec_hash}: {n} item row(s) removed")
+        return PurgeResult(store="state", rows=removed, detail=tuple(detail))
+
+
+def purge_state(store: StateStore, spec: FoldSpec, event_ids: Sequence[str]) -> int:
+    """Remove ``event_ids``' items from ``store`` and refold what they touched; return the rows removed."""
+    tag = store.tag()
+    assert tag is not None
+    buckets = tag.buckets
+    hit = store.read("items", columns=["bucket", "subject_node", "object_node"], filter=_isin("event_id", event_ids))
+    if hit.num_rows == 0:
+        return 0
+    where = set(hit["bucket"].to_pylist())
+    subjects = set(hit["subject_node"].to_pylist())
+    nodes = subjects | set(hit["object_node"].to_pylist())
+    items = store.read("items", buckets=where)
+    surviving = items.filter(pc.invert(_isin("event_id", event_ids)))
+    store.write("items", surviving, buckets=where)
+    mine = surviving.filter(_isin("subject_node", subjects)).sort_by([("seq", "ascending"), ("ordinal", "ascending")])
+    fresh = fold_partition(spec, mine.to_pylist(), buckets=buckets)
+    old = pl.from_arrow(store.read("facts", buckets=_buckets(subjects, buckets), filter=pc.field("layer") == "merged"))
+    keep = old.filter(~pl.col("subject").is_in(pl.Series(sorted(subjects), dtype=pl.Utf8)))
+    merged = pl.concat([keep, pl.from_arrow(pa.Table.from_pylist(fresh, schema=FACT_SCHEMA))])
+    store.write("facts", merged.to_arrow(), buckets=_buckets(subjects, buckets), layer="merged")
+    _finish(None, spec, store, head=_Head(tag.log_seq, tag.log_link), tenants=tag.tenants, buckets=buckets,
+            subjects=subjects, nodes=nodes, renamed=nodes)
+    store.vacuum()
+    return items.num_rows - surviving.num_rows

@@ -1,0 +1,199 @@
+"""Derived state as Delta tables: ``state/<spec-hash>/{items,facts,entities}``.
+
+    items     one row per extracted fact (or retraction) of a surviving event, with its bucket:
+              what a partition's merge reads (:data:`refold.fold.partition.ITEM_SCHEMA`)
+    facts     merged and derived facts (``layer`` "merged"/"derived"), partitioned by
+              (layer, bucket) (:data:`refold.fold.partition.FACT_SCHEMA`)
+    entities  names, aliases, summaries, partitioned by bucket (:data:`~refold.fold.partition.ENTITY_SCHEMA`)
+
+``bucket`` is the hash bucket of the subject's node id (tenant + entity key), so a partition
+folds alone and a read of one subject opens one bucket's files. Every write goes through
+delta-rs (``write_deltalake``, an overwrite with a ``bucket IN (...)`` predicate for a partial
+rewrite). Delta statistics are kept to the numeric and partition columns only, so no name or
+other content lands in ``_delta_log``.
+
+A fold's last commit, to ``facts``, is tagged (commit custom metadata, :class:`StateTag`) with
+the log position it reflects and the ``entities`` version that goes with it: that ``facts``
+version is the snapshot, and "state as of log seq S" is time travel to the newest tagged version
+at or before S. Erasure rewrites the partitions that held the erased events and vacuums, after
+which older versions can no longer be read.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import CommitProperties, DeltaTable, write_deltalake
+from deltalake.exceptions import TableNotFoundError
+
+from refold.fold.errors import StoreError
+from refold.fold.partition import ENTITY_SCHEMA, FACT_SCHEMA, ITEM_SCHEMA
+
+from .layout import Layout
+
+__all__ = ["StateStore", "StateTag", "TABLES"]
+
+#: table name → (schema, partition columns)
+TABLES = {
+    "items": (ITEM_SCHEMA, ["bucket"]),
+    "facts": (FACT_SCHEMA, ["layer", "bucket"]),
+    "entities": (ENTITY_SCHEMA, ["bucket"]),
+}
+#: the only columns with Delta statistics: numbers and partitions, never a name (see module doc)
+_STATS = {"items": "bucket,seq", "facts": "layer,bucket,recorded_seq", "entities": "bucket"}
+_PREFIX = "refold."
+
+
+@dataclass(frozen=True)
+class StateTag:
+    """What a tagged ``facts`` version reflects."""
+
+    log_seq: int
+    log_link: str
+    buckets: int
+    tenants: tuple[str, ...]
+    entities_version: int
+    facts_version: int = -1
+
+    def metadata(self) -> dict[str, str]:
+        return {_PREFIX + "log_seq": str(self.log_seq), _PREFIX + "log_link": self.log_link,
+                _PREFIX + "buckets": str(self.buckets), _PREFIX + "tenants": json.dumps(list(self.tenants)),
+                _PREFIX + "entities_version": str(self.entities_version)}
+
+    @classmethod
+    def from_commit(cls, info: dict, version: int) -> "StateTag | None":
+        if _PREFIX + "log_seq" not in info:
+            return None
+        return cls(log_seq=int(info[_PREFIX + "log_seq"]), log_link=info[_PREFIX + "log_link"],
+                   buckets=int(info[_PREFIX + "buckets"]), tenants=tuple(json.loads(info[_PREFIX + "tenants"])),
+                   entities_version=int(info[_PREFIX + "entities_version"]), facts_version=version)
+
+
+class StateStore:
+    """The state tables of one spec under one store (see the module docstring)."""
+
+    def __init__(self, layout: Layout, spec_hash: str, *, storage_options: dict[str, str] | None = None):
+        self.layout = layout
+        self.spec_hash = spec_hash
+        self.storage_options = storage_options
+        self.root = layout._join("state", spec_hash)
+        self._tables: dict[str, DeltaTable] = {}
+
+    def path(self, name: str) -> str:
+        return f"{self.root}/{name}"
+
+    # -- reading ---------------------------------------------------------------------------------
+
+    def table(self, name: str, *, version: int | None = None) -> DeltaTable | None:
+        """The Delta table ``name`` (at ``version``), or None when it was never written. The
+        newest handle is kept and brought up to date incrementally (no commit-log replay)."""
+        if version is not None:
+            try:
+                return DeltaTable(self.path(name), version=version, storage_options=self.storage_options)
+            except TableNotFoundError:
+                return None
+        dt = self._tables.get(name)
+        try:
+            if dt is None:
+                dt = self._tables[name] = DeltaTable(self.path(name), storage_options=self.storage_options)
+            else:
+                dt.update_incremental()
+        except TableNotFoundError:
+            return None
+        return dt
+
+    def tag(self) -> StateTag | None:
+        """The tag of the newest ``facts`` version, when that version is a complete fold."""
+        dt = self.table("facts")
+        if dt is None:
+            return None
+        info = dt.history(1)[0]
+        return StateTag.from_commit(info, dt.version())
+
+    def tags(self) -> list[StateTag]:
+        """Every tagged ``facts`` version still in the commit log, oldest first."""
+        dt = self.table("facts")
+        if dt is None:
+            return []
+        out = [StateTag.from_commit(info, info["version"]) for info in dt.history()]
+        return sorted((t for t in out if t is not None), key=lambda t: t.facts_version)
+
+    def tag_at(self, log_seq: int) -> StateTag | None:
+        """The newest tagged version reflecting the log at or before ``log_seq``."""
+        found = [t for t in self.tags() if t.log_seq <= log_seq]
+        return found[-1] if found else None
+
+    def read(self, name: str, *, buckets: Iterable[int] | None = None, filter: pc.Expression | None = None,
+             columns: list[str] | None = None, version: int | None = None) -> pa.Table:
+        """Rows of ``name``; ``buckets`` prunes partitions (only their files are opened)."""
+        schema = TABLES[name][0]
+        dt = self.table(name, version=version)
+        if dt is None:
+            return schema.empty_table() if columns is None else schema.empty_table().select(columns)
+        expr = filter
+        if buckets is not None:
+            wanted = pc.field("bucket").isin(pa.array(sorted(set(buckets)), pa.int32()))
+            expr = wanted if expr is None else expr & wanted
+        table = dt.to_pyarrow_dataset().to_table(filter=expr, columns=columns or schema.names)
+        return table.cast(schema if columns is None else pa.schema([schema.field(c) for c in columns]))
+
+    # -- writing ---------------------------------------------------------------------------------
+
+    def write(self, name: str, rows: pa.Table, *, buckets: Iterable[int] | None = None,
+              layer: str | None = None, tag: StateTag | None = None, mode: str = "overwrite") -> int:
+        """Replace the partitions ``buckets`` (all: None) of ``name`` (of ``layer`` in ``facts``)
+        with ``rows``, or append them (``mode="append"``); return the new table version.
+
+        Every row must lie in those partitions (delta-rs checks the predicate)."""
+        schema, partitions = TABLES[name]
+        rows = rows.select(schema.names).cast(schema)
+        terms = []
+        if layer is not None:
+            terms.append(f"layer = '{layer}'")
+        if buckets is not None:
+            wanted = sorted(set(buckets))
+            if not wanted:
+                dt = self.table(name)
+                return -1 if dt is None else dt.version()
+            terms.append(f"bucket IN ({', '.join(str(b) for b in wanted)})")
+        predicate = " AND ".join(terms) if terms and mode == "overwrite" else None
+        if predicate is not None and self.table(name) is None:
+            predicate = None  # a new table: nothing to replace
+        config = {"delta.dataSkippingStatsColumns": _STATS[name], "delta.enableDeletionVectors": "false",
+                  "delta.enableChangeDataFeed": "false"}
+        try:
+            write_deltalake(self.path(name), rows, mode=mode, predicate=predicate, partition_by=partitions,
+                            configuration=config, storage_options=self.storage_options,
+                            commit_properties=CommitProperties(custom_metadata=tag.metadata() if tag else None))
+        except Exception as exc:  # noqa: BLE001 - delta-rs raises several types; all mean the same here
+            raise StoreError(f"cannot write state table {self.path(name)}: {exc}; "
+                             "rerun the fold (a partial write is replaced by the next one)") from exc
+        dt = self.table(name)
+        assert dt is not None
+        return dt.version()
+
+    def vacuum(self) -> list[str]:
+        """Delete every file an old version of the state tables held (after an erasure rewrote
+        partitions, those files held erased data); older versions can no longer be read."""
+        removed = []
+        for name in TABLES:
+            dt = self.table(name)
+            if dt is not None:
+                removed += dt.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False, full=True)
+        return removed
+
+    def exists(self) -> bool:
+        return self.tag() is not None
+
+    def drop(self) -> None:
+        """Remove every state table of this spec (local stores)."""
+        import shutil
+
+        if os.path.isdir(self.root):
+            shutil.rmtree(self.root)
+        self._tables = {}
