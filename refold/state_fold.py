@@ -48,8 +48,10 @@ __all__ = ["PartitionError", "StatePurger", "fold_state", "merge_buckets"]
 
 #: Log events read (and their items built) per batch of a full fold.
 EVENT_BATCH = 20_000
+#: Item rows a full fold holds before writing them (each write adds a file per bucket).
+ITEM_FLUSH = 200_000
 #: Buckets merged per facts commit of a full fold.
-BUCKET_GROUP = 8
+BUCKET_GROUP = 16
 
 
 class PartitionError(RefoldError):
@@ -153,7 +155,7 @@ def _full(mem, spec, store: StateStore, *, extractor, progress, runner, batch_si
     calls = rejected = 0
     tenants: set[str] = set()
     head = _Head(-1, "")
-    first = True
+    first, pending = True, []
     for events in _event_batches(mem):
         rows, c, r = _items(mem, spec, events, extractor=extractor, buckets=buckets, progress=progress,
                             runner=runner, batch_size=batch_size)
@@ -161,10 +163,13 @@ def _full(mem, spec, store: StateStore, *, extractor, progress, runner, batch_si
         tenants.update(e.tenant for e in events)
         if events[-1].seq > head.seq:
             head = _Head(events[-1].seq, events[-1].link)
-        store.write("items", pa.Table.from_pylist(rows, schema=ITEM_SCHEMA), mode="overwrite" if first else "append")
-        first = False
-    if first:  # an empty log
-        store.write("items", ITEM_SCHEMA.empty_table())
+        pending.append(pa.Table.from_pylist(rows, schema=ITEM_SCHEMA))
+        if sum(t.num_rows for t in pending) >= ITEM_FLUSH:  # (fewer, larger files per bucket)
+            store.write("items", pa.concat_tables(pending), mode="overwrite" if first else "append")
+            pending, first = [], False
+    if pending or first:
+        store.write("items", pa.concat_tables(pending) if pending else ITEM_SCHEMA.empty_table(),
+                    mode="overwrite" if first else "append")
     groups = [list(range(b, min(b + BUCKET_GROUP, buckets))) for b in range(0, buckets, BUCKET_GROUP)]
     with FoldProgress(buckets, label="merging partitions", enabled=progress) as bar:
         for i, group in enumerate(groups):
@@ -180,7 +185,8 @@ def _full(mem, spec, store: StateStore, *, extractor, progress, runner, batch_si
 
 def _finish(mem, spec, store: StateStore, *, head: _Head, tenants: Iterable[str], buckets: int,
             subjects: set[str] | None, nodes: set[str] | None = None,
-            renamed: set[str] | None = None) -> StateTag:
+            renamed: set[str] | None = None, new_items: pl.DataFrame | None = None,
+            previous: pl.DataFrame | None = None) -> StateTag:
     """The stages after the merge: entities, then the roll-ups (the tagged commit).
 
     ``subjects`` None: everything (a full fold); else the subjects whose merged rows changed,
@@ -199,8 +205,9 @@ def _finish(mem, spec, store: StateStore, *, head: _Head, tenants: Iterable[str]
                        entities_version=entities_version)
         store.write("facts", derived.to_arrow(), layer="derived", tag=tag)
         return _current_tag(store)
-    entities_version = _refresh_entities(spec, store, buckets, (nodes or set()) | subjects, renamed or set())
-    _refresh_derived(spec, store, buckets, subjects, tag=StateTag(
+    entities_version = _refresh_entities(spec, store, buckets, (nodes or set()) | subjects, renamed or set(),
+                                         new_items=new_items)
+    _refresh_derived(spec, store, buckets, subjects, previous=previous, tag=StateTag(
         log_seq=head.seq, log_link=head.link, buckets=buckets, tenants=tuple(sorted(tenants)),
         entities_version=entities_version))
     return _current_tag(store)
@@ -223,13 +230,20 @@ def _isin(column: str, values: Iterable[str]) -> pc.Expression:
     return pc.field(column).isin(pa.array(sorted(set(values)), pa.string()))
 
 
+def _among(column: str, values: Iterable[str]) -> pl.Expr:
+    """``column`` is one of ``values`` (polars)."""
+    return pl.col(column).is_in(pl.Series(sorted(set(values)), dtype=pl.Utf8).implode())
+
+
 def _buckets(nodes: Iterable[str], buckets: int) -> set[int]:
     return {bucket_of(n, buckets) for n in nodes}
 
 
-def _refresh_derived(spec: FoldSpec, store: StateStore, buckets: int, touched: set[str], *, tag: StateTag) -> None:
+def _refresh_derived(spec: FoldSpec, store: StateStore, buckets: int, touched: set[str], *, tag: StateTag,
+                     previous: pl.DataFrame | None) -> None:
     """Recompute the derived rows with an input whose subject is in ``touched`` (the merged layer
-    is already up to date), rewriting only the buckets that hold such rows; the tagged commit."""
+    is already up to date; ``previous``: the touched subjects' merged rows before), rewriting only
+    the buckets that hold such rows; the tagged commit."""
     merged = pc.field("layer") == "merged"
     firsts = {r.inputs[0] for r in spec.rollups}
     seconds = {r.inputs[1] for r in spec.rollups if r.kind == "compose"}
@@ -244,25 +258,31 @@ def _refresh_derived(spec: FoldSpec, store: StateStore, buckets: int, touched: s
                                               & _isin("subject", middles))))
     base = pl.concat(parts).unique("fact_id", maintain_order=True) if parts else None
     new = derive_frame(spec.rollups, base, buckets=buckets, touching=touched) if base is not None else None
+    # where such rows live: a compose row in its first input's subject's bucket (a touched
+    # subject, or one whose first input points at one), an inverse row in its input's object's
+    # (before or after the change: an erased input's row must go too)
     hit = set(touched)
-    if a is not None:
-        inverse = {r.inputs[0] for r in spec.rollups if r.kind == "inverse"}
-        hit |= set(a["subject"].to_list())
-        hit |= set(a.filter(pl.col("relation").is_in(sorted(inverse)) & pl.col("subject").is_in(touch))["object"]
-                   .to_list())
+    inverse = sorted({r.inputs[0] for r in spec.rollups if r.kind == "inverse"})
+    for rows in (r for r in (a, previous) if r is not None):
+        hit |= set(rows["subject"].to_list())
+        hit |= set(rows.filter(pl.col("relation").is_in(inverse) & _among("subject", touched))["object"].to_list())
     where = _buckets(hit, buckets)
     old = pl.from_arrow(store.read("facts", buckets=where, filter=pc.field("layer") == "derived"))
-    keep = old.filter(~pl.col("input_subjects").list.eval(pl.element().is_in(touch)).list.any())
+    keep = old.filter(~pl.col("input_subjects").list.eval(pl.element().is_in(touch.implode())).list.any())
     rows = keep if new is None or new.height == 0 else pl.concat([keep, new.cast(keep.schema)])
     if where:
         store.write("facts", rows.to_arrow(), buckets=where, layer="derived", tag=tag)
-    else:  # nothing derived changed: an empty commit still records the new log position
-        store.write("facts", FACT_SCHEMA.empty_table(), mode="append", tag=tag)
+    else:  # nothing derived changed: the tag still records the new log position
+        store.set_tag(tag)
 
 
-def _refresh_entities(spec: FoldSpec, store: StateStore, buckets: int, nodes: set[str], renamed: set[str]) -> int:
+def _refresh_entities(spec: FoldSpec, store: StateStore, buckets: int, nodes: set[str], renamed: set[str],
+                      new_items: pl.DataFrame | None = None) -> int:
     """Recompute the entity rows of ``nodes`` (and the summaries of current facts pointing at a
-    node of ``renamed``) from the items naming them; rewrite their buckets; return the version."""
+    node of ``renamed``) from the items naming them; rewrite their buckets; return the version.
+
+    ``new_items``: an append's items; the entities' surfaces so far come from their current rows
+    (names never change on an append) instead of a scan of every item."""
     if renamed:
         referrers = store.read("facts", columns=["subject"], filter=(pc.field("layer") == "merged")
                                & pc.field("valid_to").is_null() & _isin("object", renamed))
@@ -270,8 +290,14 @@ def _refresh_entities(spec: FoldSpec, store: StateStore, buckets: int, nodes: se
     if not nodes:
         dt = store.table("entities")
         return -1 if dt is None else dt.version()
-    items = pl.from_arrow(store.read("items", columns=_OCC_COLUMNS,
-                                     filter=_isin("subject_node", nodes) | _isin("object_node", nodes)))
+    where = _buckets(nodes, buckets)
+    old = pl.from_arrow(store.read("entities", buckets=where))
+    prior = None
+    if new_items is not None:
+        items, prior = new_items, old.filter(_among("node", nodes))
+    else:
+        items = pl.from_arrow(store.read("items", columns=_OCC_COLUMNS,
+                                         filter=_isin("subject_node", nodes) | _isin("object_node", nodes)))
     merged = pl.from_arrow(store.read("facts", buckets=_buckets(nodes, buckets), columns=_SUMMARY_COLUMNS,
                                       filter=(pc.field("layer") == "merged") & _isin("subject", nodes)))
     objects = set(merged.filter(pl.col("valid_to").is_null())["object"].to_list()) - nodes
@@ -280,10 +306,8 @@ def _refresh_entities(spec: FoldSpec, store: StateStore, buckets: int, nodes: se
         known = store.read("entities", buckets=_buckets(objects, buckets), columns=["node", "name"],
                            filter=_isin("node", objects))
         names = dict(zip(known["node"].to_pylist(), known["name"].to_pylist()))
-    fresh = entity_rows(spec, items, merged, buckets=buckets, nodes=nodes, names=names)
-    where = _buckets(nodes, buckets)
-    old = pl.from_arrow(store.read("entities", buckets=where))
-    keep = old.filter(~pl.col("node").is_in(pl.Series(sorted(nodes), dtype=pl.Utf8)))
+    fresh = entity_rows(spec, items, merged, buckets=buckets, nodes=nodes, names=names, prior=prior)
+    keep = old.filter(~_among("node", nodes))
     return store.write("entities", pl.concat([keep, fresh.cast(keep.schema)]).to_arrow(), buckets=where)
 
 
@@ -334,14 +358,14 @@ def _incremental(mem, spec, store: StateStore, tag: StateTag, *, extractor, prog
     nodes = subjects | {r["object_node"] for r in rows}
     where = _buckets(subjects, buckets)
     old = pl.from_arrow(store.read("facts", buckets=where, filter=pc.field("layer") == "merged"))
-    touch = pl.Series(sorted(subjects), dtype=pl.Utf8)
-    current = old.filter(pl.col("subject").is_in(touch))
+    current = old.filter(_among("subject", subjects))
     rows.sort(key=lambda r: (r["seq"], r["ordinal"]))
     fresh = advance_subjects(spec, current.to_dicts(), rows, buckets=buckets)
-    merged = pl.concat([old.filter(~pl.col("subject").is_in(touch)),
+    merged = pl.concat([old.filter(~_among("subject", subjects)),
                         pl.from_arrow(pa.Table.from_pylist(fresh, schema=FACT_SCHEMA))])
     store.write("facts", merged.to_arrow(), buckets=where, layer="merged")
-    tag = _finish(mem, spec, store, head=head, tenants=tenants, buckets=buckets, subjects=subjects, nodes=nodes)
+    tag = _finish(mem, spec, store, head=head, tenants=tenants, buckets=buckets, subjects=subjects, nodes=nodes,
+                  new_items=pl.from_arrow(pa.Table.from_pylist(rows, schema=ITEM_SCHEMA)), previous=current)
     return _report(store, spec, tag, calls=calls, rejected=rejected, started_from=started_from)
 
 
@@ -398,10 +422,10 @@ def purge_state(store: StateStore, spec: FoldSpec, event_ids: Sequence[str]) -> 
     mine = surviving.filter(_isin("subject_node", subjects)).sort_by([("seq", "ascending"), ("ordinal", "ascending")])
     fresh = fold_partition(spec, mine.to_pylist(), buckets=buckets)
     old = pl.from_arrow(store.read("facts", buckets=_buckets(subjects, buckets), filter=pc.field("layer") == "merged"))
-    keep = old.filter(~pl.col("subject").is_in(pl.Series(sorted(subjects), dtype=pl.Utf8)))
-    merged = pl.concat([keep, pl.from_arrow(pa.Table.from_pylist(fresh, schema=FACT_SCHEMA))])
+    mask = _among("subject", subjects)
+    merged = pl.concat([old.filter(~mask), pl.from_arrow(pa.Table.from_pylist(fresh, schema=FACT_SCHEMA))])
     store.write("facts", merged.to_arrow(), buckets=_buckets(subjects, buckets), layer="merged")
     _finish(None, spec, store, head=_Head(tag.log_seq, tag.log_link), tenants=tag.tenants, buckets=buckets,
-            subjects=subjects, nodes=nodes, renamed=nodes)
+            subjects=subjects, nodes=nodes, renamed=nodes, previous=old.filter(mask))
     store.vacuum()
     return items.num_rows - surviving.num_rows

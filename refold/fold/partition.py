@@ -211,7 +211,7 @@ def derive_frame(rules, merged: pl.DataFrame, *, buckets: int,
     ``touching`` (node ids): only rows with an input whose subject is one of them. Each derived
     row carries the union of its inputs' lineage, as :func:`refold.fold.rollups.derive` does.
     """
-    want = None if touching is None else pl.Series(list(touching), dtype=pl.Utf8)
+    want = None if touching is None else pl.Series(sorted(set(touching)), dtype=pl.Utf8).implode()
     base = merged.select(["fact_id", "tenant", "subject", "relation", "object", "valid_from", "valid_to",
                           "recorded_seq", "recorded_at", "sources", "source_seqs", "source_principals",
                           "confidence"])
@@ -299,15 +299,26 @@ def occurrences(spec: FoldSpec, items: pl.DataFrame) -> pl.DataFrame:
 
 
 def entity_rows(spec: FoldSpec, items: pl.DataFrame, merged: pl.DataFrame, *, buckets: int,
-                nodes: Iterable[str] | None = None, names: dict[str, str] | None = None) -> pl.DataFrame:
+                nodes: Iterable[str] | None = None, names: dict[str, str] | None = None,
+                prior: pl.DataFrame | None = None) -> pl.DataFrame:
     """Entity rows (:data:`ENTITY_SCHEMA`) from ``items`` (their surface names, in log order:
     the first is the name, the others aliases) and ``merged`` rows (summaries: current facts per
     relation). ``nodes``: only these (an incremental refresh); ``items``/``merged`` must then hold
     every item naming them and every merged row of them as subject, and ``names`` the names of
-    other nodes their current facts point at."""
+    other nodes their current facts point at. ``prior``: entity rows of these nodes as they
+    were before ``items`` (an append: names are kept, new surfaces become aliases)."""
     occ = occurrences(spec, items)
+    if prior is not None and prior.height:
+        # an entity's surfaces so far, in order, ahead of every new item (seq -1)
+        before = prior.select(
+            "node", "tenant", pl.concat_list([pl.col("name"), pl.col("aliases")]).alias("surface"),
+        ).explode("surface").with_columns(
+            pl.lit(-1, dtype=pl.Int64).alias("seq"), pl.lit(0, dtype=pl.Int32).alias("ordinal"),
+            pl.int_range(pl.len()).over("node").cast(pl.Int8).alias("pos"),
+        ).select(occ.columns)
+        occ = pl.concat([before, occ.cast(before.schema)])
     if nodes is not None:
-        occ = occ.filter(pl.col("node").is_in(pl.Series(list(nodes), dtype=pl.Utf8)))
+        occ = occ.filter(pl.col("node").is_in(pl.Series(sorted(set(nodes)), dtype=pl.Utf8).implode()))
     if occ.height == 0:
         return pl.from_arrow(ENTITY_SCHEMA.empty_table())
     known = names

@@ -12,9 +12,9 @@ delta-rs (``write_deltalake``, an overwrite with a ``bucket IN (...)`` predicate
 rewrite). Delta statistics are kept to the numeric and partition columns only, so no name or
 other content lands in ``_delta_log``.
 
-A fold's last commit, to ``facts``, is tagged (commit custom metadata, :class:`StateTag`) with
-the log position it reflects and the ``entities`` version that goes with it: that ``facts``
-version is the snapshot, and "state as of log seq S" is time travel to the newest tagged version
+A fold's last commit, to ``facts``, is its tag (:class:`StateTag`: the log position it reflects
+and the ``entities`` version that goes with it), set as table properties by a commit that also
+carries it as custom metadata: that ``facts`` version is the snapshot, and "state as of log seq S" is time travel to the newest tagged version
 at or before S. Erasure rewrites the partitions that held the erased events and vacuums, after
 which older versions can no longer be read.
 """
@@ -108,19 +108,20 @@ class StateStore:
         return dt
 
     def tag(self) -> StateTag | None:
-        """The tag of the newest ``facts`` version, when that version is a complete fold."""
+        """The tag of the newest ``facts`` version (None: no fold finished). Read from the
+        table's properties, which outlive the commit log's clean-up after an erasure."""
         dt = self.table("facts")
         if dt is None:
             return None
-        info = dt.history(1)[0]
-        return StateTag.from_commit(info, dt.version())
+        return StateTag.from_commit(dt.metadata().configuration, dt.version())
 
     def tags(self) -> list[StateTag]:
         """Every tagged ``facts`` version still in the commit log, oldest first."""
         dt = self.table("facts")
         if dt is None:
             return []
-        out = [StateTag.from_commit(info, info["version"]) for info in dt.history()]
+        out = [StateTag.from_commit(info, info["version"]) for info in dt.history()
+               if info.get("operation") == "SET TBLPROPERTIES"]
         return sorted((t for t in out if t is not None), key=lambda t: t.facts_version)
 
     def tag_at(self, log_seq: int) -> StateTag | None:
@@ -168,14 +169,24 @@ class StateStore:
                   "delta.enableChangeDataFeed": "false"}
         try:
             write_deltalake(self.path(name), rows, mode=mode, predicate=predicate, partition_by=partitions,
-                            configuration=config, storage_options=self.storage_options,
-                            commit_properties=CommitProperties(custom_metadata=tag.metadata() if tag else None))
+                            configuration=config, storage_options=self.storage_options)
+            if tag is not None:
+                # the tag: table properties (kept through checkpoints and log clean-up) set by a
+                # commit that also carries it as custom metadata (listed by :meth:`tags`)
+                self.table(name).alter.set_table_properties(
+                    tag.metadata(), raise_if_not_exists=False,
+                    commit_properties=CommitProperties(custom_metadata=tag.metadata()))
         except Exception as exc:  # noqa: BLE001 - delta-rs raises several types; all mean the same here
             raise StoreError(f"cannot write state table {self.path(name)}: {exc}; "
                              "rerun the fold (a partial write is replaced by the next one)") from exc
         dt = self.table(name)
         assert dt is not None
         return dt.version()
+
+    def set_tag(self, tag: StateTag) -> None:
+        """Tag the newest ``facts`` version (a fold that changed no row of it)."""
+        self.table("facts").alter.set_table_properties(
+            tag.metadata(), raise_if_not_exists=False, commit_properties=CommitProperties(custom_metadata=tag.metadata()))
 
     def vacuum(self) -> list[str]:
         """Delete every file an old version of the state tables held (after an erasure rewrote
