@@ -186,12 +186,13 @@ def _full(mem, spec, store: StateStore, *, extractor, progress, runner, batch_si
 def _finish(mem, spec, store: StateStore, *, head: _Head, tenants: Iterable[str], buckets: int,
             subjects: set[str] | None, nodes: set[str] | None = None,
             renamed: set[str] | None = None, new_items: pl.DataFrame | None = None,
-            previous: pl.DataFrame | None = None) -> StateTag:
+            before: pl.DataFrame | None = None, after: pl.DataFrame | None = None) -> StateTag:
     """The stages after the merge: entities, then the roll-ups (the tagged commit).
 
-    ``subjects`` None: everything (a full fold); else the subjects whose merged rows changed,
-    ``nodes`` the nodes whose surface names changed, ``renamed`` those whose display name may
-    have changed (their referrers' summaries are refreshed too)."""
+    ``subjects`` None: everything (a full fold); else the subjects whose merged rows changed
+    (``before``/``after``: the changed rows' old and new versions), ``nodes`` the nodes whose
+    surface names changed, ``renamed`` those whose display name may have changed (their
+    referrers' summaries are refreshed too), ``new_items`` an append's items."""
     if subjects is None:
         items = pl.from_arrow(store.read("items", columns=_OCC_COLUMNS))
         merged = pl.from_arrow(store.read("facts", filter=pc.field("layer") == "merged", columns=_SUMMARY_COLUMNS))
@@ -206,8 +207,8 @@ def _finish(mem, spec, store: StateStore, *, head: _Head, tenants: Iterable[str]
         store.write("facts", derived.to_arrow(), layer="derived", tag=tag)
         return _current_tag(store)
     entities_version = _refresh_entities(spec, store, buckets, (nodes or set()) | subjects, renamed or set(),
-                                         new_items=new_items)
-    _refresh_derived(spec, store, buckets, subjects, previous=previous, tag=StateTag(
+                                         new_items=new_items, merged=after if new_items is not None else None)
+    _refresh_derived(spec, store, buckets, before=before, after=after, tag=StateTag(
         log_seq=head.seq, log_link=head.link, buckets=buckets, tenants=tuple(sorted(tenants)),
         entities_version=entities_version))
     return _current_tag(store)
@@ -239,50 +240,54 @@ def _buckets(nodes: Iterable[str], buckets: int) -> set[int]:
     return {bucket_of(n, buckets) for n in nodes}
 
 
-def _refresh_derived(spec: FoldSpec, store: StateStore, buckets: int, touched: set[str], *, tag: StateTag,
-                     previous: pl.DataFrame | None) -> None:
-    """Recompute the derived rows with an input whose subject is in ``touched`` (the merged layer
-    is already up to date; ``previous``: the touched subjects' merged rows before), rewriting only
-    the buckets that hold such rows; the tagged commit."""
-    merged = pc.field("layer") == "merged"
-    firsts = {r.inputs[0] for r in spec.rollups}
-    seconds = {r.inputs[1] for r in spec.rollups if r.kind == "compose"}
-    touch = pl.Series(sorted(touched), dtype=pl.Utf8)
-    a = pl.from_arrow(store.read("facts", columns=_BASE_COLUMNS, filter=merged & pc.field("relation").isin(
-        sorted(firsts)) & (_isin("subject", touched) | _isin("object", touched)))) if touched and firsts else None
-    parts = [] if a is None else [a]
-    if a is not None and seconds:
-        middles = set(a["object"].to_list()) | touched
-        parts.append(pl.from_arrow(store.read("facts", buckets=_buckets(middles, buckets), columns=_BASE_COLUMNS,
-                                              filter=merged & pc.field("relation").isin(sorted(seconds))
-                                              & _isin("subject", middles))))
-    base = pl.concat(parts).unique("fact_id", maintain_order=True) if parts else None
-    new = derive_frame(spec.rollups, base, buckets=buckets, touching=touched) if base is not None else None
-    # where such rows live: a compose row in its first input's subject's bucket (a touched
-    # subject, or one whose first input points at one), an inverse row in its input's object's
-    # (before or after the change: an erased input's row must go too)
-    hit = set(touched)
+def _refresh_derived(spec: FoldSpec, store: StateStore, buckets: int, *, before: pl.DataFrame,
+                     after: pl.DataFrame, tag: StateTag) -> None:
+    """Recompute the derived rows with an input among the merged rows that changed (``before``:
+    their old versions, or rows now gone; ``after``: their new versions; the merged layer is
+    already up to date), rewriting only the buckets that hold such rows; the tagged commit."""
+    changed = set(before["fact_id"].to_list()) | set(after["fact_id"].to_list())
+    compose = [r for r in spec.rollups if r.kind == "compose"]
+    firsts = sorted({r.inputs[0] for r in compose})
+    seconds = sorted({r.inputs[1] for r in compose})
     inverse = sorted({r.inputs[0] for r in spec.rollups if r.kind == "inverse"})
-    for rows in (r for r in (a, previous) if r is not None):
-        hit |= set(rows["subject"].to_list())
-        hit |= set(rows.filter(pl.col("relation").is_in(inverse) & _among("subject", touched))["object"].to_list())
-    where = _buckets(hit, buckets)
-    old = pl.from_arrow(store.read("facts", buckets=where, filter=pc.field("layer") == "derived"))
-    keep = old.filter(~pl.col("input_subjects").list.eval(pl.element().is_in(touch.implode())).list.any())
-    rows = keep if new is None or new.height == 0 else pl.concat([keep, new.cast(keep.schema)])
-    if where:
-        store.write("facts", rows.to_arrow(), buckets=where, layer="derived", tag=tag)
-    else:  # nothing derived changed: the tag still records the new log position
+    both = pl.concat([before.select(_BASE_COLUMNS), after.select(_BASE_COLUMNS)])
+    # compose pairs through a changed second input: the first inputs pointing at its subject
+    # (the one scan of every bucket, only when such a row changed: an organisation moved)
+    middles = set(both.filter(pl.col("relation").is_in(seconds))["subject"].to_list())
+    via = pl.from_arrow(store.read("facts", columns=_BASE_COLUMNS, filter=(pc.field("layer") == "merged")
+                                   & pc.field("relation").isin(firsts) & _isin("object", middles))) \
+        if middles and firsts else after.select(_BASE_COLUMNS).clear()
+    direct = after.select(_BASE_COLUMNS).filter(pl.col("relation").is_in(firsts + inverse))
+    heads = set(direct.filter(pl.col("relation").is_in(firsts))["object"].to_list()) | middles
+    partners = pl.from_arrow(store.read("facts", buckets=_buckets(heads, buckets), columns=_BASE_COLUMNS,
+                                        filter=(pc.field("layer") == "merged") & pc.field("relation").isin(seconds)
+                                        & _isin("subject", heads))) if heads and seconds else direct.clear()
+    base = pl.concat([direct, via, partners]).unique("fact_id", maintain_order=True)
+    new = derive_frame(spec.rollups, base, buckets=buckets, touching=changed)
+    # where the rows to replace live: a compose row in its first input's subject's bucket, an
+    # inverse row in its input's object's (old versions too: an erased input's rows must go)
+    homes = set(both.filter(pl.col("relation").is_in(firsts))["subject"].to_list()) | set(via["subject"].to_list())
+    homes |= set(both.filter(pl.col("relation").is_in(inverse))["object"].to_list())
+    homes |= set(new["subject"].to_list())
+    where = _buckets(homes, buckets)
+    if not where:  # nothing derived changed: the tag still records the new log position
         store.set_tag(tag)
+        return
+    old = pl.from_arrow(store.read("facts", buckets=where, filter=pc.field("layer") == "derived"))
+    ids = pl.Series(sorted(changed), dtype=pl.Utf8).implode()
+    keep = old.filter(~pl.col("inputs").list.eval(pl.element().is_in(ids)).list.any())
+    rows = keep if new.height == 0 else pl.concat([keep, new.cast(keep.schema)])
+    store.write("facts", rows.to_arrow(), buckets=where, layer="derived", tag=tag)
 
 
 def _refresh_entities(spec: FoldSpec, store: StateStore, buckets: int, nodes: set[str], renamed: set[str],
-                      new_items: pl.DataFrame | None = None) -> int:
+                      new_items: pl.DataFrame | None = None, merged: pl.DataFrame | None = None) -> int:
     """Recompute the entity rows of ``nodes`` (and the summaries of current facts pointing at a
     node of ``renamed``) from the items naming them; rewrite their buckets; return the version.
 
     ``new_items``: an append's items; the entities' surfaces so far come from their current rows
-    (names never change on an append) instead of a scan of every item."""
+    (names never change on an append) instead of a scan of every item, and ``merged`` holds
+    every merged row of the subjects whose facts changed (the other nodes keep their summaries)."""
     if renamed:
         referrers = store.read("facts", columns=["subject"], filter=(pc.field("layer") == "merged")
                                & pc.field("valid_to").is_null() & _isin("object", renamed))
@@ -298,24 +303,39 @@ def _refresh_entities(spec: FoldSpec, store: StateStore, buckets: int, nodes: se
     else:
         items = pl.from_arrow(store.read("items", columns=_OCC_COLUMNS,
                                          filter=_isin("subject_node", nodes) | _isin("object_node", nodes)))
-    merged = pl.from_arrow(store.read("facts", buckets=_buckets(nodes, buckets), columns=_SUMMARY_COLUMNS,
-                                      filter=(pc.field("layer") == "merged") & _isin("subject", nodes)))
+    summarised = None if merged is None else set(merged["subject"].to_list())
+    if merged is None:
+        merged = pl.from_arrow(store.read("facts", buckets=_buckets(nodes, buckets), columns=_SUMMARY_COLUMNS,
+                                          filter=(pc.field("layer") == "merged") & _isin("subject", nodes)))
     objects = set(merged.filter(pl.col("valid_to").is_null())["object"].to_list()) - nodes
     names = {}
     if objects:
         known = store.read("entities", buckets=_buckets(objects, buckets), columns=["node", "name"],
                            filter=_isin("node", objects))
         names = dict(zip(known["node"].to_pylist(), known["name"].to_pylist()))
-    fresh = entity_rows(spec, items, merged, buckets=buckets, nodes=nodes, names=names, prior=prior)
+    fresh = entity_rows(spec, items, merged.select(_SUMMARY_COLUMNS), buckets=buckets, nodes=nodes, names=names,
+                        prior=prior)
+    if summarised is not None and prior is not None and prior.height:
+        kept = prior.filter(~_among("node", summarised)).select("node", "summary", "summary_sources")
+        if kept.height:
+            fresh = fresh.join(kept, on="node", how="left", suffix="_kept").with_columns(
+                pl.coalesce("summary_kept", "summary").alias("summary"),
+                pl.when(pl.col("summary_kept").is_null()).then(pl.col("summary_sources"))
+                .otherwise(pl.col("summary_sources_kept")).alias("summary_sources"),
+            ).select(fresh.columns)
     keep = old.filter(~_among("node", nodes))
     return store.write("entities", pl.concat([keep, fresh.cast(keep.schema)]).to_arrow(), buckets=where)
 
 
 def _report(store: StateStore, spec: FoldSpec, tag: StateTag, *, calls: int, rejected: int,
             started_from: int) -> FoldReport:
-    layers = store.read("facts", columns=["layer"], version=tag.facts_version)["layer"]
-    derived = pc.sum(pc.equal(layers, "derived")).as_py() or 0
-    return FoldReport(events_folded=tag.log_seq + 1, extraction_calls=calls, facts=len(layers) - derived,
+    # row counts from the files' metadata (partition value and record count): no data read
+    files = pa.table(store.table("facts").get_add_actions(flatten=True))
+    layer = files["partition.layer"].to_pylist()
+    counts = files["num_records"].to_pylist()
+    derived = sum(n for l, n in zip(layer, counts) if l == "derived")
+    merged = sum(n for l, n in zip(layer, counts) if l == "merged")
+    return FoldReport(events_folded=tag.log_seq + 1, extraction_calls=calls, facts=merged,
                       derived_facts=derived, rejected_outputs=rejected, last_seq=tag.log_seq,
                       spec_hash=spec.hash, started_from=started_from)
 
@@ -360,12 +380,13 @@ def _incremental(mem, spec, store: StateStore, tag: StateTag, *, extractor, prog
     old = pl.from_arrow(store.read("facts", buckets=where, filter=pc.field("layer") == "merged"))
     current = old.filter(_among("subject", subjects))
     rows.sort(key=lambda r: (r["seq"], r["ordinal"]))
-    fresh = advance_subjects(spec, current.to_dicts(), rows, buckets=buckets)
-    merged = pl.concat([old.filter(~_among("subject", subjects)),
-                        pl.from_arrow(pa.Table.from_pylist(fresh, schema=FACT_SCHEMA))])
+    fresh, changed = advance_subjects(spec, current.to_dicts(), rows, buckets=buckets)
+    after = pl.from_arrow(pa.Table.from_pylist(fresh, schema=FACT_SCHEMA))
+    merged = pl.concat([old.filter(~_among("subject", subjects)), after])
     store.write("facts", merged.to_arrow(), buckets=where, layer="merged")
     tag = _finish(mem, spec, store, head=head, tenants=tenants, buckets=buckets, subjects=subjects, nodes=nodes,
-                  new_items=pl.from_arrow(pa.Table.from_pylist(rows, schema=ITEM_SCHEMA)), previous=current)
+                  new_items=pl.from_arrow(pa.Table.from_pylist(rows, schema=ITEM_SCHEMA)),
+                  before=current.filter(_among("fact_id", changed)), after=after)
     return _report(store, spec, tag, calls=calls, rejected=rejected, started_from=started_from)
 
 
@@ -426,6 +447,7 @@ def purge_state(store: StateStore, spec: FoldSpec, event_ids: Sequence[str]) -> 
     merged = pl.concat([old.filter(~mask), pl.from_arrow(pa.Table.from_pylist(fresh, schema=FACT_SCHEMA))])
     store.write("facts", merged.to_arrow(), buckets=_buckets(subjects, buckets), layer="merged")
     _finish(None, spec, store, head=_Head(tag.log_seq, tag.log_link), tenants=tag.tenants, buckets=buckets,
-            subjects=subjects, nodes=nodes, renamed=nodes, previous=old.filter(mask))
+            subjects=subjects, nodes=nodes, renamed=nodes, before=old.filter(mask),
+            after=merged.filter(mask))
     store.vacuum()
     return items.num_rows - surviving.num_rows

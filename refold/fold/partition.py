@@ -33,7 +33,7 @@ import pyarrow as pa
 
 from .events import Event, Fact
 from .extract import ExtractedFact, Extraction
-from .merge import GraphBuilder, MergeStats, entity_key, fact_id_of, node_id
+from .merge import GraphBuilder, MergeChanges, MergeStats, entity_key, fact_id_of, node_id
 from .rollups import summarize
 from .spec import FoldSpec
 
@@ -166,10 +166,10 @@ def fold_partition(spec: FoldSpec, items: Iterable[dict[str, Any]], *, buckets: 
 
 
 def advance_subjects(spec: FoldSpec, current: Iterable[dict[str, Any]], items: Iterable[dict[str, Any]], *,
-                     buckets: int) -> list[dict[str, Any]]:
-    """The merged rows of the subjects that ``items`` (new events, in log order) touch, given
-    their ``current`` merged rows: incremental projection per subject (state at n + events
-    (n, m] = state at m), reading nothing of other subjects."""
+                     buckets: int) -> tuple[list[dict[str, Any]], set[str]]:
+    """(merged rows, ids of the rows made or changed) of the subjects that ``items`` (new events,
+    in log order) touch, given their ``current`` merged rows: incremental projection per subject
+    (state at n + events (n, m] = state at m), reading nothing of other subjects."""
     graph = nx.MultiDiGraph()
     for row in current:
         d = {k: row[k] for k in _EDGE_KEYS}
@@ -180,9 +180,10 @@ def advance_subjects(spec: FoldSpec, current: Iterable[dict[str, Any]], items: I
                 graph.add_node(n, name="", aliases=[])  # names live in the entity rows
         graph.add_edge(d["subject"], d["object"], key=d["fact_id"], **d)
     builder = GraphBuilder.from_graph(spec, graph, MergeStats())
+    builder.changes = changes = MergeChanges()
     for event, extraction in _pairs(items, spec.hash):
         builder.apply(event, extraction)
-    return _merged_rows(builder.graph, buckets)
+    return _merged_rows(builder.graph, buckets), changes.added | changes.grown | changes.closed
 
 
 _EDGE_KEYS = ("fact_id", "tenant", "subject", "relation", "object", "valid_from", "valid_to", "recorded_seq",
@@ -208,8 +209,8 @@ def derive_frame(rules, merged: pl.DataFrame, *, buckets: int,
     """Derived fact rows (:data:`FACT_SCHEMA`) that ``rules`` give over ``merged`` rows (polars
     joins: a compose rule's two inputs may live in different partitions), sorted by fact id.
 
-    ``touching`` (node ids): only rows with an input whose subject is one of them. Each derived
-    row carries the union of its inputs' lineage, as :func:`refold.fold.rollups.derive` does.
+    ``touching`` (fact ids): only rows with an input among them. Each derived row carries the
+    union of its inputs' lineage, as :func:`refold.fold.rollups.derive` does.
     """
     want = None if touching is None else pl.Series(sorted(set(touching)), dtype=pl.Utf8).implode()
     base = merged.select(["fact_id", "tenant", "subject", "relation", "object", "valid_from", "valid_to",
@@ -220,7 +221,7 @@ def derive_frame(rules, merged: pl.DataFrame, *, buckets: int,
         if rule.kind == "inverse":
             r = base.filter(pl.col("relation") == rule.inputs[0])
             if want is not None:
-                r = r.filter(pl.col("subject").is_in(want))
+                r = r.filter(pl.col("fact_id").is_in(want))
             if r.height == 0:
                 continue
             parts.append(_finish(rule, r.select(
@@ -233,11 +234,11 @@ def derive_frame(rules, merged: pl.DataFrame, *, buckets: int,
         else:
             a = base.filter(pl.col("relation") == rule.inputs[0])
             b = base.filter(pl.col("relation") == rule.inputs[1])
-            if want is not None:  # pairs with a touching input: first's subject or its object
-                a = a.filter(pl.col("subject").is_in(want) | pl.col("object").is_in(want))
             if a.height == 0 or b.height == 0:
                 continue
             j = a.join(b, left_on="object", right_on="subject", suffix="_b")
+            if want is not None:
+                j = j.filter(pl.col("fact_id").is_in(want) | pl.col("fact_id_b").is_in(want))
             if j.height == 0:
                 continue
             vt, vtb = pl.col("valid_to"), pl.col("valid_to_b")
