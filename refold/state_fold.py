@@ -288,10 +288,6 @@ def _refresh_entities(spec: FoldSpec, store: StateStore, buckets: int, nodes: se
     ``new_items``: an append's items; the entities' surfaces so far come from their current rows
     (names never change on an append) instead of a scan of every item, and ``merged`` holds
     every merged row of the subjects whose facts changed (the other nodes keep their summaries)."""
-    if renamed:
-        referrers = store.read("facts", columns=["subject"], filter=(pc.field("layer") == "merged")
-                               & pc.field("valid_to").is_null() & _isin("object", renamed))
-        nodes = nodes | set(referrers["subject"].to_pylist())
     if not nodes:
         dt = store.table("entities")
         return -1 if dt is None else dt.version()
@@ -324,7 +320,20 @@ def _refresh_entities(spec: FoldSpec, store: StateStore, buckets: int, nodes: se
                 .otherwise(pl.col("summary_sources_kept")).alias("summary_sources"),
             ).select(fresh.columns)
     keep = old.filter(~_among("node", nodes))
-    return store.write("entities", pl.concat([keep, fresh.cast(keep.schema)]).to_arrow(), buckets=where)
+    version = store.write("entities", pl.concat([keep, fresh.cast(keep.schema)]).to_arrow(), buckets=where)
+    if renamed:
+        # a node whose display name changed (its first surface was erased) or that is gone:
+        # the summaries naming it change too (rare: a name that only erased events used first)
+        was = old.filter(_among("node", renamed & nodes)).select("node", "name")
+        now = dict(zip(fresh["node"].to_list(), fresh["name"].to_list()))
+        changed = {n for n, name in zip(was["node"].to_list(), was["name"].to_list()) if now.get(n) != name}
+        if changed:
+            referrers = store.read("facts", columns=["subject"], filter=(pc.field("layer") == "merged")
+                                   & pc.field("valid_to").is_null() & _isin("object", changed))
+            more = set(referrers["subject"].to_pylist()) - nodes
+            if more:
+                version = _refresh_entities(spec, store, buckets, more, set())
+    return version
 
 
 def _report(store: StateStore, spec: FoldSpec, tag: StateTag, *, calls: int, rejected: int,
