@@ -19,6 +19,10 @@ URI); locally the groups run one after another in this process.
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import os
+import signal
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -152,35 +156,75 @@ def fold_state(mem: "Memory", spec: FoldSpec, *, extractor: Extractor | None, fu
 
 
 def _full(mem, spec, store: StateStore, *, extractor, progress, runner, batch_size, buckets) -> FoldReport:
+    """Refold every partition. Resumable: each commit notes the run (spec, log head, bucket
+    count) and what it holds, so a rerun after a killed fold of the same log reuses the items
+    and the bucket groups already written and redoes only the missing ones."""
+    log_head = mem.head()
+    run = f"{log_head.seq}:{log_head.link}:{buckets}"
+    calls = rejected = 0
+    items_done = next((n for n in store.notes("items") if n.get("run") == run and "tenants" in n), None)
+    groups_done = {n["group"] for n in store.notes("facts") if n.get("run") == run and "group" in n}
+    store.clear_tag()
+    if items_done is not None:
+        tenants = set(json.loads(items_done["tenants"]))
+    else:
+        calls, rejected, tenants = _write_items(mem, spec, store, extractor=extractor, progress=progress,
+                                                runner=runner, batch_size=batch_size, buckets=buckets,
+                                                until=log_head.seq, run=run)
+        groups_done = set()
+    groups = [list(range(b, min(b + BUCKET_GROUP, buckets))) for b in range(0, buckets, BUCKET_GROUP)]
+    reused = 0
+    with FoldProgress(buckets, label="merging partitions", enabled=progress) as bar:
+        for i, group in enumerate(groups):
+            name = f"{group[0]}-{group[-1]}"
+            if name in groups_done:
+                reused += len(group)
+                bar.advance(len(group))
+                continue
+            merged = merge_buckets(store, spec, group, buckets=buckets)
+            note = {"run": run, "group": name}
+            if i == 0:  # the first write replaces the whole table (another bucket count, old rows)
+                store.write("facts", merged, note=note)
+            else:
+                store.write("facts", merged, buckets=group, layer="merged", note=note)
+            _crash_point(f"merged:{i}")
+            bar.advance(len(group))
+    tag = _finish(mem, spec, store, head=_Head(log_head.seq, log_head.link), tenants=tenants, buckets=buckets,
+                  subjects=None)
+    report = _report(store, spec, tag, calls=calls, rejected=rejected, started_from=-1)
+    return dataclasses.replace(report, reused_partitions=reused)
+
+
+def _write_items(mem, spec, store: StateStore, *, extractor, progress, runner, batch_size, buckets, until: int,
+                 run: str) -> tuple[int, int, set[str]]:
+    """Write the items table of the log up to ``until`` (extracting what is missing); the last
+    commit notes the run and the tenants."""
     calls = rejected = 0
     tenants: set[str] = set()
-    head = _Head(-1, "")
     first, pending = True, []
     for events in _event_batches(mem):
+        events = [e for e in events if e.seq <= until]
+        if not events:
+            continue
         rows, c, r = _items(mem, spec, events, extractor=extractor, buckets=buckets, progress=progress,
                             runner=runner, batch_size=batch_size)
         calls, rejected = calls + c, rejected + r
         tenants.update(e.tenant for e in events)
-        if events[-1].seq > head.seq:
-            head = _Head(events[-1].seq, events[-1].link)
         pending.append(pa.Table.from_pylist(rows, schema=ITEM_SCHEMA))
         if sum(t.num_rows for t in pending) >= ITEM_FLUSH:  # (fewer, larger files per bucket)
             store.write("items", pa.concat_tables(pending), mode="overwrite" if first else "append")
             pending, first = [], False
-    if pending or first:
-        store.write("items", pa.concat_tables(pending) if pending else ITEM_SCHEMA.empty_table(),
-                    mode="overwrite" if first else "append")
-    groups = [list(range(b, min(b + BUCKET_GROUP, buckets))) for b in range(0, buckets, BUCKET_GROUP)]
-    with FoldProgress(buckets, label="merging partitions", enabled=progress) as bar:
-        for i, group in enumerate(groups):
-            merged = merge_buckets(store, spec, group, buckets=buckets)
-            if i == 0:  # the first write replaces the whole table (another bucket count, old rows)
-                store.write("facts", merged)
-            else:
-                store.write("facts", merged, buckets=group, layer="merged")
-            bar.advance(len(group))
-    tag = _finish(mem, spec, store, head=head, tenants=tenants, buckets=buckets, subjects=None)
-    return _report(store, spec, tag, calls=calls, rejected=rejected, started_from=-1)
+    store.write("items", pa.concat_tables(pending) if pending else ITEM_SCHEMA.empty_table(),
+                mode="overwrite" if first else "append",
+                note={"run": run, "tenants": json.dumps(sorted(tenants))})
+    _crash_point("items")
+    return calls, rejected, tenants
+
+
+def _crash_point(step: str) -> None:
+    """Kill this process at ``step`` when ``REFOLD_FOLD_CRASH_AT`` names it (crash tests)."""
+    if os.environ.get("REFOLD_FOLD_CRASH_AT") == step:
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _finish(mem, spec, store: StateStore, *, head: _Head, tenants: Iterable[str], buckets: int,

@@ -7,7 +7,10 @@ attribute: after a full fold, an incremental one, and an erasure.
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -25,7 +28,8 @@ from refold.state_queries import graph_view
 from refold.storage.scan import scan_report
 from tests.fold_helpers import canonical_graph, fact_event
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
 from snapshot_workload import events as workload  # noqa: E402
 
 
@@ -161,3 +165,19 @@ def test_a_failing_partition_is_named(mem):
     with pytest.raises(PartitionError, match=f"bucket={bucket}") as caught:
         merge_buckets(store, mem.current_spec(), [bucket], buckets=store.tag().buckets)
     assert isinstance(caught.value, RefoldError)
+
+
+def test_a_rerun_after_a_killed_full_fold_redoes_only_the_missing_partitions(mem):
+    mem.append(_log(300))
+    mem.fold(engine="partitioned", full=True)  # the extraction cache, and a first state
+    mem.append(_log(30, start=300))
+    code = ("import sys, refold; m = refold.open(sys.argv[1]); m.fold(engine='partitioned', full=True)")
+    env = {**os.environ, "REFOLD_FOLD_CRASH_AT": "merged:1", "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-c", code, mem.root], env=env, capture_output=True, text=True)
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    store = mem.state_store(mem.current_spec())
+    assert store.tag() is None  # a half-written state is never taken for a complete one
+    again = refold.open(mem.root).fold(engine="partitioned")
+    assert again.reused_partitions == 32  # two groups of 16 buckets were written before the kill
+    assert again.last_seq == mem.head().seq
+    assert canonical_graph(_state_graph(refold.open(mem.root))) == canonical_graph(_reference(Path(mem.root)))

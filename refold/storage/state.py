@@ -67,7 +67,7 @@ class StateTag:
 
     @classmethod
     def from_commit(cls, info: dict, version: int) -> "StateTag | None":
-        if _PREFIX + "log_seq" not in info:
+        if not info.get(_PREFIX + "log_seq"):  # absent, or cleared by a full fold under way
             return None
         return cls(log_seq=int(info[_PREFIX + "log_seq"]), log_link=info[_PREFIX + "log_link"],
                    buckets=int(info[_PREFIX + "buckets"]), tenants=tuple(json.loads(info[_PREFIX + "tenants"])),
@@ -146,11 +146,13 @@ class StateStore:
     # -- writing ---------------------------------------------------------------------------------
 
     def write(self, name: str, rows: pa.Table, *, buckets: Iterable[int] | None = None,
-              layer: str | None = None, tag: StateTag | None = None, mode: str = "overwrite") -> int:
+              layer: str | None = None, tag: StateTag | None = None, mode: str = "overwrite",
+              note: dict[str, str] | None = None) -> int:
         """Replace the partitions ``buckets`` (all: None) of ``name`` (of ``layer`` in ``facts``)
         with ``rows``, or append them (``mode="append"``); return the new table version.
 
-        Every row must lie in those partitions (delta-rs checks the predicate)."""
+        Every row must lie in those partitions (delta-rs checks the predicate). ``note``: custom
+        metadata of the commit (a full fold's progress, see :meth:`notes`)."""
         schema, partitions = TABLES[name]
         rows = rows.select(schema.names).cast(schema)
         terms = []
@@ -169,7 +171,9 @@ class StateStore:
                   "delta.enableChangeDataFeed": "false"}
         try:
             write_deltalake(self.path(name), rows, mode=mode, predicate=predicate, partition_by=partitions,
-                            configuration=config, storage_options=self.storage_options)
+                            configuration=config, storage_options=self.storage_options,
+                            commit_properties=CommitProperties(
+                                custom_metadata={_PREFIX + k: v for k, v in note.items()}) if note else None)
             if tag is not None:
                 # the tag: table properties (kept through checkpoints and log clean-up) set by a
                 # commit that also carries it as custom metadata (listed by :meth:`tags`)
@@ -182,6 +186,25 @@ class StateStore:
         dt = self.table(name)
         assert dt is not None
         return dt.version()
+
+    def clear_tag(self) -> None:
+        """Mark the state as being rewritten (a full fold starts): no tag until it finishes, so
+        a fold killed half-way is never taken for a complete state."""
+        dt = self.table("facts")
+        if dt is not None and self.tag() is not None:
+            dt.alter.set_table_properties({_PREFIX + "log_seq": ""}, raise_if_not_exists=False)
+
+    def notes(self, name: str) -> list[dict[str, str]]:
+        """The ``note`` of each commit to ``name`` since its last tag (newest first)."""
+        dt = self.table(name)
+        out = []
+        for info in [] if dt is None else dt.history():
+            if info.get("operation") == "SET TBLPROPERTIES" and info.get(_PREFIX + "log_seq"):
+                break
+            note = {k[len(_PREFIX):]: v for k, v in info.items() if k.startswith(_PREFIX) and isinstance(v, str)}
+            if note:
+                out.append(note)
+        return out
 
     def set_tag(self, tag: StateTag) -> None:
         """Tag the newest ``facts`` version (a fold that changed no row of it)."""
