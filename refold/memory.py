@@ -164,7 +164,7 @@ class Memory:
     def fold(self, *, extractor: str | Extractor = "rules", spec: FoldSpec | None = None,
              full: bool = False, progress: bool = False, runner=None, snapshot_every: int | None = None,
              index: bool | str = False, engine: Literal["graph", "partitioned"] | None = None,
-             **options: Any) -> FoldReport:
+             buckets: int | None = None, **options: Any) -> FoldReport:
         """Bring derived state up to date with the log and return the counts.
 
         Records the spec in the log first. Resumes from the newest valid state (this process's
@@ -175,7 +175,8 @@ class Memory:
         ``index`` (True, or an embedder name such as ``"minilm"``) also brings the vector index up
         to date with the new state (embedding only new or changed texts). ``engine``
         (default :attr:`fold_engine`): ``"partitioned"`` folds bucket by bucket into the state
-        tables (``full`` rewrites them; otherwise only what the new events touch).
+        tables (``full`` rewrites them, in ``buckets`` partitions, default 64; otherwise only
+        what the new events touch).
         """
         from refold.fold.extractors import get_extractor
         from refold.folding import FoldReport, record_spec
@@ -191,7 +192,7 @@ class Memory:
 
             with self._fold_lock:
                 report = fold_state(self, spec, extractor=ext, full=full, progress=progress, runner=runner,
-                                    **({"buckets": options["buckets"]} if "buckets" in options else {}))
+                                    **({"buckets": buckets} if buckets else {}))
                 self._state_at.pop(spec.hash, None)
             if index:
                 self.index(embedder=None if index is True else index)
@@ -348,9 +349,24 @@ class Memory:
             return self._fold_state(spec, None, extractor=extractor)
         return self._fold_state(spec, self.events(as_of=as_of), extractor=extractor)
 
-    def graph(self, *, as_of: int | str | datetime | None = None) -> nx.MultiDiGraph:
-        """The knowledge graph (networkx MultiDiGraph; edges keyed by fact id) at ``as_of``."""
-        return self.state(as_of=as_of).graph
+    def graph(self, *, as_of: int | str | datetime | None = None, subject: str | None = None, depth: int = 1,
+              tenant: str | None = None, valid_at: str | datetime | None = None) -> nx.MultiDiGraph:
+        """The knowledge graph (networkx MultiDiGraph; edges keyed by fact id) at ``as_of``, as a
+        view of what is asked: ``subject``'s neighbourhood to ``depth`` hops along out-edges,
+        one ``tenant``, the facts valid at ``valid_at`` (all: the whole state). From the state
+        tables when this spec was folded into them (only the buckets asked for are read)."""
+        from refold.folding import parse_time_or_none
+        from refold.state_queries import graph_view, neighbourhood
+
+        when = parse_time_or_none(valid_at)
+        spec = self.current_spec()
+        tables = self._state_tables(spec) if as_of is None and self.mode != "shred" else None
+        if tables is not None:
+            return graph_view(*tables, subject=subject, depth=depth, tenant=tenant, valid_at=when)
+        graph = self.state(as_of=as_of).graph
+        if subject is None and tenant is None and when is None:
+            return graph
+        return neighbourhood(graph, subject=subject, depth=depth, tenant=tenant, valid_at=when)
 
     def facts(self, *, subject: str | None = None, relation: str | None = None,
               as_of: int | str | datetime | None = None, valid_at: str | datetime | None = None,
@@ -380,8 +396,14 @@ class Memory:
         from refold.fold.queries import why
 
         by_id = {e.event_id: e for e in self.events()}
-        return why(self.state(as_of=as_of).graph, fact_id,
-                   lambda ids: {i: by_id[i] for i in ids if i in by_id})
+        tables = self._state_tables(self.current_spec()) if as_of is None and self.mode != "shred" else None
+        if tables is not None:
+            from refold.state_queries import lineage_view
+
+            graph = lineage_view(*tables, fact_id)
+        else:
+            graph = self.state(as_of=as_of).graph
+        return why(graph, fact_id, lambda ids: {i: by_id[i] for i in ids if i in by_id})
 
     def audit(self):
         """Re-derive every recorded model request from the log and the spec (input closure)."""

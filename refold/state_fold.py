@@ -142,10 +142,16 @@ def merge_buckets(store: StateStore, spec: FoldSpec, group: Sequence[int], *, bu
 
 def fold_state(mem: "Memory", spec: FoldSpec, *, extractor: Extractor | None, full: bool = False,
                progress: bool = False, runner=None, batch_size: int = 16,
-               buckets: int = DEFAULT_BUCKETS) -> FoldReport:
-    """Bring ``spec``'s state tables up to date with the log (see the module docstring)."""
+               buckets: int | None = None) -> FoldReport:
+    """Bring ``spec``'s state tables up to date with the log (see the module docstring).
+
+    ``buckets``: the partition count (default: the state's, or :data:`DEFAULT_BUCKETS`); a
+    count other than the state's refolds in full."""
     store = mem.state_store(spec)
     tag = None if full else store.tag()
+    if tag is not None and buckets is not None and buckets != tag.buckets:
+        tag = None
+    buckets = buckets or DEFAULT_BUCKETS
     if tag is not None:
         done = _incremental(mem, spec, store, tag, extractor=extractor, progress=progress, runner=runner,
                             batch_size=batch_size)

@@ -22,7 +22,7 @@ from refold.fold.partition import bucket_of
 from refold.fold.queries import FACT_COLUMNS
 from refold.storage.state import StateStore, StateTag
 
-__all__ = ["facts_from_state", "graph_view"]
+__all__ = ["facts_from_state", "graph_view", "lineage_view", "neighbourhood"]
 
 
 def _subject_nodes(tag: StateTag, subject: str, tenant: str | None) -> list[str]:
@@ -123,3 +123,49 @@ def _entities(store: StateStore, tag: StateTag, nodes: set[str]) -> dict[str, di
     return {r["node"]: {"tenant": r["tenant"], "name": r["name"], "key": r["key"], "aliases": r["aliases"],
                         "summary": json.loads(r["summary"]), "summary_sources": r["summary_sources"]}
             for r in rows}
+
+
+def lineage_view(store: StateStore, tag: StateTag, fact_id: str) -> nx.MultiDiGraph:
+    """A graph of ``fact_id`` and, recursively, the facts it was derived from (what ``why``
+    walks). A fact id names no bucket, so each level is one filtered read of every bucket."""
+    frames, wanted, seen = [], {fact_id}, set()
+    while wanted:
+        seen |= wanted
+        df = pl.from_arrow(store.read("facts", version=tag.facts_version,
+                                      filter=pc.field("fact_id").isin(pa.array(sorted(wanted), pa.string()))))
+        frames.append(df)
+        wanted = {i for ids in df["inputs"].to_list() for i in ids} - seen
+    rows = pl.concat(frames).to_dicts()
+    graph = nx.MultiDiGraph()
+    nodes = {r["subject"] for r in rows} | {r["object"] for r in rows}
+    for n, attrs in sorted(_entities(store, tag, nodes).items()):
+        graph.add_node(n, **attrs)
+    for r in rows:
+        graph.add_edge(r["subject"], r["object"], key=r["fact_id"], **{k: r[k] for k in _EDGE_KEYS})
+    return graph
+
+
+def neighbourhood(graph: nx.MultiDiGraph, *, subject: str | None = None, depth: int = 1,
+                  tenant: str | None = None, valid_at: datetime | None = None) -> nx.MultiDiGraph:
+    """The same view as :func:`graph_view`, cut from a whole folded graph (the graph engine)."""
+    keep = []
+    for u, v, k, d in graph.edges(keys=True, data=True):
+        if tenant is not None and d["tenant"] != tenant:
+            continue
+        if valid_at is not None and not (d["valid_from"] <= valid_at and (d["valid_to"] is None
+                                                                          or valid_at < d["valid_to"])):
+            continue
+        keep.append((u, v, k))
+    view = graph.edge_subgraph(keep)
+    if subject is not None:
+        want = entity_key(subject)
+        frontier = {n for n, d in view.nodes(data=True) if d.get("key") == want
+                    and (tenant is None or d.get("tenant") == tenant)}
+        reached: set[str] = set()
+        for _ in range(max(depth, 1)):
+            frontier -= reached
+            reached |= frontier
+            frontier = {v for u in frontier for v in view.successors(u)}
+        edges = [(u, v, k) for u, v, k in view.edges(keys=True) if u in reached]
+        view = view.edge_subgraph(edges)
+    return nx.MultiDiGraph(view)

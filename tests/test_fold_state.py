@@ -15,6 +15,8 @@ import sys
 from pathlib import Path
 
 import polars as pl
+import json
+
 import pytest
 from deltalake import DeltaTable
 
@@ -181,3 +183,49 @@ def test_a_rerun_after_a_killed_full_fold_redoes_only_the_missing_partitions(mem
     assert again.reused_partitions == 32  # two groups of 16 buckets were written before the kill
     assert again.last_seq == mem.head().seq
     assert canonical_graph(_state_graph(refold.open(mem.root))) == canonical_graph(_reference(Path(mem.root)))
+
+
+def test_graph_views_and_why_read_the_state_tables(mem):
+    mem.append(_log(300))
+    mem.append(_extras(5))
+    reference = _reference(Path(mem.root))
+    mem.fold(engine="partitioned", full=True)
+    from refold.state_queries import neighbourhood
+
+    for subject, depth in (("Person1", 1), ("Person2", 2), ("acme", 1)):
+        view = mem.graph(subject=subject, depth=depth)
+        assert view.number_of_edges() > 0
+        assert canonical_graph(view) == canonical_graph(neighbourhood(reference, subject=subject, depth=depth))
+    other = mem.graph(tenant="other")
+    assert {d["tenant"] for _, _, d in other.edges(data=True)} == {"other"}
+    derived = next(k for _, _, k, d in reference.edges(keys=True, data=True) if d["derivation"] == "works_in")
+    from refold.fold.queries import why
+
+    by_id = {e.event_id: e for e in mem.events()}
+    assert mem.why(derived) == why(reference, derived, lambda ids: {i: by_id[i] for i in ids if i in by_id})
+    assert mem.why(derived)["inputs"]  # down to the extracted facts and their events
+
+
+def test_cli_folds_into_state_tables_and_reads_them(tmp_path):
+    mem = refold.init(tmp_path / "store")
+    mem.append(_log(120))
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-c", "from refold.cli import main; main()", *map(str, args)],
+                              env=env, capture_output=True, text=True)
+
+    done = cli("fold", mem.root, "--engine", "partitioned", "--buckets", "8", "--json", "--no-progress")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["facts"] > 0 and report["extraction_calls"] == 120
+    store = mem.state_store(mem.current_spec())
+    assert store.tag().buckets == 8 and {p.name for p in Path(store.path("facts")).glob("layer=merged/*")} \
+        <= {f"bucket={b}" for b in range(8)}
+    rows = [json.loads(line) for line in cli("facts", mem.root, "--subject", "Person3", "--format", "jsonl")
+            .stdout.splitlines()]
+    assert rows and {r["subject"] for r in rows} == {"Person3"}
+    view = json.loads(cli("graph", mem.root, "--subject", "Person3").stdout)
+    assert {n["id"] for n in view["nodes"]} >= {"default/person3"}
+    bad = cli("fold", mem.root, "--engine", "partitioned", "--extractor", "llamacpp", "--option", "model=/nope")
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
