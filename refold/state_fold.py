@@ -42,7 +42,7 @@ from refold.fold.spec import FoldSpec
 from refold.folding import FoldReport, extract_missing, needs_extraction
 from refold.progress import FoldProgress
 from refold.storage.cache import PurgeResult
-from refold.storage.schema import table_to_events
+from refold.storage.schema import _utc_times, table_to_events
 from refold.storage.state import StateStore, StateTag
 
 if TYPE_CHECKING:
@@ -118,6 +118,15 @@ def _items(mem: "Memory", spec: FoldSpec, events: list[Event], *, extractor: Ext
     return rows, calls, rejected
 
 
+def _dicts(table: pa.Table) -> list[dict[str, Any]]:
+    """Rows as dicts, column by column (times through the log reader's converter: each distinct
+    time made once; ``to_pylist`` made a zoneinfo datetime per value, half of a partition's fold)."""
+    columns = {name: (_utc_times(table[name]) if pa.types.is_timestamp(table.schema.field(name).type)
+                      else table[name].to_pylist()) for name in table.column_names}
+    names = list(columns)
+    return [dict(zip(names, values)) for values in zip(*columns.values())]
+
+
 # -- the fold ------------------------------------------------------------------------------------
 
 
@@ -131,7 +140,7 @@ def merge_buckets(store: StateStore, spec: FoldSpec, group: Sequence[int], *, bu
         try:
             part = dataset.to_table(filter=pc.field("bucket") == bucket)
             part = part.sort_by([("seq", "ascending"), ("ordinal", "ascending")])
-            rows += fold_partition(spec, part.to_pylist(), buckets=buckets)
+            rows += fold_partition(spec, _dicts(part), buckets=buckets)
         except RefoldError:
             raise
         except Exception as exc:  # noqa: BLE001 - name the partition, keep the cause
@@ -500,7 +509,7 @@ def purge_state(store: StateStore, spec: FoldSpec, event_ids: Sequence[str]) -> 
     surviving = items.filter(pc.invert(_isin("event_id", event_ids)))
     store.write("items", surviving, buckets=where)
     mine = surviving.filter(_isin("subject_node", subjects)).sort_by([("seq", "ascending"), ("ordinal", "ascending")])
-    fresh = fold_partition(spec, mine.to_pylist(), buckets=buckets)
+    fresh = fold_partition(spec, _dicts(mine), buckets=buckets)
     old = pl.from_arrow(store.read("facts", buckets=_buckets(subjects, buckets), filter=pc.field("layer") == "merged"))
     mask = _among("subject", subjects)
     merged = pl.concat([old.filter(~mask), pl.from_arrow(pa.Table.from_pylist(fresh, schema=FACT_SCHEMA))])
