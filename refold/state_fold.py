@@ -56,6 +56,9 @@ EVENT_BATCH = 20_000
 ITEM_FLUSH = 200_000
 #: Buckets merged per facts commit of a full fold.
 BUCKET_GROUP = 16
+#: An incremental fold compacts the state tables (newest versions only) when the facts table
+#: holds more than this many data files per bucket (each incremental fold adds about two).
+COMPACT_FILES = 16
 
 
 class PartitionError(RefoldError):
@@ -243,15 +246,19 @@ def _crash_point(step: str) -> None:
 
 
 def _finish(mem, spec, store: StateStore, *, head: _Head, tenants: Iterable[str], buckets: int,
-            subjects: set[str] | None, nodes: set[str] | None = None,
-            renamed: set[str] | None = None, new_items: pl.DataFrame | None = None,
-            before: pl.DataFrame | None = None, after: pl.DataFrame | None = None) -> StateTag:
-    """The stages after the merge: entities, then the roll-ups (the tagged commit).
+            subjects: set[str] | None, nodes: set[str] | None = None, renamed: set[str] | None = None,
+            new_items: pl.DataFrame | None = None, before: pl.DataFrame | None = None,
+            after: pl.DataFrame | None = None, changed: set[str] | None = None,
+            counts: tuple[int, int] = (0, 0)) -> StateTag:
+    """The stages after the merge: entities, then the roll-ups, then the tag.
 
-    ``subjects`` None: everything (a full fold); else the subjects whose merged rows changed
-    (``before``/``after``: the changed rows' old and new versions), ``nodes`` the nodes whose
-    surface names changed, ``renamed`` those whose display name may have changed (their
-    referrers' summaries are refreshed too), ``new_items`` an append's items."""
+    ``subjects`` None: everything (a full fold). Else the subjects whose merged rows changed:
+    ``before``/``after`` their merged rows before and after, ``changed`` the ids of the rows that
+    changed (None: all of them), ``nodes`` the nodes whose surface names changed, ``renamed``
+    those whose display name may have changed (their referrers' summaries are refreshed too).
+    ``new_items`` given (an append): new row versions are appended; otherwise (an erasure) the
+    buckets are rewritten. ``counts``: the (merged, derived) row counts before the change."""
+    tenants = tuple(sorted(tenants))
     if subjects is None:
         items = pl.from_arrow(store.read("items", columns=_OCC_COLUMNS))
         merged = pl.from_arrow(store.read("facts", filter=pc.field("layer") == "merged", columns=_SUMMARY_COLUMNS))
@@ -261,15 +268,22 @@ def _finish(mem, spec, store: StateStore, *, head: _Head, tenants: Iterable[str]
         base = pl.from_arrow(store.read("facts", columns=_BASE_COLUMNS, filter=(pc.field("layer") == "merged") & (
             pc.field("relation").isin(sorted(_rollup_relations(spec))))))
         derived = derive_frame(spec.rollups, base, buckets=buckets)
-        tag = StateTag(log_seq=head.seq, log_link=head.link, buckets=buckets, tenants=tuple(sorted(tenants)),
-                       entities_version=entities_version)
-        store.write("facts", derived.to_arrow(), layer="derived", tag=tag)
-        return _current_tag(store)
-    entities_version = _refresh_entities(spec, store, buckets, (nodes or set()) | subjects, renamed or set(),
-                                         new_items=new_items, merged=after if new_items is not None else None)
-    _refresh_derived(spec, store, buckets, before=before, after=after, tag=StateTag(
-        log_seq=head.seq, log_link=head.link, buckets=buckets, tenants=tuple(sorted(tenants)),
-        entities_version=entities_version))
+        store.write("facts", derived.to_arrow(), layer="derived")
+        tag = StateTag(log_seq=head.seq, log_link=head.link, buckets=buckets, tenants=tenants,
+                       entities_version=entities_version, facts=merged.height, derived=derived.height)
+    else:
+        append = new_items is not None
+        seen = head.seq if append else -1
+        entities_version = _refresh_entities(spec, store, buckets, (nodes or set()) | subjects, renamed or set(),
+                                             new_items=new_items, merged=after if append else None, seen_at=seen)
+        if changed is None:
+            changed = set(before["fact_id"].to_list()) | set(after["fact_id"].to_list())
+        delta = _refresh_derived(spec, store, buckets, before=before, after=after, changed=changed,
+                                 append=append, seen_at=seen)
+        tag = StateTag(log_seq=head.seq, log_link=head.link, buckets=buckets, tenants=tenants,
+                       entities_version=entities_version, facts=counts[0] + after.height - before.height,
+                       derived=counts[1] + delta)
+    store.set_tag(tag)
     return _current_tag(store)
 
 
@@ -300,23 +314,23 @@ def _buckets(nodes: Iterable[str], buckets: int) -> set[int]:
 
 
 def _refresh_derived(spec: FoldSpec, store: StateStore, buckets: int, *, before: pl.DataFrame,
-                     after: pl.DataFrame, tag: StateTag) -> None:
-    """Recompute the derived rows with an input among the merged rows that changed (``before``:
-    their old versions, or rows now gone; ``after``: their new versions; the merged layer is
-    already up to date), rewriting only the buckets that hold such rows; the tagged commit."""
-    changed = set(before["fact_id"].to_list()) | set(after["fact_id"].to_list())
+                     after: pl.DataFrame, changed: set[str], append: bool, seen_at: int) -> int:
+    """Recompute the derived rows with an input among ``changed`` merged rows (``before``: old
+    versions of merged rows, or rows now gone; ``after``: current rows; the merged layer is
+    already up to date). ``append``: write new versions and deletion markers; else rewrite the
+    buckets holding such rows. Returns the change in the derived row count."""
     compose = [r for r in spec.rollups if r.kind == "compose"]
     firsts = sorted({r.inputs[0] for r in compose})
     seconds = sorted({r.inputs[1] for r in compose})
     inverse = sorted({r.inputs[0] for r in spec.rollups if r.kind == "inverse"})
-    both = pl.concat([before.select(_BASE_COLUMNS), after.select(_BASE_COLUMNS)])
+    both = pl.concat([before.select(_BASE_COLUMNS), after.select(_BASE_COLUMNS)]).filter(_among("fact_id", changed))
     # compose pairs through a changed second input: the first inputs pointing at its subject
     # (the one scan of every bucket, only when such a row changed: an organisation moved)
     middles = set(both.filter(pl.col("relation").is_in(seconds))["subject"].to_list())
     via = pl.from_arrow(store.read("facts", columns=_BASE_COLUMNS, filter=(pc.field("layer") == "merged")
                                    & pc.field("relation").isin(firsts) & _isin("object", middles))) \
         if middles and firsts else after.select(_BASE_COLUMNS).clear()
-    direct = after.select(_BASE_COLUMNS).filter(pl.col("relation").is_in(firsts + inverse))
+    direct = after.select(_BASE_COLUMNS).filter(pl.col("relation").is_in(firsts + inverse) & _among("fact_id", changed))
     heads = set(direct.filter(pl.col("relation").is_in(firsts))["object"].to_list()) | middles
     partners = pl.from_arrow(store.read("facts", buckets=_buckets(heads, buckets), columns=_BASE_COLUMNS,
                                         filter=(pc.field("layer") == "merged") & pc.field("relation").isin(seconds)
@@ -329,32 +343,43 @@ def _refresh_derived(spec: FoldSpec, store: StateStore, buckets: int, *, before:
     homes |= set(both.filter(pl.col("relation").is_in(inverse))["object"].to_list())
     homes |= set(new["subject"].to_list())
     where = _buckets(homes, buckets)
-    if not where:  # nothing derived changed: the tag still records the new log position
-        store.set_tag(tag)
-        return
+    if not where:
+        return 0
     old = pl.from_arrow(store.read("facts", buckets=where, filter=pc.field("layer") == "derived"))
     ids = pl.Series(sorted(changed), dtype=pl.Utf8).implode()
-    keep = old.filter(~pl.col("inputs").list.eval(pl.element().is_in(ids)).list.any())
-    rows = keep if new.height == 0 else pl.concat([keep, new.cast(keep.schema)])
-    store.write("facts", rows.to_arrow(), buckets=where, layer="derived", tag=tag)
+    hit = old["inputs"].list.eval(pl.element().is_in(ids)).list.any()
+    fresh_ids = set(new["fact_id"].to_list())
+    gone = old.filter(hit & ~_among("fact_id", fresh_ids))
+    delta = len(fresh_ids - set(old["fact_id"].to_list())) - gone.height
+    if append:
+        rows = pl.concat([new.cast(old.schema), gone])
+        flags = pa.array([False] * new.height + [True] * gone.height, pa.bool_())
+        store.write("facts", rows.to_arrow(), mode="append", seen_at=seen_at, deleted=flags)
+    else:
+        rows = pl.concat([old.filter(~hit), new.cast(old.schema)])
+        store.write("facts", rows.to_arrow(), buckets=where, layer="derived")
+    return delta
 
 
 def _refresh_entities(spec: FoldSpec, store: StateStore, buckets: int, nodes: set[str], renamed: set[str],
-                      new_items: pl.DataFrame | None = None, merged: pl.DataFrame | None = None) -> int:
+                      new_items: pl.DataFrame | None = None, merged: pl.DataFrame | None = None,
+                      seen_at: int = -1) -> int:
     """Recompute the entity rows of ``nodes`` (and the summaries of current facts pointing at a
-    node of ``renamed``) from the items naming them; rewrite their buckets; return the version.
+    node of ``renamed``) from the items naming them; return the entities table's version.
 
-    ``new_items``: an append's items; the entities' surfaces so far come from their current rows
-    (names never change on an append) instead of a scan of every item, and ``merged`` holds
-    every merged row of the subjects whose facts changed (the other nodes keep their summaries)."""
+    ``new_items`` (an append): the entities' surfaces so far come from their current rows (names
+    never change on an append) instead of a scan of every item, ``merged`` holds every merged
+    row of the subjects whose facts changed (the other nodes keep their summaries), and the new
+    rows are appended as new versions; otherwise their buckets are rewritten."""
     if not nodes:
         dt = store.table("entities")
         return -1 if dt is None else dt.version()
     where = _buckets(nodes, buckets)
-    old = pl.from_arrow(store.read("entities", buckets=where))
+    append = new_items is not None
+    old = pl.from_arrow(store.read("entities", buckets=where, filter=_isin("node", nodes) if append else None))
     prior = None
-    if new_items is not None:
-        items, prior = new_items, old.filter(_among("node", nodes))
+    if append:
+        items, prior = new_items, old
     else:
         items = pl.from_arrow(store.read("items", columns=_OCC_COLUMNS,
                                          filter=_isin("subject_node", nodes) | _isin("object_node", nodes)))
@@ -378,6 +403,8 @@ def _refresh_entities(spec: FoldSpec, store: StateStore, buckets: int, nodes: se
                 pl.when(pl.col("summary_kept").is_null()).then(pl.col("summary_sources"))
                 .otherwise(pl.col("summary_sources_kept")).alias("summary_sources"),
             ).select(fresh.columns)
+    if append:
+        return store.write("entities", fresh.to_arrow(), mode="append", seen_at=seen_at)
     keep = old.filter(~_among("node", nodes))
     version = store.write("entities", pl.concat([keep, fresh.cast(keep.schema)]).to_arrow(), buckets=where)
     if renamed:
@@ -387,9 +414,9 @@ def _refresh_entities(spec: FoldSpec, store: StateStore, buckets: int, nodes: se
         now = dict(zip(fresh["node"].to_list(), fresh["name"].to_list()))
         changed = {n for n, name in zip(was["node"].to_list(), was["name"].to_list()) if now.get(n) != name}
         if changed:
-            referrers = store.read("facts", columns=["subject"], filter=(pc.field("layer") == "merged")
-                                   & pc.field("valid_to").is_null() & _isin("object", changed))
-            more = set(referrers["subject"].to_pylist()) - nodes
+            referrers = store.read("facts", columns=["subject", "valid_to"], filter=(pc.field("layer") == "merged")
+                                   & _isin("object", changed))
+            more = set(referrers.filter(pc.is_null(referrers["valid_to"]))["subject"].to_pylist()) - nodes
             if more:
                 version = _refresh_entities(spec, store, buckets, more, set())
     return version
@@ -397,14 +424,8 @@ def _refresh_entities(spec: FoldSpec, store: StateStore, buckets: int, nodes: se
 
 def _report(store: StateStore, spec: FoldSpec, tag: StateTag, *, calls: int, rejected: int,
             started_from: int) -> FoldReport:
-    # row counts from the files' metadata (partition value and record count): no data read
-    files = pa.table(store.table("facts").get_add_actions(flatten=True))
-    layer = files["partition.layer"].to_pylist()
-    counts = files["num_records"].to_pylist()
-    derived = sum(n for l, n in zip(layer, counts) if l == "derived")
-    merged = sum(n for l, n in zip(layer, counts) if l == "merged")
-    return FoldReport(events_folded=tag.log_seq + 1, extraction_calls=calls, facts=merged,
-                      derived_facts=derived, rejected_outputs=rejected, last_seq=tag.log_seq,
+    return FoldReport(events_folded=tag.log_seq + 1, extraction_calls=calls, facts=tag.facts,
+                      derived_facts=tag.derived, rejected_outputs=rejected, last_seq=tag.log_seq,
                       spec_hash=spec.hash, started_from=started_from)
 
 
@@ -444,18 +465,31 @@ def _incremental(mem, spec, store: StateStore, tag: StateTag, *, extractor, prog
         store.write("items", pa.Table.from_pylist(rows, schema=ITEM_SCHEMA), mode="append")
     subjects = {r["subject_node"] for r in rows}
     nodes = subjects | {r["object_node"] for r in rows}
-    where = _buckets(subjects, buckets)
-    old = pl.from_arrow(store.read("facts", buckets=where, filter=pc.field("layer") == "merged"))
-    current = old.filter(_among("subject", subjects))
+    # only the touched subjects' rows are read, and only the rows the merge changed are written
+    # (as new versions): 1% new events touch nearly every bucket, so rewriting buckets would
+    # rewrite the whole state
+    current = pl.from_arrow(store.read("facts", buckets=_buckets(subjects, buckets),
+                                       filter=(pc.field("layer") == "merged") & _isin("subject", subjects)))
     rows.sort(key=lambda r: (r["seq"], r["ordinal"]))
     fresh, changed = advance_subjects(spec, current.to_dicts(), rows, buckets=buckets)
     after = pl.from_arrow(pa.Table.from_pylist(fresh, schema=FACT_SCHEMA))
-    merged = pl.concat([old.filter(~_among("subject", subjects)), after])
-    store.write("facts", merged.to_arrow(), buckets=where, layer="merged")
+    if changed:
+        store.write("facts", after.filter(_among("fact_id", changed)).to_arrow(), mode="append", seen_at=head.seq)
     tag = _finish(mem, spec, store, head=head, tenants=tenants, buckets=buckets, subjects=subjects, nodes=nodes,
                   new_items=pl.from_arrow(pa.Table.from_pylist(rows, schema=ITEM_SCHEMA)),
-                  before=current.filter(_among("fact_id", changed)), after=after)
+                  before=current, after=after, changed=changed, counts=(tag.facts, tag.derived))
+    if store.files("facts") > COMPACT_FILES * buckets:
+        store.compact("facts")
+        store.compact("entities")
+        tag = _retag(store, tag)
     return _report(store, spec, tag, calls=calls, rejected=rejected, started_from=started_from)
+
+
+def _retag(store: StateStore, tag: StateTag) -> StateTag:
+    """Tag the newest versions again (after a compaction) with ``tag``'s position and counts."""
+    entities = store.table("entities")
+    store.set_tag(dataclasses.replace(tag, entities_version=entities.version()))
+    return _current_tag(store)
 
 
 # -- erasure ---------------------------------------------------------------------------------------
@@ -513,9 +547,10 @@ def purge_state(store: StateStore, spec: FoldSpec, event_ids: Sequence[str]) -> 
     old = pl.from_arrow(store.read("facts", buckets=_buckets(subjects, buckets), filter=pc.field("layer") == "merged"))
     mask = _among("subject", subjects)
     merged = pl.concat([old.filter(~mask), pl.from_arrow(pa.Table.from_pylist(fresh, schema=FACT_SCHEMA))])
+    # rewritten, not appended: every version of these buckets' rows goes, then the vacuum
     store.write("facts", merged.to_arrow(), buckets=_buckets(subjects, buckets), layer="merged")
     _finish(None, spec, store, head=_Head(tag.log_seq, tag.log_link), tenants=tag.tenants, buckets=buckets,
             subjects=subjects, nodes=nodes, renamed=nodes, before=old.filter(mask),
-            after=merged.filter(mask))
+            after=merged.filter(mask), counts=(tag.facts, tag.derived))
     store.vacuum()
     return items.num_rows - surviving.num_rows

@@ -229,3 +229,29 @@ def test_cli_folds_into_state_tables_and_reads_them(tmp_path):
     assert {n["id"] for n in view["nodes"]} >= {"default/person3"}
     bad = cli("fold", mem.root, "--engine", "partitioned", "--extractor", "llamacpp", "--option", "model=/nope")
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_many_incremental_folds_then_compaction_then_erasure(tmp_path, monkeypatch):
+    """Incremental folds append row versions; reads take the newest; a compaction and an
+    erasure (which rewrites buckets) keep the state equal to the reference fold."""
+    from refold import state_fold
+
+    monkeypatch.setattr(state_fold, "COMPACT_FILES", 3)  # compact after a few folds, not after dozens
+    mem = refold.init(tmp_path / "store")
+    mem.append(_log(150))
+    mem.fold(engine="partitioned", full=True, buckets=4)
+    store = mem.state_store(mem.current_spec())
+    for step in range(6):
+        mem.append(_log(25, start=150 + 25 * step) + _extras(50 + 5 * step)[step % 4:step % 4 + 1])
+        report = mem.fold(engine="partitioned")
+        reference = _reference(Path(mem.root))
+        assert canonical_graph(_state_graph(mem)) == canonical_graph(reference), step
+        assert (report.facts, report.derived_facts) == (
+            sum(1 for *_, d in reference.edges(data=True) if d["derivation"] == "extracted"),
+            sum(1 for *_, d in reference.edges(data=True) if d["derivation"] != "extracted"))
+    assert any(info.get("refold.compacted") for info in DeltaTable(store.path("facts")).history())
+    erasing.register_subject(mem, "s-person3", "Person3")
+    mem.erase("s-person3")
+    after = refold.open(mem.root)
+    assert canonical_graph(_state_graph(after)) == canonical_graph(_reference(Path(mem.root)))
+    assert not scan_report(store.root, ["Person3"]).hits

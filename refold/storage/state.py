@@ -36,16 +36,26 @@ from refold.fold.partition import ENTITY_SCHEMA, FACT_SCHEMA, ITEM_SCHEMA
 
 from .layout import Layout
 
-__all__ = ["StateStore", "StateTag", "TABLES"]
+__all__ = ["KEYS", "StateStore", "StateTag", "TABLES"]
 
-#: table name → (schema, partition columns)
+#: table name → (schema of its rows, partition columns)
 TABLES = {
     "items": (ITEM_SCHEMA, ["bucket"]),
     "facts": (FACT_SCHEMA, ["layer", "bucket"]),
     "entities": (ENTITY_SCHEMA, ["bucket"]),
 }
+#: versioned tables → their key: an incremental fold appends new versions of the rows it changed
+#: (``seen_at``: the log seq of that fold; ``deleted``: the row is gone) instead of rewriting
+#: whole partitions, and a read keeps the newest version of each key (:meth:`StateStore.read`)
+KEYS = {"facts": "fact_id", "entities": "node"}
+_VERSION_FIELDS = [pa.field("seen_at", pa.int64()), pa.field("deleted", pa.bool_())]
 #: the only columns with Delta statistics: numbers and partitions, never a name (see module doc)
-_STATS = {"items": "bucket,seq", "facts": "layer,bucket,recorded_seq", "entities": "bucket"}
+_STATS = {"items": "bucket,seq", "facts": "layer,bucket,recorded_seq,seen_at", "entities": "bucket,seen_at"}
+
+
+def _stored(name: str) -> pa.Schema:
+    schema = TABLES[name][0]
+    return pa.schema(list(schema) + _VERSION_FIELDS) if name in KEYS else schema
 _PREFIX = "refold."
 
 
@@ -58,20 +68,26 @@ class StateTag:
     buckets: int
     tenants: tuple[str, ...]
     entities_version: int
+    #: merged and derived rows (their newest versions) in that state
+    facts: int = 0
+    derived: int = 0
     facts_version: int = -1
 
     def metadata(self) -> dict[str, str]:
         return {_PREFIX + "log_seq": str(self.log_seq), _PREFIX + "log_link": self.log_link,
                 _PREFIX + "buckets": str(self.buckets), _PREFIX + "tenants": json.dumps(list(self.tenants)),
-                _PREFIX + "entities_version": str(self.entities_version)}
+                _PREFIX + "entities_version": str(self.entities_version),
+                _PREFIX + "counts": f"{self.facts},{self.derived}"}
 
     @classmethod
     def from_commit(cls, info: dict, version: int) -> "StateTag | None":
         if not info.get(_PREFIX + "log_seq"):  # absent, or cleared by a full fold under way
             return None
+        facts, derived = (int(n) for n in info.get(_PREFIX + "counts", "0,0").split(","))
         return cls(log_seq=int(info[_PREFIX + "log_seq"]), log_link=info[_PREFIX + "log_link"],
                    buckets=int(info[_PREFIX + "buckets"]), tenants=tuple(json.loads(info[_PREFIX + "tenants"])),
-                   entities_version=int(info[_PREFIX + "entities_version"]), facts_version=version)
+                   entities_version=int(info[_PREFIX + "entities_version"]), facts=facts, derived=derived,
+                   facts_version=version)
 
 
 class StateStore:
@@ -131,29 +147,59 @@ class StateStore:
 
     def read(self, name: str, *, buckets: Iterable[int] | None = None, filter: pc.Expression | None = None,
              columns: list[str] | None = None, version: int | None = None) -> pa.Table:
-        """Rows of ``name``; ``buckets`` prunes partitions (only their files are opened)."""
+        """Rows of ``name`` (of a versioned table: the newest version of each key, deleted ones
+        left out); ``buckets`` prunes partitions (only their files are opened).
+
+        ``filter`` is applied before the versions are resolved, so on a versioned table it may
+        test only columns a row's versions share (its key, subject, relation, object, tenant,
+        layer, bucket), never ``valid_to`` or ``sources``: filter those afterwards."""
         schema = TABLES[name][0]
+        wanted_schema = schema if columns is None else pa.schema([schema.field(c) for c in columns])
         dt = self.table(name, version=version)
         if dt is None:
-            return schema.empty_table() if columns is None else schema.empty_table().select(columns)
+            return wanted_schema.empty_table()
         expr = filter
         if buckets is not None:
             wanted = pc.field("bucket").isin(pa.array(sorted(set(buckets)), pa.int32()))
             expr = wanted if expr is None else expr & wanted
-        table = dt.to_pyarrow_dataset().to_table(filter=expr, columns=columns or schema.names)
-        return table.cast(schema if columns is None else pa.schema([schema.field(c) for c in columns]))
+        names = list(wanted_schema.names)
+        key = KEYS.get(name)
+        if key is not None:
+            names += [c for c in (key, "seen_at", "deleted") if c not in names]
+        table = dt.to_pyarrow_dataset().to_table(filter=expr, columns=names)
+        if key is not None and table.num_rows:
+            table = _newest(table, key)
+        return table.select(wanted_schema.names).cast(wanted_schema)
+
+    def files(self, name: str) -> int:
+        """The number of data files of ``name`` now."""
+        dt = self.table(name)
+        return 0 if dt is None else len(dt.file_uris())
+
+    def compact(self, name: str) -> int:
+        """Rewrite ``name`` with only the newest version of each row (reads stay fast after
+        many incremental folds); return the new version."""
+        return self.write(name, self.read(name), note={"compacted": "1"})
 
     # -- writing ---------------------------------------------------------------------------------
 
     def write(self, name: str, rows: pa.Table, *, buckets: Iterable[int] | None = None,
               layer: str | None = None, tag: StateTag | None = None, mode: str = "overwrite",
-              note: dict[str, str] | None = None) -> int:
+              note: dict[str, str] | None = None, seen_at: int = -1, deleted: pa.Array | None = None) -> int:
         """Replace the partitions ``buckets`` (all: None) of ``name`` (of ``layer`` in ``facts``)
-        with ``rows``, or append them (``mode="append"``); return the new table version.
+        with ``rows``, or append them (``mode="append"``: on a versioned table, new versions of
+        those rows stamped ``seen_at``, ``deleted`` marking the ones gone); return the new
+        table version.
 
         Every row must lie in those partitions (delta-rs checks the predicate). ``note``: custom
         metadata of the commit (a full fold's progress, see :meth:`notes`)."""
-        schema, partitions = TABLES[name]
+        partitions = TABLES[name][1]
+        schema = _stored(name)
+        if name in KEYS:
+            rows = rows.select(TABLES[name][0].names)
+            rows = rows.append_column("seen_at", pa.array([seen_at] * rows.num_rows, pa.int64()))
+            rows = rows.append_column("deleted", deleted if deleted is not None
+                                      else pa.array([False] * rows.num_rows, pa.bool_()))
         rows = rows.select(schema.names).cast(schema)
         terms = []
         if layer is not None:
@@ -231,3 +277,13 @@ class StateStore:
         if os.path.isdir(self.root):
             shutil.rmtree(self.root)
         self._tables = {}
+
+
+def _newest(table: pa.Table, key: str) -> pa.Table:
+    """The newest version (largest ``seen_at``; the later row of equals) of each ``key``,
+    without the deleted ones."""
+    import polars as pl
+
+    frame = pl.from_arrow(table).with_row_index("_row")
+    frame = frame.sort(["seen_at", "_row"]).unique(subset=[key], keep="last", maintain_order=True)
+    return frame.filter(~pl.col("deleted")).sort("_row").drop("_row").to_arrow()
