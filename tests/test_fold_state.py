@@ -255,3 +255,21 @@ def test_many_incremental_folds_then_compaction_then_erasure(tmp_path, monkeypat
     after = refold.open(mem.root)
     assert canonical_graph(_state_graph(after)) == canonical_graph(_reference(Path(mem.root)))
     assert not scan_report(store.root, ["Person3"]).hits
+
+
+def test_the_refold_and_project_jobs_take_the_partitioned_engine(mem):
+    mem.append(_log(80))
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+
+    def job(name, *flags):
+        done = subprocess.run([sys.executable, "-m", f"refold.jobs.{name}", mem.root, "--no-ray", "--no-progress",
+                               *flags], env=env, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    first = job("refold", "--engine", "partitioned")
+    assert first["fold"]["facts"] > 0 and first["fold"]["started_from"] == -1
+    mem.append(_log(10, start=80))
+    env["REFOLD_FOLD_ENGINE"] = "partitioned"  # the job's environment may choose it too
+    second = job("project")
+    assert second["fold"]["started_from"] == first["fold"]["last_seq"] and second["fold"]["extraction_calls"] == 10
