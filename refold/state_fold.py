@@ -337,6 +337,19 @@ def _refresh_derived(spec: FoldSpec, store: StateStore, buckets: int, *, before:
                                         & _isin("subject", heads))) if heads and seconds else direct.clear()
     base = pl.concat([direct, via, partners]).unique("fact_id", maintain_order=True)
     new = derive_frame(spec.rollups, base, buckets=buckets, touching=changed)
+    fresh_ids = set(new["fact_id"].to_list())
+    if append:
+        # the derived rows the state holds with a changed input are what the rules gave over
+        # the inputs' previous versions: derived again from those, not read back
+        previous = before.select(_BASE_COLUMNS).filter(_among("fact_id", changed))
+        prior_base = pl.concat([base.filter(~_among("fact_id", changed)), previous])
+        old = derive_frame(spec.rollups, prior_base, buckets=buckets, touching=changed)
+        gone = old.filter(~_among("fact_id", fresh_ids))
+        rows = pl.concat([new, gone])
+        if rows.height:
+            flags = pa.array([False] * new.height + [True] * gone.height, pa.bool_())
+            store.write("facts", rows.to_arrow(), mode="append", seen_at=seen_at, deleted=flags)
+        return len(fresh_ids - set(old["fact_id"].to_list())) - gone.height
     # where the rows to replace live: a compose row in its first input's subject's bucket, an
     # inverse row in its input's object's (old versions too: an erased input's rows must go)
     homes = set(both.filter(pl.col("relation").is_in(firsts))["subject"].to_list()) | set(via["subject"].to_list())
@@ -348,17 +361,9 @@ def _refresh_derived(spec: FoldSpec, store: StateStore, buckets: int, *, before:
     old = pl.from_arrow(store.read("facts", buckets=where, filter=pc.field("layer") == "derived"))
     ids = pl.Series(sorted(changed), dtype=pl.Utf8).implode()
     hit = old["inputs"].list.eval(pl.element().is_in(ids)).list.any()
-    fresh_ids = set(new["fact_id"].to_list())
-    gone = old.filter(hit & ~_among("fact_id", fresh_ids))
-    delta = len(fresh_ids - set(old["fact_id"].to_list())) - gone.height
-    if append:
-        rows = pl.concat([new.cast(old.schema), gone])
-        flags = pa.array([False] * new.height + [True] * gone.height, pa.bool_())
-        store.write("facts", rows.to_arrow(), mode="append", seen_at=seen_at, deleted=flags)
-    else:
-        rows = pl.concat([old.filter(~hit), new.cast(old.schema)])
-        store.write("facts", rows.to_arrow(), buckets=where, layer="derived")
-    return delta
+    rows = pl.concat([old.filter(~hit), new.cast(old.schema)])
+    store.write("facts", rows.to_arrow(), buckets=where, layer="derived")
+    return len(fresh_ids - set(old["fact_id"].to_list())) - old.filter(hit & ~_among("fact_id", fresh_ids)).height
 
 
 def _refresh_entities(spec: FoldSpec, store: StateStore, buckets: int, nodes: set[str], renamed: set[str],
