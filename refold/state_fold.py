@@ -58,7 +58,7 @@ ITEM_FLUSH = 200_000
 BUCKET_GROUP = 16
 #: An incremental fold compacts the state tables (newest versions only) when the facts table
 #: holds more than this many data files per bucket (each incremental fold adds about two).
-COMPACT_FILES = 16
+COMPACT_FILES = 10
 
 
 class PartitionError(RefoldError):
