@@ -273,3 +273,20 @@ def test_the_refold_and_project_jobs_take_the_partitioned_engine(mem):
     env["REFOLD_FOLD_ENGINE"] = "partitioned"  # the job's environment may choose it too
     second = job("project")
     assert second["fold"]["started_from"] == first["fold"]["last_seq"] and second["fold"]["extraction_calls"] == 10
+
+
+def test_crypto_shredding_refolds_the_state_tables_too(tmp_path):
+    mem = refold.init(tmp_path / "store", mode="shred")
+    name = "Quillon Varga"
+    mem.append(_log(100) + [fact_event(name, "likes", "zephyrmarmalade", day=3, subjects=["s-x"]),
+                            fact_event(name, "works_at", "Acme", day=4, subjects=["s-x"])])
+    mem.fold(engine="partitioned", full=True)
+    store = mem.state_store(mem.current_spec())
+    erasing.register_subject(mem, "s-x", name)
+    mem.erase("s-x")
+    assert not scan_report(store.root, [name, "zephyrmarmalade"]).hits
+    purged = store.tag()
+    graph = _state_graph(refold.open(mem.root))
+    again = refold.open(mem.root).fold(engine="partitioned", full=True)  # the events are unreadable now
+    assert (again.facts, again.derived_facts) == (purged.facts, purged.derived)
+    assert canonical_graph(_state_graph(refold.open(mem.root))) == canonical_graph(graph)
