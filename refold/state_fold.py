@@ -54,8 +54,8 @@ __all__ = ["PartitionError", "StatePurger", "fold_state", "merge_buckets"]
 EVENT_BATCH = 20_000
 #: Item rows a full fold holds before writing them (each write adds a file per bucket).
 ITEM_FLUSH = 200_000
-#: Buckets merged per facts commit of a full fold.
-BUCKET_GROUP = 16
+#: Buckets folded per commit of a full fold (a group's rows are what a full fold holds at once).
+BUCKET_GROUP = 4
 #: An incremental fold compacts the state tables (newest versions only) when the facts table
 #: holds more than this many data files per bucket (each incremental fold adds about two).
 COMPACT_FILES = 10
@@ -265,12 +265,11 @@ def _finish(mem, spec, store: StateStore, *, head: _Head, tenants: Iterable[str]
         ents = entity_rows(spec, items, merged, buckets=buckets)
         entities_version = store.write("entities", ents.to_arrow())
         del items
-        base = pl.from_arrow(store.read("facts", columns=_BASE_COLUMNS, filter=(pc.field("layer") == "merged") & (
-            pc.field("relation").isin(sorted(_rollup_relations(spec))))))
-        derived = derive_frame(spec.rollups, base, buckets=buckets)
-        store.write("facts", derived.to_arrow(), layer="derived")
+        facts_count = merged.height
+        del merged
+        derived = _full_rollups(spec, store, buckets)
         tag = StateTag(log_seq=head.seq, log_link=head.link, buckets=buckets, tenants=tenants,
-                       entities_version=entities_version, facts=merged.height, derived=derived.height)
+                       entities_version=entities_version, facts=facts_count, derived=derived)
     else:
         append = new_items is not None
         seen = head.seq if append else -1
@@ -285,6 +284,33 @@ def _finish(mem, spec, store: StateStore, *, head: _Head, tenants: Iterable[str]
                        derived=counts[1] + delta)
     store.set_tag(tag)
     return _current_tag(store)
+
+
+def _full_rollups(spec: FoldSpec, store: StateStore, buckets: int) -> int:
+    """The roll-up stage of a full fold, bucket group by bucket group of the rows' first inputs
+    (memory follows a group plus the compose rules' second inputs, not the store); returns the
+    derived row count."""
+    compose_seconds = sorted({r.inputs[1] for r in spec.rollups if r.kind == "compose"})
+    firsts = sorted({r.inputs[0] for r in spec.rollups})
+    merged = pc.field("layer") == "merged"
+    seconds = pl.from_arrow(store.read("facts", columns=_BASE_COLUMNS, filter=merged
+                                       & pc.field("relation").isin(compose_seconds))) if compose_seconds else None
+    store.write("facts", FACT_SCHEMA.empty_table(), layer="derived")  # the layer, emptied
+    total = 0
+    for b in range(0, buckets, BUCKET_GROUP):
+        group = list(range(b, min(b + BUCKET_GROUP, buckets)))
+        mine = pl.from_arrow(store.read("facts", buckets=group, columns=_BASE_COLUMNS,
+                                        filter=merged & pc.field("relation").isin(firsts)))
+        if mine.height == 0:
+            continue
+        base = mine if seconds is None else pl.concat([mine, seconds]).unique("fact_id", maintain_order=True)
+        ids = pl.Series(mine["fact_id"]).implode()
+        derived = derive_frame(spec.rollups, base, buckets=buckets, touching=mine["fact_id"].to_list())
+        derived = derived.filter(pl.col("inputs").list.first().is_in(ids))  # each row once: by its first input
+        if derived.height:
+            store.write("facts", derived.to_arrow(), mode="append")
+            total += derived.height
+    return total
 
 
 def _current_tag(store: StateStore) -> StateTag:
