@@ -35,8 +35,8 @@ from refold.fold.errors import ExtractionError, RefoldError, StoreError
 from refold.fold.events import Event
 from refold.fold.extract import Extractor
 from refold.fold.partition import (
-    DEFAULT_BUCKETS, FACT_SCHEMA, ITEM_SCHEMA, advance_subjects, bucket_of, derive_frame, entity_rows,
-    fold_partition, items_of,
+    DEFAULT_BUCKETS, FACT_SCHEMA, ITEM_SCHEMA, advance_subjects, bucket_of, derive_frame, entities_from_names,
+    entity_names, entity_rows, fold_partition, items_of,
 )
 from refold.fold.spec import FoldSpec
 from refold.folding import FoldReport, extract_missing, needs_extraction
@@ -260,13 +260,7 @@ def _finish(mem, spec, store: StateStore, *, head: _Head, tenants: Iterable[str]
     buckets are rewritten. ``counts``: the (merged, derived) row counts before the change."""
     tenants = tuple(sorted(tenants))
     if subjects is None:
-        items = pl.from_arrow(store.read("items", columns=_OCC_COLUMNS))
-        merged = pl.from_arrow(store.read("facts", filter=pc.field("layer") == "merged", columns=_SUMMARY_COLUMNS))
-        ents = entity_rows(spec, items, merged, buckets=buckets)
-        entities_version = store.write("entities", ents.to_arrow())
-        del items
-        facts_count = merged.height
-        del merged
+        entities_version, facts_count = _full_entities(spec, store, buckets)
         derived = _full_rollups(spec, store, buckets)
         tag = StateTag(log_seq=head.seq, log_link=head.link, buckets=buckets, tenants=tenants,
                        entities_version=entities_version, facts=facts_count, derived=derived)
@@ -284,6 +278,28 @@ def _finish(mem, spec, store: StateStore, *, head: _Head, tenants: Iterable[str]
                        derived=counts[1] + delta)
     store.set_tag(tag)
     return _current_tag(store)
+
+
+def _full_entities(spec: FoldSpec, store: StateStore, buckets: int) -> tuple[int, int]:
+    """The entity stage of a full fold, bucket group by bucket group: first every node's names
+    (the items naming a group's nodes: their subjects' or objects' bucket is in the group), then
+    the summaries of each group's subjects; returns (entities version, merged row count)."""
+    groups = [list(range(b, min(b + BUCKET_GROUP, buckets))) for b in range(0, buckets, BUCKET_GROUP)]
+    names = []
+    for group in groups:
+        wanted = pa.array(group, pa.int32())
+        items = pl.from_arrow(store.read("items", columns=_OCC_COLUMNS,
+                                         filter=pc.field("bucket").isin(wanted) | pc.field("object_bucket").isin(wanted)))
+        names.append(entity_names(spec, items, buckets_in=group))
+    name_of = {n: s[0] for frame in names for n, s in zip(frame["node"].to_list(), frame["surfaces"].to_list())}
+    version, merged_rows = -1, 0
+    for group, found in zip(groups, names):
+        merged = pl.from_arrow(store.read("facts", buckets=group, columns=_SUMMARY_COLUMNS,
+                                          filter=pc.field("layer") == "merged"))
+        merged_rows += merged.height
+        rows = entities_from_names(found, merged, name_of, buckets=buckets).to_arrow()
+        version = store.write("entities", rows) if group is groups[0] else store.write("entities", rows, buckets=group)
+    return version, merged_rows
 
 
 def _full_rollups(spec: FoldSpec, store: StateStore, buckets: int) -> int:
@@ -320,7 +336,8 @@ def _current_tag(store: StateStore) -> StateTag:
     return tag
 
 
-_OCC_COLUMNS = ["kind", "tenant", "seq", "ordinal", "subject", "relation", "object", "subject_node", "object_node"]
+_OCC_COLUMNS = ["kind", "tenant", "seq", "ordinal", "subject", "relation", "object", "subject_node", "object_node",
+                "bucket", "object_bucket"]
 _SUMMARY_COLUMNS = ["subject", "relation", "object", "recorded_seq", "fact_id", "sources", "valid_to"]
 _BASE_COLUMNS = ["fact_id", "tenant", "subject", "relation", "object", "valid_from", "valid_to", "recorded_seq",
                  "recorded_at", "sources", "source_seqs", "source_principals", "confidence"]

@@ -39,7 +39,7 @@ from .spec import FoldSpec
 
 __all__ = [
     "DEFAULT_BUCKETS", "ENTITY_SCHEMA", "FACT_SCHEMA", "ITEM_SCHEMA", "advance_subjects", "bucket_of",
-    "derive_frame", "entity_rows", "fold_pairs", "fold_partition", "items_frame", "items_of", "merged_frame",
+    "derive_frame", "entities_from_names", "entity_names", "entity_rows", "fold_pairs", "fold_partition", "items_frame", "items_of", "merged_frame",
     "subject_buckets",
 ]
 
@@ -56,7 +56,7 @@ ITEM_SCHEMA = pa.schema([
     ("tenant", pa.string()), ("kind", pa.string()), ("recorded_at", _TS),
     ("event_valid_from", _TS), ("event_valid_to", _TS), ("principals", _STRS),
     ("subject", pa.string()), ("relation", pa.string()), ("object", pa.string()),
-    ("subject_node", pa.string()), ("object_node", pa.string()),
+    ("subject_node", pa.string()), ("object_node", pa.string()), ("object_bucket", pa.int32()),
     ("valid_from", _TS), ("valid_to", _TS), ("confidence", pa.float64()),
 ])
 
@@ -120,6 +120,7 @@ def _item(common: dict, ordinal: int, kind: str, subject: str, relation: str, ob
     s, o = node_id(common["tenant"], subject), node_id(common["tenant"], obj)
     return {**common, "bucket": bucket_of(s, buckets), "ordinal": ordinal, "kind": kind, "subject": subject,
             "relation": relation, "object": obj, "subject_node": s, "object_node": o,
+            "object_bucket": bucket_of(o, buckets),
             "valid_from": valid_from, "valid_to": valid_to, "confidence": float(confidence)}
 
 
@@ -280,23 +281,75 @@ def _finish(rule, frame: pl.DataFrame) -> pl.DataFrame:
 # -- entities --------------------------------------------------------------------------------------
 
 
+_OCC_SCHEMA = {"node": pl.Utf8, "bucket": pl.Int32, "tenant": pl.Utf8, "surface": pl.Utf8, "seq": pl.Int64,
+               "ordinal": pl.Int32, "pos": pl.Int8}
+
+
 def occurrences(spec: FoldSpec, items: pl.DataFrame) -> pl.DataFrame:
-    """(node, tenant, surface, seq, ordinal, pos) of every surface name the merge gives a node:
-    both ends of every fact item it accepts (retractions name no new node)."""
+    """(node, bucket, tenant, surface, seq, ordinal, pos) of every surface name the merge gives a
+    node: both ends of every fact item it accepts (retractions name no new node)."""
     facts = items.filter(pl.col("kind") == "fact")
     if facts.height == 0:
-        return pl.DataFrame(schema={"node": pl.Utf8, "tenant": pl.Utf8, "surface": pl.Utf8, "seq": pl.Int64,
-                                    "ordinal": pl.Int32, "pos": pl.Int8})
+        return pl.DataFrame(schema=_OCC_SCHEMA)
     ok = [bool(entity_key(s)) and bool(entity_key(o)) and bool(spec.canonical_relation(r))
           for s, o, r in zip(facts["subject"].to_list(), facts["object"].to_list(), facts["relation"].to_list())]
     facts = facts.filter(pl.Series(ok, dtype=pl.Boolean))
     cols = ["tenant", "seq", "ordinal"]
     return pl.concat([
-        facts.select(pl.col("subject_node").alias("node"), *cols, pl.col("subject").str.strip_chars().alias("surface"),
-                     pl.lit(0, dtype=pl.Int8).alias("pos")),
-        facts.select(pl.col("object_node").alias("node"), *cols, pl.col("object").str.strip_chars().alias("surface"),
-                     pl.lit(1, dtype=pl.Int8).alias("pos")),
-    ]).select(["node", "tenant", "surface", "seq", "ordinal", "pos"])
+        facts.select(pl.col("subject_node").alias("node"), "bucket", *cols,
+                     pl.col("subject").str.strip_chars().alias("surface"), pl.lit(0, dtype=pl.Int8).alias("pos")),
+        facts.select(pl.col("object_node").alias("node"), pl.col("object_bucket").alias("bucket"), *cols,
+                     pl.col("object").str.strip_chars().alias("surface"), pl.lit(1, dtype=pl.Int8).alias("pos")),
+    ]).select(list(_OCC_SCHEMA)).cast(_OCC_SCHEMA)
+
+
+def entity_names(spec: FoldSpec, items: pl.DataFrame, *, nodes: Iterable[str] | None = None,
+                 buckets_in: Iterable[int] | None = None, prior: pl.DataFrame | None = None) -> pl.DataFrame:
+    """(node, tenant, surfaces) per node named by ``items``: its surface names in log order,
+    each once (the first is its display name). ``nodes``/``buckets_in``: only those nodes, or the
+    nodes of those buckets; ``prior``: entity rows as they were before ``items``."""
+    occ = occurrences(spec, items)
+    if prior is not None and prior.height:
+        # an entity's surfaces so far, in order, ahead of every new item (seq -1)
+        before = prior.select(
+            "node", "bucket", "tenant", pl.concat_list([pl.col("name"), pl.col("aliases")]).alias("surface"),
+        ).explode("surface").with_columns(
+            pl.lit(-1, dtype=pl.Int64).alias("seq"), pl.lit(0, dtype=pl.Int32).alias("ordinal"),
+            pl.int_range(pl.len()).over("node").cast(pl.Int8).alias("pos"),
+        ).select(list(_OCC_SCHEMA)).cast(_OCC_SCHEMA)
+        occ = pl.concat([before, occ])
+    if nodes is not None:
+        occ = occ.filter(pl.col("node").is_in(pl.Series(sorted(set(nodes)), dtype=pl.Utf8).implode()))
+    if buckets_in is not None:
+        occ = occ.filter(pl.col("bucket").is_in(pl.Series(sorted(set(buckets_in)), dtype=pl.Int32).implode()))
+    return (occ.sort(["seq", "ordinal", "pos"])
+            .group_by("node", maintain_order=True)
+            .agg(pl.col("tenant").first(), pl.col("surface").unique(maintain_order=True).alias("surfaces")))
+
+
+def entities_from_names(names: pl.DataFrame, merged: pl.DataFrame, name_of: dict[str, str], *,
+                        buckets: int) -> pl.DataFrame:
+    """Entity rows of the nodes in ``names`` (:func:`entity_names`), summaries from their current
+    ``merged`` rows as subject, the objects' names from ``name_of``."""
+    if names.height == 0:
+        return pl.from_arrow(ENTITY_SCHEMA.empty_table())
+    current = merged.filter(pl.col("valid_to").is_null() & pl.col("subject").is_in(names["node"].implode()))
+    by_subject: dict[str, list[dict]] = {}
+    for d in current.select(["subject", "relation", "object", "recorded_seq", "fact_id", "sources",
+                             "valid_to"]).to_dicts():
+        by_subject.setdefault(d["subject"], []).append(d)
+    missing = sorted({d["object"] for ds in by_subject.values() for d in ds} - name_of.keys())
+    if missing:
+        raise ValueError(f"entity rows: no surface name for {len(missing)} object node(s), e.g. {missing[0]!r}")
+    rows = []
+    for node, tenant, surfaces in zip(names["node"].to_list(), names["tenant"].to_list(),
+                                      names["surfaces"].to_list()):
+        mine = by_subject.get(node)
+        summary, sources = summarize(mine, name_of.__getitem__) if mine else ({}, [])
+        rows.append({"bucket": bucket_of(node, buckets), "node": node, "tenant": tenant, "name": surfaces[0],
+                     "key": entity_key(surfaces[0]), "aliases": list(surfaces[1:]),
+                     "summary": json.dumps(summary, ensure_ascii=False), "summary_sources": sources})
+    return pl.from_arrow(pa.Table.from_pylist(rows, schema=ENTITY_SCHEMA))
 
 
 def entity_rows(spec: FoldSpec, items: pl.DataFrame, merged: pl.DataFrame, *, buckets: int,
@@ -308,43 +361,10 @@ def entity_rows(spec: FoldSpec, items: pl.DataFrame, merged: pl.DataFrame, *, bu
     every item naming them and every merged row of them as subject, and ``names`` the names of
     other nodes their current facts point at. ``prior``: entity rows of these nodes as they
     were before ``items`` (an append: names are kept, new surfaces become aliases)."""
-    occ = occurrences(spec, items)
-    if prior is not None and prior.height:
-        # an entity's surfaces so far, in order, ahead of every new item (seq -1)
-        before = prior.select(
-            "node", "tenant", pl.concat_list([pl.col("name"), pl.col("aliases")]).alias("surface"),
-        ).explode("surface").with_columns(
-            pl.lit(-1, dtype=pl.Int64).alias("seq"), pl.lit(0, dtype=pl.Int32).alias("ordinal"),
-            pl.int_range(pl.len()).over("node").cast(pl.Int8).alias("pos"),
-        ).select(occ.columns)
-        occ = pl.concat([before, occ.cast(before.schema)])
-    if nodes is not None:
-        occ = occ.filter(pl.col("node").is_in(pl.Series(sorted(set(nodes)), dtype=pl.Utf8).implode()))
-    if occ.height == 0:
-        return pl.from_arrow(ENTITY_SCHEMA.empty_table())
-    known = names
-    names = (occ.sort(["seq", "ordinal", "pos"])
-             .group_by("node", maintain_order=True)
-             .agg(pl.col("tenant").first(), pl.col("surface").unique(maintain_order=True).alias("surfaces")))
-    name_of = dict(known or {})
-    name_of.update(zip(names["node"].to_list(), (s[0] for s in names["surfaces"].to_list())))
-    current = merged.filter(pl.col("valid_to").is_null() & pl.col("subject").is_in(names["node"].implode()))
-    by_subject: dict[str, list[dict]] = {}
-    for d in current.select(["subject", "relation", "object", "recorded_seq", "fact_id", "sources",
-                             "valid_to"]).to_dicts():
-        by_subject.setdefault(d["subject"], []).append(d)
-    rows = []
-    missing = sorted({d["object"] for ds in by_subject.values() for d in ds} - name_of.keys())
-    if missing:
-        raise ValueError(f"entity_rows: no surface name for {len(missing)} object node(s), e.g. {missing[0]!r}")
-    for node, tenant, surfaces in zip(names["node"].to_list(), names["tenant"].to_list(),
-                                      names["surfaces"].to_list()):
-        mine = by_subject.get(node)
-        summary, sources = summarize(mine, name_of.__getitem__) if mine else ({}, [])
-        rows.append({"bucket": bucket_of(node, buckets), "node": node, "tenant": tenant, "name": surfaces[0],
-                     "key": entity_key(surfaces[0]), "aliases": list(surfaces[1:]),
-                     "summary": json.dumps(summary, ensure_ascii=False), "summary_sources": sources})
-    return pl.from_arrow(pa.Table.from_pylist(rows, schema=ENTITY_SCHEMA))
+    found = entity_names(spec, items, nodes=nodes, prior=prior)
+    name_of = dict(names or {})
+    name_of.update(zip(found["node"].to_list(), (s[0] for s in found["surfaces"].to_list())))
+    return entities_from_names(found, merged, name_of, buckets=buckets)
 
 
 def merged_frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
