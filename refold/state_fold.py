@@ -288,8 +288,8 @@ def _full_entities(spec: FoldSpec, store: StateStore, buckets: int) -> tuple[int
     names = []
     for group in groups:
         wanted = pa.array(group, pa.int32())
-        items = pl.from_arrow(store.read("items", columns=_OCC_COLUMNS,
-                                         filter=pc.field("bucket").isin(wanted) | pc.field("object_bucket").isin(wanted)))
+        naming = pc.field("bucket").isin(wanted) | pc.field("object_bucket").isin(wanted)
+        items = pl.from_arrow(store.read("items", columns=_OCC_COLUMNS, filter=naming))
         names.append(entity_names(spec, items, buckets_in=group))
     name_of = {n: s[0] for frame in names for n, s in zip(frame["node"].to_list(), frame["surfaces"].to_list())}
     version, merged_rows = -1, 0

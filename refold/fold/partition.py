@@ -39,8 +39,8 @@ from .spec import FoldSpec
 
 __all__ = [
     "DEFAULT_BUCKETS", "ENTITY_SCHEMA", "FACT_SCHEMA", "ITEM_SCHEMA", "advance_subjects", "bucket_of",
-    "derive_frame", "entities_from_names", "entity_names", "entity_rows", "fold_pairs", "fold_partition", "items_frame", "items_of", "merged_frame",
-    "subject_buckets",
+    "derive_frame", "entities_from_names", "entity_names", "entity_rows", "fold_pairs", "fold_partition",
+    "items_frame", "items_of", "merged_frame", "subject_buckets",
 ]
 
 #: Buckets of a new state: a full fold's peak memory follows the largest bucket (~1/64 of the

@@ -14,9 +14,11 @@ other content lands in ``_delta_log``.
 
 A fold's last commit, to ``facts``, is its tag (:class:`StateTag`: the log position it reflects
 and the ``entities`` version that goes with it), set as table properties by a commit that also
-carries it as custom metadata: that ``facts`` version is the snapshot, and "state as of log seq S" is time travel to the newest tagged version
-at or before S. Erasure rewrites the partitions that held the erased events and vacuums, after
-which older versions can no longer be read.
+carries it as custom metadata: that ``facts`` version is the snapshot, and "state as of log seq S"
+is time travel to the newest tagged version at or before S. An incremental fold appends new
+versions of the rows it changed (``seen_at``, ``deleted``; a read keeps the newest). Erasure
+rewrites the partitions that held the erased events and vacuums, after which older versions can
+no longer be read.
 """
 
 from __future__ import annotations
@@ -255,7 +257,8 @@ class StateStore:
     def set_tag(self, tag: StateTag) -> None:
         """Tag the newest ``facts`` version (a fold that changed no row of it)."""
         self.table("facts").alter.set_table_properties(
-            tag.metadata(), raise_if_not_exists=False, commit_properties=CommitProperties(custom_metadata=tag.metadata()))
+            tag.metadata(), raise_if_not_exists=False,
+            commit_properties=CommitProperties(custom_metadata=tag.metadata()))
 
     def vacuum(self) -> list[str]:
         """Delete every file an old version of the state tables held (after an erasure rewrote
