@@ -398,15 +398,19 @@ def _refresh_derived(spec: FoldSpec, store: StateStore, buckets: int, *, before:
     homes = set(both.filter(pl.col("relation").is_in(firsts))["subject"].to_list()) | set(via["subject"].to_list())
     homes |= set(both.filter(pl.col("relation").is_in(inverse))["object"].to_list())
     homes |= set(new["subject"].to_list())
-    where = _buckets(homes, buckets)
-    if not where:
-        return 0
-    old = pl.from_arrow(store.read("facts", buckets=where, filter=pc.field("layer") == "derived"))
+    where = sorted(_buckets(homes, buckets))
     ids = pl.Series(sorted(changed), dtype=pl.Utf8).implode()
-    hit = old["inputs"].list.eval(pl.element().is_in(ids)).list.any()
-    rows = pl.concat([old.filter(~hit), new.cast(old.schema)])
-    store.write("facts", rows.to_arrow(), buckets=where, layer="derived")
-    return len(fresh_ids - set(old["fact_id"].to_list())) - old.filter(hit & ~_among("fact_id", fresh_ids)).height
+    delta = 0
+    for start in range(0, len(where), BUCKET_GROUP):  # (memory follows a group of buckets)
+        group = where[start:start + BUCKET_GROUP]
+        old = pl.from_arrow(store.read("facts", buckets=group, filter=pc.field("layer") == "derived"))
+        hit = old["inputs"].list.eval(pl.element().is_in(ids)).list.any()
+        mine = new.filter(pl.col("bucket").is_in(pl.Series(group, dtype=pl.Int32).implode()))
+        store.write("facts", pl.concat([old.filter(~hit), mine.cast(old.schema)]).to_arrow(), buckets=group,
+                    layer="derived")
+        delta += len(set(mine["fact_id"].to_list()) - set(old["fact_id"].to_list())) - \
+            old.filter(hit & ~_among("fact_id", fresh_ids)).height
+    return delta
 
 
 def _refresh_entities(spec: FoldSpec, store: StateStore, buckets: int, nodes: set[str], renamed: set[str],
@@ -527,8 +531,8 @@ def _incremental(mem, spec, store: StateStore, tag: StateTag, *, extractor, prog
                   new_items=pl.from_arrow(pa.Table.from_pylist(rows, schema=ITEM_SCHEMA)),
                   before=current, after=after, changed=changed, counts=(tag.facts, tag.derived))
     if store.files("facts") > COMPACT_FILES * buckets:
-        store.compact("facts")
-        store.compact("entities")
+        store.compact("facts", buckets=buckets, group=BUCKET_GROUP)
+        store.compact("entities", buckets=buckets, group=BUCKET_GROUP)
         tag = _retag(store, tag)
     return _report(store, spec, tag, calls=calls, rejected=rejected, started_from=started_from)
 

@@ -178,10 +178,15 @@ class StateStore:
         dt = self.table(name)
         return 0 if dt is None else len(dt.file_uris())
 
-    def compact(self, name: str) -> int:
+    def compact(self, name: str, *, buckets: int, group: int = 4) -> int:
         """Rewrite ``name`` with only the newest version of each row (reads stay fast after
-        many incremental folds); return the new version."""
-        return self.write(name, self.read(name), note={"compacted": "1"})
+        many incremental folds), ``group`` buckets at a time (memory follows a group); return
+        the new version."""
+        version = -1
+        for start in range(0, buckets, group):
+            part = list(range(start, min(start + group, buckets)))
+            version = self.write(name, self.read(name, buckets=part), buckets=part, note={"compacted": "1"})
+        return version
 
     # -- writing ---------------------------------------------------------------------------------
 
