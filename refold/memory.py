@@ -277,13 +277,19 @@ class Memory:
                                                                storage_options=self.storage_options)
         return store
 
+    def _cached(self, cache: dict, key):
+        """The one place this process looks up folded state it kept (``_states``: graphs of
+        the graph engine; ``_state_at``: state tables known to be up to date): a check that
+        must drop such caches (e.g. after an erasure elsewhere) belongs here."""
+        return cache.get(key)
+
     def _state_tables(self, spec: FoldSpec):
         """(store, tag) of ``spec``'s state tables brought up to date with the log, or None when
         this spec was never folded into state tables. The one place where this process looks up
         its cached state: a log version seen before skips the check."""
         store = self.state_store(spec)
         version = self.log_store.version()
-        seen = self._state_at.get(spec.hash)
+        seen = self._cached(self._state_at, spec.hash)
         if seen is not None and seen[0] == version:
             return store, seen[1]
         if store.tag() is None:
@@ -321,7 +327,7 @@ class Memory:
         else:
             key = (spec.hash, events[-1].seq if events else -1, events[-1].link if events else "")
             source = ListSource(events)
-        cached = self._states.get(key)
+        cached = self._cached(self._states, key)
         if cached is not None:
             return cached
         with self.advanced_fold(spec, extractor=extractor, full=full, source=source, at_most=key[1]) as done:
