@@ -54,8 +54,10 @@ __all__ = ["PartitionError", "StatePurger", "fold_state", "merge_buckets"]
 EVENT_BATCH = 20_000
 #: Item rows a full fold holds before writing them (each write adds a file per bucket).
 ITEM_FLUSH = 200_000
-#: Buckets folded per commit of a full fold (a group's rows are what a full fold holds at once).
-BUCKET_GROUP = 4
+#: Item rows per bucket group: a full fold (and a compaction) holds one group at a time, and
+#: each group costs a few commits, so small stores fold in one group and large ones in many.
+#: (``REFOLD_STATE_GROUP_ROWS`` overrides it for a process: tests of many groups on a small log.)
+GROUP_ROWS = int(os.environ.get("REFOLD_STATE_GROUP_ROWS", 100_000))
 #: An incremental fold compacts the state tables (newest versions only) when the facts table
 #: holds more than this many data files per bucket (each incremental fold adds about two).
 COMPACT_FILES = 10
@@ -190,7 +192,7 @@ def _full(mem, spec, store: StateStore, *, extractor, progress, runner, batch_si
                                                 runner=runner, batch_size=batch_size, buckets=buckets,
                                                 until=log_head.seq, run=run)
         groups_done = set()
-    groups = [list(range(b, min(b + BUCKET_GROUP, buckets))) for b in range(0, buckets, BUCKET_GROUP)]
+    groups = _groups(buckets, _group_size(store, buckets))
     reused = 0
     with FoldProgress(buckets, label="merging partitions", enabled=progress) as bar:
         for i, group in enumerate(groups):
@@ -211,6 +213,17 @@ def _full(mem, spec, store: StateStore, *, extractor, progress, runner, batch_si
                   subjects=None)
     report = _report(store, spec, tag, calls=calls, rejected=rejected, started_from=-1)
     return dataclasses.replace(report, reused_partitions=reused)
+
+
+def _group_size(store: StateStore, buckets: int) -> int:
+    """Buckets per group: :data:`GROUP_ROWS` item rows each (from the items files' metadata)."""
+    dt = store.table("items")
+    rows = sum(pa.table(dt.get_add_actions(flatten=True))["num_records"].to_pylist()) if dt is not None else 0
+    return max(1, min(buckets, -(-GROUP_ROWS * buckets // max(rows, 1))))
+
+
+def _groups(buckets: int, size: int) -> list[list[int]]:
+    return [list(range(b, min(b + size, buckets))) for b in range(0, buckets, size)]
 
 
 def _write_items(mem, spec, store: StateStore, *, extractor, progress, runner, batch_size, buckets, until: int,
@@ -284,7 +297,7 @@ def _full_entities(spec: FoldSpec, store: StateStore, buckets: int) -> tuple[int
     """The entity stage of a full fold, bucket group by bucket group: first every node's names
     (the items naming a group's nodes: their subjects' or objects' bucket is in the group), then
     the summaries of each group's subjects; returns (entities version, merged row count)."""
-    groups = [list(range(b, min(b + BUCKET_GROUP, buckets))) for b in range(0, buckets, BUCKET_GROUP)]
+    groups = _groups(buckets, _group_size(store, buckets))
     names = []
     for group in groups:
         wanted = pa.array(group, pa.int32())
@@ -313,8 +326,7 @@ def _full_rollups(spec: FoldSpec, store: StateStore, buckets: int) -> int:
                                        & pc.field("relation").isin(compose_seconds))) if compose_seconds else None
     store.write("facts", FACT_SCHEMA.empty_table(), layer="derived")  # the layer, emptied
     total = 0
-    for b in range(0, buckets, BUCKET_GROUP):
-        group = list(range(b, min(b + BUCKET_GROUP, buckets)))
+    for group in _groups(buckets, _group_size(store, buckets)):
         mine = pl.from_arrow(store.read("facts", buckets=group, columns=_BASE_COLUMNS,
                                         filter=merged & pc.field("relation").isin(firsts)))
         if mine.height == 0:
@@ -401,8 +413,9 @@ def _refresh_derived(spec: FoldSpec, store: StateStore, buckets: int, *, before:
     where = sorted(_buckets(homes, buckets))
     ids = pl.Series(sorted(changed), dtype=pl.Utf8).implode()
     delta = 0
-    for start in range(0, len(where), BUCKET_GROUP):  # (memory follows a group of buckets)
-        group = where[start:start + BUCKET_GROUP]
+    size = _group_size(store, buckets)
+    for start in range(0, len(where), size):  # (memory follows a group of buckets)
+        group = where[start:start + size]
         old = pl.from_arrow(store.read("facts", buckets=group, filter=pc.field("layer") == "derived"))
         hit = old["inputs"].list.eval(pl.element().is_in(ids)).list.any()
         mine = new.filter(pl.col("bucket").is_in(pl.Series(group, dtype=pl.Int32).implode()))
@@ -531,8 +544,9 @@ def _incremental(mem, spec, store: StateStore, tag: StateTag, *, extractor, prog
                   new_items=pl.from_arrow(pa.Table.from_pylist(rows, schema=ITEM_SCHEMA)),
                   before=current, after=after, changed=changed, counts=(tag.facts, tag.derived))
     if store.files("facts") > COMPACT_FILES * buckets:
-        store.compact("facts", buckets=buckets, group=BUCKET_GROUP)
-        store.compact("entities", buckets=buckets, group=BUCKET_GROUP)
+        size = _group_size(store, buckets)
+        store.compact("facts", buckets=buckets, group=size)
+        store.compact("entities", buckets=buckets, group=size)
         tag = _retag(store, tag)
     return _report(store, spec, tag, calls=calls, rejected=rejected, started_from=started_from)
 

@@ -169,20 +169,24 @@ def test_a_failing_partition_is_named(mem):
     assert isinstance(caught.value, RefoldError)
 
 
-def test_a_rerun_after_a_killed_full_fold_redoes_only_the_missing_partitions(mem):
+def test_a_rerun_after_a_killed_full_fold_redoes_only_the_missing_partitions(mem, monkeypatch):
+    """(A small ``GROUP_ROWS`` makes this small log fold in several bucket groups.)"""
+    from refold import state_fold
+
     mem.append(_log(300))
     mem.fold(engine="partitioned", full=True)  # the extraction cache, and a first state
     mem.append(_log(30, start=300))
     code = ("import sys, refold; m = refold.open(sys.argv[1]); m.fold(engine='partitioned', full=True)")
-    env = {**os.environ, "REFOLD_FOLD_CRASH_AT": "merged:1", "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "REFOLD_FOLD_CRASH_AT": "merged:1", "PYTHONPATH": str(REPO), "REFOLD_STATE_GROUP_ROWS": "20"}
     done = subprocess.run([sys.executable, "-c", code, mem.root], env=env, capture_output=True, text=True)
     assert done.returncode == -signal.SIGKILL, done.stderr
     store = mem.state_store(mem.current_spec())
     assert store.tag() is None  # a half-written state is never taken for a complete one
+    monkeypatch.setattr(state_fold, "GROUP_ROWS", 20)
+    size = state_fold._group_size(store, 64)
+    assert size < 32
     again = refold.open(mem.root).fold(engine="partitioned")
-    from refold.state_fold import BUCKET_GROUP
-
-    assert again.reused_partitions == 2 * BUCKET_GROUP  # two groups were written before the kill
+    assert again.reused_partitions == 2 * size  # the two groups written before the kill
     assert again.last_seq == mem.head().seq
     assert canonical_graph(_state_graph(refold.open(mem.root))) == canonical_graph(_reference(Path(mem.root)))
 
