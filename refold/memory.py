@@ -285,8 +285,8 @@ class Memory:
 
     def _state_tables(self, spec: FoldSpec):
         """(store, tag) of ``spec``'s state tables brought up to date with the log, or None when
-        this spec was never folded into state tables. The one place where this process looks up
-        its cached state: a log version seen before skips the check."""
+        this spec was never folded into state tables (or a full fold of it is under way). A log
+        version seen before skips the check (looked up through :meth:`_cached`)."""
         store = self.state_store(spec)
         version = self.log_store.version()
         seen = self._cached(self._state_at, spec.hash)
