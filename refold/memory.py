@@ -164,7 +164,7 @@ class Memory:
     def fold(self, *, extractor: str | Extractor = "rules", spec: FoldSpec | None = None,
              full: bool = False, progress: bool = False, runner=None, snapshot_every: int | None = None,
              index: bool | str = False, engine: Literal["graph", "partitioned"] | None = None,
-             buckets: int | None = None, **options: Any) -> FoldReport:
+             buckets: int | None = None, merger=None, **options: Any) -> FoldReport:
         """Bring derived state up to date with the log and return the counts.
 
         Records the spec in the log first. Resumes from the newest valid state (this process's
@@ -176,7 +176,8 @@ class Memory:
         to date with the new state (embedding only new or changed texts). ``engine``
         (default :attr:`fold_engine`): ``"partitioned"`` folds bucket by bucket into the state
         tables (``full`` rewrites them, in ``buckets`` partitions, default 64; otherwise only
-        what the new events touch).
+        what the new events touch); ``merger`` runs its merge stage elsewhere
+        (``refold.jobs.ray_merge.ray_merger()``: Ray tasks; ``runner`` does the same for extraction).
         """
         from refold.fold.extractors import get_extractor
         from refold.folding import FoldReport, record_spec
@@ -192,7 +193,7 @@ class Memory:
 
             with self._fold_lock:
                 report = fold_state(self, spec, extractor=ext, full=full, progress=progress, runner=runner,
-                                    **({"buckets": buckets} if buckets else {}))
+                                    merger=merger, **({"buckets": buckets} if buckets else {}))
                 self._state_at.pop(spec.hash, None)
             if index:
                 self.index(embedder=None if index is True else index)

@@ -48,7 +48,7 @@ from refold.storage.state import StateStore, StateTag
 if TYPE_CHECKING:
     from refold.memory import Memory
 
-__all__ = ["PartitionError", "StatePurger", "fold_state", "merge_buckets"]
+__all__ = ["PartitionError", "StatePurger", "fold_state", "local_merger", "merge_buckets"]
 
 #: Log events read (and their items built) per batch of a full fold.
 EVENT_BATCH = 20_000
@@ -135,6 +135,19 @@ def _dicts(table: pa.Table) -> list[dict[str, Any]]:
 # -- the fold ------------------------------------------------------------------------------------
 
 
+def _group_name(group: Sequence[int]) -> str:
+    return f"{group[0]}-{group[-1]}"
+
+
+def local_merger(store: StateStore, spec: FoldSpec, groups: Sequence[Sequence[int]],
+                 buckets: int) -> Iterator[tuple[Sequence[int], pa.Table]]:
+    """The merge stage in this process: (group, merged rows) for each group, one after another.
+    A *merger* is any callable of this shape (``refold.jobs.ray_merge.ray_merger`` runs the
+    groups as Ray tasks); the fold writes each group's rows as they come."""
+    for group in groups:
+        yield group, merge_buckets(store, spec, group, buckets=buckets)
+
+
 def merge_buckets(store: StateStore, spec: FoldSpec, group: Sequence[int], *, buckets: int) -> pa.Table:
     """Merged rows of the buckets ``group``, each folded alone from the store's items table.
 
@@ -156,11 +169,12 @@ def merge_buckets(store: StateStore, spec: FoldSpec, group: Sequence[int], *, bu
 
 def fold_state(mem: "Memory", spec: FoldSpec, *, extractor: Extractor | None, full: bool = False,
                progress: bool = False, runner=None, batch_size: int = 16,
-               buckets: int | None = None) -> FoldReport:
+               buckets: int | None = None, merger=None) -> FoldReport:
     """Bring ``spec``'s state tables up to date with the log (see the module docstring).
 
     ``buckets``: the partition count (default: the state's, or :data:`DEFAULT_BUCKETS`); a
-    count other than the state's refolds in full."""
+    count other than the state's refolds in full. ``merger``: how a full fold's merge stage runs
+    (default :func:`local_merger`)."""
     store = mem.state_store(spec)
     tag = None if full else store.tag()
     if tag is not None and buckets is not None and buckets != tag.buckets:
@@ -172,10 +186,11 @@ def fold_state(mem: "Memory", spec: FoldSpec, *, extractor: Extractor | None, fu
         if done is not None:
             return done
     return _full(mem, spec, store, extractor=extractor, progress=progress, runner=runner,
-                 batch_size=batch_size, buckets=buckets)
+                 batch_size=batch_size, buckets=buckets, merger=merger)
 
 
-def _full(mem, spec, store: StateStore, *, extractor, progress, runner, batch_size, buckets) -> FoldReport:
+def _full(mem, spec, store: StateStore, *, extractor, progress, runner, batch_size, buckets,
+          merger=None) -> FoldReport:
     """Refold every partition. Resumable: each commit notes the run (spec, log head, bucket
     count) and what it holds, so a rerun after a killed fold of the same log reuses the items
     and the bucket groups already written and redoes only the missing ones."""
@@ -193,20 +208,14 @@ def _full(mem, spec, store: StateStore, *, extractor, progress, runner, batch_si
                                                 until=log_head.seq, run=run)
         groups_done = set()
     groups = _groups(buckets, _group_size(store, buckets))
-    reused = 0
+    todo = [g for g in groups if _group_name(g) not in groups_done]
+    reused = buckets - sum(len(g) for g in todo)
+    if len(todo) == len(groups):  # nothing to reuse: the table is emptied first (old rows, old counts)
+        store.write("facts", FACT_SCHEMA.empty_table(), note={"run": run, "cleared": "1"})
     with FoldProgress(buckets, label="merging partitions", enabled=progress) as bar:
-        for i, group in enumerate(groups):
-            name = f"{group[0]}-{group[-1]}"
-            if name in groups_done:
-                reused += len(group)
-                bar.advance(len(group))
-                continue
-            merged = merge_buckets(store, spec, group, buckets=buckets)
-            note = {"run": run, "group": name}
-            if i == 0:  # the first write replaces the whole table (another bucket count, old rows)
-                store.write("facts", merged, note=note)
-            else:
-                store.write("facts", merged, buckets=group, layer="merged", note=note)
+        bar.advance(reused)
+        for i, (group, merged) in enumerate((merger or local_merger)(store, spec, todo, buckets)):
+            store.write("facts", merged, buckets=group, layer="merged", note={"run": run, "group": _group_name(group)})
             _crash_point(f"merged:{i}")
             bar.advance(len(group))
     tag = _finish(mem, spec, store, head=_Head(log_head.seq, log_head.link), tenants=tenants, buckets=buckets,

@@ -296,3 +296,20 @@ def test_crypto_shredding_refolds_the_state_tables_too(tmp_path):
     again = refold.open(mem.root).fold(engine="partitioned", full=True)  # the events are unreadable now
     assert (again.facts, again.derived_facts) == (purged.facts, purged.derived)
     assert canonical_graph(_state_graph(refold.open(mem.root))) == canonical_graph(graph)
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_the_merge_stage_runs_as_ray_tasks(mem, monkeypatch):
+    """Each bucket group is a Ray task that reads its items from the store itself."""
+    from refold import state_fold
+    from refold.jobs.ray_merge import ray_merger
+
+    monkeypatch.setattr(state_fold, "GROUP_ROWS", 30)  # several groups, so several tasks
+
+    mem.append(_log(200))
+    local = mem.fold(engine="partitioned", full=True)
+    expected = canonical_graph(_state_graph(mem))
+    remote = refold.open(mem.root).fold(engine="partitioned", full=True, merger=ray_merger())
+    assert (remote.facts, remote.derived_facts) == (local.facts, local.derived_facts)
+    assert canonical_graph(_state_graph(refold.open(mem.root))) == expected

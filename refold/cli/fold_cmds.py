@@ -30,7 +30,8 @@ def _options(pairs: tuple[str, ...]) -> dict[str, object]:
 @click.option("--option", "options", multiple=True, metavar="NAME=VALUE",
               help="Extractor option, e.g. --option base_url=http://127.0.0.1:8080/v1 (repeatable).")
 @click.option("--full", is_flag=True, help="Rebuild from the cache ignoring snapshots.")
-@click.option("--ray", "use_ray", is_flag=True, help="Shard extraction over Ray workers.")
+@click.option("--ray", "use_ray", is_flag=True,
+              help="Shard extraction over Ray workers (and, with --engine partitioned, the merge's bucket groups).")
 @click.option("--address", help="Ray cluster address (default: local Ray).")
 @click.option("--no-progress", is_flag=True, help="No progress bar or progress lines.")
 @click.option("--index", "index", is_flag=False, flag_value="minilm", default=None,
@@ -53,8 +54,13 @@ def fold(store: str, extractor: str, options: tuple[str, ...], full: bool, use_r
 
         runner = ray_runner(extractor, opts, address=address, progress=not no_progress,
                             cache=mem.cache)  # each batch is cached where it ran: resumable
+    merger = None
+    if use_ray and (engine or mem.fold_engine) == "partitioned":
+        from refold.jobs.ray_merge import ray_merger
+
+        merger = ray_merger(address=address)  # the merge stage's bucket groups as Ray tasks too
     report = mem.fold(extractor=extractor, full=full, progress=not no_progress, runner=runner,
-                      index=index or False, engine=engine, buckets=buckets, **opts)
+                      index=index or False, engine=engine, buckets=buckets, merger=merger, **opts)
     if as_json:
         emit_json(report.as_json())
         return

@@ -26,8 +26,13 @@ def fold_job(cfg: JobConfig, *, full: bool, engine: str | None = None) -> dict[s
     the summary's fold part."""
     mem = cfg.open_store()
     runner = cfg.runner(mem)
+    merger = None
+    if cfg.use_ray and (engine or mem.fold_engine) == "partitioned":
+        from refold.jobs.ray_merge import ray_merger
+
+        merger = ray_merger(address=cfg.address)
     report = mem.fold(extractor=cfg.extractor, full=full, progress=cfg.progress, runner=runner,
-                      engine=engine, **dict(cfg.options))
+                      engine=engine, merger=merger, **dict(cfg.options))
     out: dict[str, Any] = {"fold": report.as_json()}
     if runner is not None:
         out["ray_extraction"] = runner.last.as_json()
