@@ -237,9 +237,16 @@ def derive_frame(rules, merged: pl.DataFrame, *, buckets: int,
             b = base.filter(pl.col("relation") == rule.inputs[1])
             if a.height == 0 or b.height == 0:
                 continue
-            j = a.join(b, left_on="object", right_on="subject", suffix="_b")
-            if want is not None:
-                j = j.filter(pl.col("fact_id").is_in(want) | pl.col("fact_id_b").is_in(want))
+            if want is None:
+                j = a.join(b, left_on="object", right_on="subject", suffix="_b")
+            else:  # the pairs with a touching input, each once: (touching, any), (other, touching)
+                # (joining everything first and filtering after built every pair of an
+                # organisation's staff history with its location history: gigabytes)
+                hot_a, hot_b = pl.col("fact_id").is_in(want), b["fact_id"].is_in(want)
+                j = pl.concat([
+                    a.filter(hot_a).join(b, left_on="object", right_on="subject", suffix="_b"),
+                    a.filter(~hot_a).join(b.filter(hot_b), left_on="object", right_on="subject", suffix="_b"),
+                ])
             if j.height == 0:
                 continue
             vt, vtb = pl.col("valid_to"), pl.col("valid_to_b")
