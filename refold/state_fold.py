@@ -57,7 +57,7 @@ ITEM_FLUSH = 200_000
 #: Item rows per bucket group: a full fold (and a compaction) holds one group at a time, and
 #: each group costs a few commits, so small stores fold in one group and large ones in many.
 #: (``REFOLD_STATE_GROUP_ROWS`` overrides it for a process: tests of many groups on a small log.)
-GROUP_ROWS = int(os.environ.get("REFOLD_STATE_GROUP_ROWS", 100_000))
+GROUP_ROWS = int(os.environ.get("REFOLD_STATE_GROUP_ROWS", 25_000))
 #: An incremental fold compacts the state tables (newest versions only) when the facts table
 #: holds more than this many data files per bucket (each incremental fold adds about two).
 COMPACT_FILES = 10
