@@ -101,6 +101,7 @@ class StateStore:
         self.storage_options = storage_options
         self.root = layout._join("state", spec_hash)
         self._tables: dict[str, DeltaTable] = {}
+        self._versions: dict[tuple[str, int], DeltaTable] = {}
 
     def path(self, name: str) -> str:
         return f"{self.root}/{name}"
@@ -111,10 +112,19 @@ class StateStore:
         """The Delta table ``name`` (at ``version``), or None when it was never written. The
         newest handle is kept and brought up to date incrementally (no commit-log replay)."""
         if version is not None:
-            try:
-                return DeltaTable(self.path(name), version=version, storage_options=self.storage_options)
-            except TableNotFoundError:
-                return None
+            kept = self._tables.get(name)
+            if kept is not None and kept.version() == version:
+                return kept  # (the newest version, already open: no commit-log replay)
+            kept = self._versions.get((name, version))
+            if kept is None:
+                try:
+                    kept = DeltaTable(self.path(name), version=version, storage_options=self.storage_options)
+                except TableNotFoundError:
+                    return None
+                if len(self._versions) >= 8:  # a few tagged versions stay open (a tag's entities)
+                    self._versions.pop(next(iter(self._versions)))
+                self._versions[(name, version)] = kept
+            return kept
         dt = self._tables.get(name)
         try:
             if dt is None:
@@ -168,7 +178,10 @@ class StateStore:
         key = KEYS.get(name)
         if key is not None:
             names += [c for c in (key, "seen_at", "deleted") if c not in names]
-        table = dt.to_pyarrow_dataset().to_table(filter=expr, columns=names)
+        # only the wanted partitions' files become dataset fragments (a dataset of every file
+        # built a partition expression per file: most of a one-subject read)
+        partitions = None if buckets is None else [("bucket", "in", [str(b) for b in sorted(set(buckets))])]
+        table = dt.to_pyarrow_dataset(partitions=partitions).to_table(filter=expr, columns=names)
         if key is not None and table.num_rows:
             table = _newest(table, key)
         return table.select(wanted_schema.names).cast(wanted_schema)
@@ -284,7 +297,7 @@ class StateStore:
 
         if os.path.isdir(self.root):
             shutil.rmtree(self.root)
-        self._tables = {}
+        self._tables, self._versions = {}, {}
 
 
 def _newest(table: pa.Table, key: str) -> pa.Table:
