@@ -181,7 +181,7 @@ class StateStore:
         # only the wanted partitions' files become dataset fragments (a dataset of every file
         # built a partition expression per file: most of a one-subject read)
         partitions = None if buckets is None else [("bucket", "in", [str(b) for b in sorted(set(buckets))])]
-        table = dt.to_pyarrow_dataset(partitions=partitions).to_table(filter=expr, columns=names)
+        table = dt.to_pyarrow_dataset(file_pruning_predicate=partitions).to_table(filter=expr, columns=names)
         if key is not None and table.num_rows:
             table = _newest(table, key)
         return table.select(wanted_schema.names).cast(wanted_schema)
