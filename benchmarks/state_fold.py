@@ -31,6 +31,7 @@ sys.path.insert(0, {here!r})
 import refold
 from snapshot_workload import events, append_all
 root, what, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+reverse = len(sys.argv) > 4  # erase the last subjects instead (a rerun on a store erased before)
 mem = refold.open(root)
 out = {{}}
 if what == "build":
@@ -54,7 +55,7 @@ elif what == "erase":
     log = mem.log()
     want = max(n // 1000, 1)
     ids = []
-    for sid in sorted({{s for subs in log["subjects"].to_list() for s in (subs or [])}}):
+    for sid in sorted({{s for subs in log["subjects"].to_list() for s in (subs or [])}}, reverse=reverse):
         mine = [e for e, subs in zip(log["event_id"].to_list(), log["subjects"].to_list()) if subs and sid in subs]
         ids += mine
         if len(ids) >= want:
@@ -74,9 +75,9 @@ print(json.dumps(out))
 """
 
 
-def child(root: str, what: str, n: int) -> dict:
+def child(root: str, what: str, n: int, *extra: str) -> dict:
     code = CHILD.format(here=str(HERE))
-    done = subprocess.run([sys.executable, "-c", code, root, what, str(n)], capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-c", code, root, what, str(n), *extra], capture_output=True, text=True)
     if done.returncode:
         raise SystemExit(f"{what} failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
