@@ -358,7 +358,7 @@ def _current_tag(store: StateStore) -> StateTag:
 
 
 _OCC_COLUMNS = ["kind", "tenant", "seq", "ordinal", "subject", "relation", "object", "subject_node", "object_node",
-                "bucket", "object_bucket"]
+                "bucket", "object_bucket", "accepted"]
 _SUMMARY_COLUMNS = ["subject", "relation", "object", "recorded_seq", "fact_id", "sources", "valid_to"]
 _BASE_COLUMNS = ["fact_id", "tenant", "subject", "relation", "object", "valid_from", "valid_to", "recorded_seq",
                  "recorded_at", "sources", "source_seqs", "source_principals", "confidence"]

@@ -23,9 +23,9 @@ from refold.fold.spec import FoldSpec
 
 T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
 SPEC = FoldSpec()
-PEOPLE = ["Ada", "ada", "The Ada", "Bob", "Cy", "Dee"]
+PEOPLE = ["Ada", "ada", "The Ada", " Ada ", "Bob", "Cy", "Dee", "!!!"]  # ("!!!": no entity key: rejected)
 PLACES = ["Acme", "acme", "Globex", "Paris", "Rome", "Oslo"]
-RELATIONS = ["works_at", "employed_by", "located_in", "lives_in", "moved_to", "likes"]
+RELATIONS = ["works_at", "employed_by", "located_in", "lives_in", "moved_to", "likes", "--"]  # ("--": no name)
 
 fact_st = st.tuples(st.sampled_from(PEOPLE + PLACES), st.sampled_from(RELATIONS), st.sampled_from(PLACES),
                     st.one_of(st.none(), st.integers(0, 40)), st.one_of(st.none(), st.integers(0, 40)),

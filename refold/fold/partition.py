@@ -57,7 +57,7 @@ ITEM_SCHEMA = pa.schema([
     ("event_valid_from", _TS), ("event_valid_to", _TS), ("principals", _STRS),
     ("subject", pa.string()), ("relation", pa.string()), ("object", pa.string()),
     ("subject_node", pa.string()), ("object_node", pa.string()), ("object_bucket", pa.int32()),
-    ("valid_from", _TS), ("valid_to", _TS), ("confidence", pa.float64()),
+    ("valid_from", _TS), ("valid_to", _TS), ("confidence", pa.float64()), ("accepted", pa.bool_()),
 ])
 
 #: A merged or derived fact: the attributes of a reference-fold edge (see refold.fold.merge),
@@ -79,6 +79,9 @@ ENTITY_SCHEMA = pa.schema([
 ])
 
 FACT_POLARS = pl.from_arrow(FACT_SCHEMA.empty_table()).schema
+#: a relation name is empty under every spec or under none (aliases map names to names), so the
+#: items' ``accepted`` test needs no spec
+_NO_SPEC = FoldSpec()
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -121,6 +124,9 @@ def _item(common: dict, ordinal: int, kind: str, subject: str, relation: str, ob
     return {**common, "bucket": bucket_of(s, buckets), "ordinal": ordinal, "kind": kind, "subject": subject,
             "relation": relation, "object": obj, "subject_node": s, "object_node": o,
             "object_bucket": bucket_of(o, buckets),
+            # the merge's own test of a fact (an entity key at each end, a relation name), kept so
+            # that the entity stage need not repeat it per row
+            "accepted": bool(entity_key(subject) and entity_key(obj) and _NO_SPEC.canonical_relation(relation)),
             "valid_from": valid_from, "valid_to": valid_to, "confidence": float(confidence)}
 
 
@@ -295,12 +301,9 @@ _OCC_SCHEMA = {"node": pl.Utf8, "bucket": pl.Int32, "tenant": pl.Utf8, "surface"
 def occurrences(spec: FoldSpec, items: pl.DataFrame) -> pl.DataFrame:
     """(node, bucket, tenant, surface, seq, ordinal, pos) of every surface name the merge gives a
     node: both ends of every fact item it accepts (retractions name no new node)."""
-    facts = items.filter(pl.col("kind") == "fact")
+    facts = items.filter((pl.col("kind") == "fact") & pl.col("accepted"))
     if facts.height == 0:
         return pl.DataFrame(schema=_OCC_SCHEMA)
-    ok = [bool(entity_key(s)) and bool(entity_key(o)) and bool(spec.canonical_relation(r))
-          for s, o, r in zip(facts["subject"].to_list(), facts["object"].to_list(), facts["relation"].to_list())]
-    facts = facts.filter(pl.Series(ok, dtype=pl.Boolean))
     cols = ["tenant", "seq", "ordinal"]
     return pl.concat([
         facts.select(pl.col("subject_node").alias("node"), "bucket", *cols,
