@@ -43,6 +43,7 @@ from refold.folding import FoldReport, extract_missing, needs_extraction
 from refold.progress import FoldProgress
 from refold.storage.cache import PurgeResult
 from refold.storage.schema import _utc_times, table_to_events
+from refold.storage.state import FORMAT as STATE_FORMAT
 from refold.storage.state import StateStore, StateTag
 
 if TYPE_CHECKING:
@@ -195,7 +196,7 @@ def _full(mem, spec, store: StateStore, *, extractor, progress, runner, batch_si
     count) and what it holds, so a rerun after a killed fold of the same log reuses the items
     and the bucket groups already written and redoes only the missing ones."""
     log_head = mem.head()
-    run = f"{log_head.seq}:{log_head.link}:{buckets}"
+    run = f"{STATE_FORMAT}:{log_head.seq}:{log_head.link}:{buckets}"
     calls = rejected = 0
     items_done = next((n for n in store.notes("items") if n.get("run") == run and "tenants" in n), None)
     groups_done = {n["group"] for n in store.notes("facts") if n.get("run") == run and "group" in n}

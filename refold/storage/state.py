@@ -59,6 +59,9 @@ def _stored(name: str) -> pa.Schema:
     schema = TABLES[name][0]
     return pa.schema(list(schema) + _VERSION_FIELDS) if name in KEYS else schema
 _PREFIX = "refold."
+#: the state tables' format: a tag of another format is not a state this code can read (the next
+#: fold refolds in full, replacing the tables' schemas)
+FORMAT = "1"
 
 
 @dataclass(frozen=True)
@@ -79,11 +82,13 @@ class StateTag:
         return {_PREFIX + "log_seq": str(self.log_seq), _PREFIX + "log_link": self.log_link,
                 _PREFIX + "buckets": str(self.buckets), _PREFIX + "tenants": json.dumps(list(self.tenants)),
                 _PREFIX + "entities_version": str(self.entities_version),
-                _PREFIX + "counts": f"{self.facts},{self.derived}"}
+                _PREFIX + "counts": f"{self.facts},{self.derived}", _PREFIX + "state_format": FORMAT}
 
     @classmethod
     def from_commit(cls, info: dict, version: int) -> "StateTag | None":
         if not info.get(_PREFIX + "log_seq"):  # absent, or cleared by a full fold under way
+            return None
+        if info.get(_PREFIX + "state_format") != FORMAT:
             return None
         facts, derived = (int(n) for n in info.get(_PREFIX + "counts", "0,0").split(","))
         return cls(log_seq=int(info[_PREFIX + "log_seq"]), log_link=info[_PREFIX + "log_link"],
@@ -236,8 +241,10 @@ class StateStore:
         config = {"delta.dataSkippingStatsColumns": _STATS[name], "delta.enableDeletionVectors": "false",
                   "delta.enableChangeDataFeed": "false"}
         try:
+            whole = mode == "overwrite" and predicate is None  # (may replace an older format's schema)
             write_deltalake(self.path(name), rows, mode=mode, predicate=predicate, partition_by=partitions,
                             configuration=config, storage_options=self.storage_options,
+                            schema_mode="overwrite" if whole else None,
                             commit_properties=CommitProperties(
                                 custom_metadata={_PREFIX + k: v for k, v in note.items()}) if note else None)
             if tag is not None:
