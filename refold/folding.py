@@ -63,6 +63,8 @@ class FoldReport:
     #: seq of the state the fold resumed from: a snapshot on disk or this process's own state of an
     #: earlier fold (-1: from the beginning of the log)
     started_from: int = -1
+    #: partitions a partitioned full fold found already written by a killed run of the same log
+    reused_partitions: int = 0
 
     def as_json(self) -> dict[str, Any]:
         return dict(self.__dict__)

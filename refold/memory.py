@@ -61,6 +61,8 @@ class Memory:
         self._spec_at: tuple[int, FoldSpec] | None = None  # (log version, current spec) last seen
         self._fold_lock = threading.RLock()  # the live fold is advanced by one caller at a time
         self._recorded_specs: set[str] = set()  # specs known to be in the log (never erased)
+        self._state_stores: dict = {}  # spec hash → StateStore (its open Delta table handles)
+        self._state_at: dict = {}  # spec hash → (log version, StateTag) last brought up to date
         self._seen_epoch = read_epoch(self.layout)  # the erasure epoch this object's caches belong to
 
     def erasure_epoch(self) -> str:
@@ -77,6 +79,8 @@ class Memory:
             with self._fold_lock:
                 self._states = {}
                 self._live = {}
+                self._state_stores = {}
+                self._state_at = {}
                 self._spec_at = None
                 forget_views(self)
                 self._seen_epoch = now
@@ -192,9 +196,14 @@ class Memory:
     #: keep this many snapshots per spec (the newest)
     snapshot_keep: int = 4
 
+    #: how :meth:`fold` folds: ``"partitioned"`` writes the state tables (state/<spec-hash>/,
+    #: see docs/fold.md); ``"graph"`` advances one in-process graph and writes snapshots
+    fold_engine: Literal["graph", "partitioned"] = "graph"
+
     def fold(self, *, extractor: str | Extractor = "rules", spec: FoldSpec | None = None,
              full: bool = False, progress: bool = False, runner=None, snapshot_every: int | None = None,
-             index: bool | str = False, **options: Any) -> FoldReport:
+             index: bool | str = False, engine: Literal["graph", "partitioned"] | None = None,
+             buckets: int | None = None, merger=None, **options: Any) -> FoldReport:
         """Bring derived state up to date with the log and return the counts.
 
         Records the spec in the log first. Resumes from the newest valid state (this process's
@@ -203,7 +212,11 @@ class Memory:
         (never re-extracting). After an erasure this same call is the erasure refold. Writes a
         snapshot every ``snapshot_every`` events (default :attr:`snapshot_every`; 0: none).
         ``index`` (True, or an embedder name such as ``"minilm"``) also brings the vector index up
-        to date with the new state (embedding only new or changed texts).
+        to date with the new state (embedding only new or changed texts). ``engine``
+        (default :attr:`fold_engine`): ``"partitioned"`` folds bucket by bucket into the state
+        tables (``full`` rewrites them, in ``buckets`` partitions, default 64; otherwise only
+        what the new events touch); ``merger`` runs its merge stage elsewhere
+        (``refold.jobs.ray_merge.ray_merger()``: Ray tasks; ``runner`` does the same for extraction).
         """
         from refold.extractors import get_extractor
         from refold.folding import FoldReport, record_spec
@@ -214,6 +227,16 @@ class Memory:
         if spec.hash not in self._recorded_specs:
             record_spec(self, spec)
             self._recorded_specs.add(spec.hash)
+        if (engine or self.fold_engine) == "partitioned":
+            from refold.state_fold import fold_state
+
+            with self._fold_lock:
+                report = fold_state(self, spec, extractor=ext, full=full, progress=progress, runner=runner,
+                                    merger=merger, **({"buckets": buckets} if buckets else {}))
+                self._state_at.pop(spec.hash, None)
+            if index:
+                self.index(embedder=None if index is True else index)
+            return report
         every = self.snapshot_every if snapshot_every is None else snapshot_every
         with self.advanced_fold(spec, extractor=ext, full=full, progress=progress, runner=runner,
                                 snapshot_every=every, keep=self.snapshot_keep) as done:
@@ -249,10 +272,12 @@ class Memory:
             return next((s for s in store.list(spec.hash) if s.last_seq == done.live.last_seq), None)
 
     def derived_stores(self) -> list[Any]:
-        """Derived stores beyond the cache and the index that erasure must purge: the snapshots."""
+        """Derived stores beyond the cache and the index that erasure must purge: the snapshots
+        and the state tables."""
+        from refold.state_fold import StatePurger
         from refold.storage.snapshots import SnapshotStore
 
-        return [SnapshotStore(self.layout, storage_options=self.storage_options)]
+        return [SnapshotStore(self.layout, storage_options=self.storage_options), StatePurger(self)]
 
     @contextlib.contextmanager
     def advanced_fold(self, spec: FoldSpec, *, extractor: Extractor | None = None, **options: Any
@@ -275,11 +300,51 @@ class Memory:
     def forget_live(self) -> None:
         """Drop this process's folded state (an erasure patched the snapshot it came from)."""
         self._live = {}
+        self._state_at = {}
 
     def _keep_live(self, live) -> None:
         old = self._live.get(live.spec.hash)
         if old is None or old is live or live.last_seq >= old.last_seq:
             self._live = {live.spec.hash: live}
+
+    def state_store(self, spec: FoldSpec):
+        """The state tables of ``spec`` (one object per spec per Memory: it keeps their Delta
+        handles open, so a read does not replay their commit logs)."""
+        from refold.storage.state import StateStore
+
+        store = self._state_stores.get(spec.hash)
+        if store is None:
+            store = self._state_stores[spec.hash] = StateStore(self.layout, spec.hash,
+                                                               storage_options=self.storage_options)
+        return store
+
+    def _cached(self, cache: str, key):
+        """The one place this process looks up folded state it kept (``cache`` names the dict:
+        ``_states``, graphs of the graph engine; ``_state_at``, state tables known to be up to
+        date). The erasure epoch is checked first, so nothing kept from before an erasure (here
+        or in another process) is served."""
+        self.erasure_epoch()
+        return getattr(self, cache).get(key)
+
+    def _state_tables(self, spec: FoldSpec):
+        """(store, tag) of ``spec``'s state tables brought up to date with the log, or None when
+        this spec was never folded into state tables (or a full fold of it is under way). A log
+        version seen before skips the check (looked up through :meth:`_cached`)."""
+        store = self.state_store(spec)
+        version = self.log_store.version()
+        seen = self._cached("_state_at", spec.hash)
+        if seen is not None and seen[0] == version:
+            return store, seen[1]
+        if store.tag() is None:
+            return None
+        from refold.extractors import get_extractor
+        from refold.state_fold import fold_state
+
+        with self._fold_lock:
+            fold_state(self, spec, extractor=get_extractor("rules") if spec.extractor == "rules" else None)
+            tag = store.tag()
+            self._state_at = {spec.hash: (version, tag)}
+        return store, tag
 
     @property
     def cache(self):
@@ -309,7 +374,7 @@ class Memory:
         else:
             key = (spec.hash, events[-1].seq if events else -1, events[-1].link if events else "", epoch)
             source = ListSource(events, root=self.layout.root)
-        cached = self._states.get(key)
+        cached = self._cached("_states", key)
         if cached is not None:
             return cached
         with self.advanced_fold(spec, extractor=extractor, full=full, source=source, at_most=key[1]) as done:
@@ -338,10 +403,33 @@ class Memory:
             return self._fold_state(spec, None, extractor=extractor, epoch=epoch)
         return self._fold_state(spec, self.events(as_of=as_of), extractor=extractor, epoch=epoch)
 
-    def graph(self, *, as_of: int | str | datetime | None = None, principal: str | None = None) -> nx.MultiDiGraph:
-        """The knowledge graph (networkx MultiDiGraph; edges keyed by fact id) at ``as_of``;
-        with ``principal``, as that principal may see it (:mod:`refold.fold.scoping`; read-only)."""
-        return self._scoped(self.state(as_of=as_of).graph, principal)
+    def graph(self, *, as_of: int | str | datetime | None = None, subject: str | None = None, depth: int = 1,
+              tenant: str | None = None, valid_at: str | datetime | None = None,
+              principal: str | None = None) -> nx.MultiDiGraph:
+        """The knowledge graph (networkx MultiDiGraph; edges keyed by fact id) at ``as_of``, as a
+        view of what is asked: ``subject``'s neighbourhood to ``depth`` hops along out-edges,
+        one ``tenant``, the facts valid at ``valid_at`` (all: the whole state). From the state
+        tables when this spec was folded into them (only the buckets asked for are read). With
+        ``principal``, as that principal may see it (:mod:`refold.fold.scoping`; read-only)."""
+        from refold.folding import parse_time_or_none
+        from refold.state_queries import graph_view, neighbourhood
+
+        when = parse_time_or_none(valid_at)
+        tables = self._readable_tables(as_of, principal)
+        if tables is not None:
+            return graph_view(*tables, subject=subject, depth=depth, tenant=tenant, valid_at=when)
+        graph = self._scoped(self.state(as_of=as_of).graph, principal)
+        if subject is None and tenant is None and when is None:
+            return graph
+        return neighbourhood(graph, subject=subject, depth=depth, tenant=tenant, valid_at=when)
+
+    def _readable_tables(self, as_of, principal: str | None):
+        """The current spec's state tables when a read can answer from them: the head of the log
+        (``as_of`` None), a plain store (shred-mode reads decrypt through the log), and no
+        principal (reader scoping is applied to the graph engine's state)."""
+        if as_of is not None or self.mode == "shred" or principal is not None:
+            return None
+        return self._state_tables(self.current_spec())
 
     def _scoped(self, graph: nx.MultiDiGraph, principal: str | None) -> nx.MultiDiGraph:
         if principal is None:
@@ -370,7 +458,14 @@ class Memory:
         from refold.folding import parse_time_or_none
 
         when = parse_time_or_none(valid_at)
-        relation = self.current_spec().canonical_relation(relation) if relation else None
+        spec = self.current_spec()
+        relation = spec.canonical_relation(relation) if relation else None
+        tables = self._readable_tables(as_of, principal)
+        if tables is not None:
+            from refold.state_queries import facts_from_state
+
+            return facts_from_state(*tables, subject=subject, relation=relation, valid_at=when, tenant=tenant,
+                                    current_only=current_only)
         rows = fact_rows(self.graph(as_of=as_of, principal=principal), subject=subject, relation=relation,
                          valid_at=when, tenant=tenant, current_only=current_only)
         return facts_frame(rows)
@@ -383,8 +478,14 @@ class Memory:
         answer names no fact or event the principal may not see (refold.fold.scoping)."""
         from refold.fold.queries import why
 
-        graph = self.graph(as_of=as_of, principal=principal)
         by_id = {e.event_id: e for e in self.events()}
+        tables = self._readable_tables(as_of, principal)
+        if tables is not None:
+            from refold.state_queries import lineage_view
+
+            graph = lineage_view(*tables, fact_id)
+        else:
+            graph = self.graph(as_of=as_of, principal=principal)
         return why(graph, fact_id, lambda ids: {i: by_id[i] for i in ids if i in by_id})
 
     def audit(self):

@@ -1,4 +1,4 @@
-"""Fold commands: fold, facts, why, audit."""
+"""Fold commands: fold, facts, why, graph, audit."""
 
 from __future__ import annotations
 
@@ -30,14 +30,21 @@ def _options(pairs: tuple[str, ...]) -> dict[str, object]:
 @click.option("--option", "options", multiple=True, metavar="NAME=VALUE",
               help="Extractor option, e.g. --option base_url=http://127.0.0.1:8080/v1 (repeatable).")
 @click.option("--full", is_flag=True, help="Rebuild from the cache ignoring snapshots.")
-@click.option("--ray", "use_ray", is_flag=True, help="Shard extraction over Ray workers.")
+@click.option("--ray", "use_ray", is_flag=True,
+              help="Shard extraction over Ray workers (and, with --engine partitioned, the merge's bucket groups).")
 @click.option("--address", help="Ray cluster address (default: local Ray).")
 @click.option("--no-progress", is_flag=True, help="No progress bar or progress lines.")
 @click.option("--index", "index", is_flag=False, flag_value="minilm", default=None,
               help="Also embed new facts/events into the vector index (optionally name the embedder).")
+@click.option("--engine", type=click.Choice(["graph", "partitioned"]), default=None,
+              help="partitioned: fold bucket by bucket into the state tables (docs/fold.md); "
+                   "graph: one in-process graph with snapshots. Default: the store's fold_engine.")
+@click.option("--buckets", type=click.IntRange(1, 4096), default=None,
+              help="Partitions of a new partitioned state (with --full; default 64).")
 @json_option
 def fold(store: str, extractor: str, options: tuple[str, ...], full: bool, use_ray: bool,
-         address: str | None, no_progress: bool, index: str | None, as_json: bool) -> None:
+         address: str | None, no_progress: bool, index: str | None, engine: str | None, buckets: int | None,
+         as_json: bool) -> None:
     """Fold the log into derived state; print counts."""
     mem = open_store(store)
     opts = _options(options)
@@ -47,8 +54,13 @@ def fold(store: str, extractor: str, options: tuple[str, ...], full: bool, use_r
 
         runner = ray_runner(extractor, opts, address=address, progress=not no_progress,
                             cache=mem.cache)  # each batch is cached where it ran: resumable
+    merger = None
+    if use_ray and (engine or mem.fold_engine) == "partitioned":
+        from refold.jobs.ray_merge import ray_merger
+
+        merger = ray_merger(address=address)  # the merge stage's bucket groups as Ray tasks too
     report = mem.fold(extractor=extractor, full=full, progress=not no_progress, runner=runner,
-                      index=index or False, **opts)
+                      index=index or False, engine=engine, buckets=buckets, merger=merger, **opts)
     if as_json:
         emit_json(report.as_json())
         return
@@ -130,6 +142,22 @@ def _print_why(answer: dict, indent: int) -> None:
         click.echo(f"{pad}    quote: \"{e['quote']}\"")
     for sub in answer.get("inputs", []):
         _print_why(sub, indent + 1)
+
+
+@main.command()
+@store_argument
+@click.option("--subject", help="Only this subject's neighbourhood (else the whole state).")
+@click.option("--depth", type=click.IntRange(1, 16), default=1, show_default=True,
+              help="Hops along out-edges from --subject.")
+@click.option("--tenant")
+@click.option("--valid-at", "valid_at", help="Valid time (ISO-8601): facts true then.")
+@click.option("--as-of", "as_of", help="Record time: a table VERSION or an ISO-8601 TIME.")
+def graph(store: str, subject, depth, tenant, valid_at, as_of) -> None:
+    """Print a view of the knowledge graph as node-link JSON (networkx's format)."""
+    import networkx as nx
+
+    view = open_store(store).graph(subject=subject, depth=depth, tenant=tenant, valid_at=valid_at, as_of=as_of)
+    emit_json(nx.node_link_data(view, edges="edges"))
 
 
 @main.command()

@@ -11,30 +11,45 @@ killed part-way and submitted again extracts only what is still missing. Prints 
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 from refold.jobs.config import JobConfig, job_parser, run_job
 
-__all__ = ["fold_job", "main"]
+__all__ = ["add_engine", "fold_job", "main"]
 
 
-def fold_job(cfg: JobConfig, *, full: bool) -> dict[str, Any]:
-    """Fold the store (``full``: ignore snapshots) and return the summary's fold part."""
+def fold_job(cfg: JobConfig, *, full: bool, engine: str | None = None) -> dict[str, Any]:
+    """Fold the store (``full``: ignore snapshots; ``engine``: see ``Memory.fold``) and return
+    the summary's fold part."""
     mem = cfg.open_store()
     runner = cfg.runner(mem)
+    merger = None
+    if cfg.use_ray and (engine or mem.fold_engine) == "partitioned":
+        from refold.jobs.ray_merge import ray_merger
+
+        merger = ray_merger(address=cfg.address)
     report = mem.fold(extractor=cfg.extractor, full=full, progress=cfg.progress, runner=runner,
-                      **dict(cfg.options))
+                      engine=engine, merger=merger, **dict(cfg.options))
     out: dict[str, Any] = {"fold": report.as_json()}
     if runner is not None:
         out["ray_extraction"] = runner.last.as_json()
     return out
 
 
+def add_engine(parser, env=None) -> None:
+    """The ``--engine`` flag (default: ``REFOLD_FOLD_ENGINE``, else the Memory's default)."""
+    env = os.environ if env is None else env
+    parser.add_argument("--engine", choices=["graph", "partitioned"], default=env.get("REFOLD_FOLD_ENGINE") or None,
+                        help="partitioned: state tables folded bucket by bucket (docs/fold.md)")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = job_parser("python -m refold.jobs.project", "Incremental projection: fold new events.")
-    return run_job("project", lambda cfg, _args: fold_job(cfg, full=False), parser, argv)
+    add_engine(parser)
+    return run_job("project", lambda cfg, args: fold_job(cfg, full=False, engine=args.engine), parser, argv)
 
 
 if __name__ == "__main__":

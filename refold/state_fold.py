@@ -1,0 +1,632 @@
+"""Running the partitioned fold against a store: state as Delta tables (see refold.storage.state).
+
+    full         log (in batches) → extraction cache (extract what is missing) → items table
+                 → per bucket group: read its items, fold each bucket alone → merged rows
+                 → entities (names from items, summaries) → roll-up join stage → derived rows
+                 → the last commit is tagged with the log position (the snapshot)
+    incremental  the events after the tag → their items (appended) → only the subjects they touch
+                 are advanced from their current rows, the buckets holding them rewritten, and the
+                 roll-ups and entities that depend on those subjects refreshed
+    erasure      :class:`StatePurger`: the buckets that held the erased events' items are refolded
+                 from the surviving items (cached extractions: no model call), the dependent
+                 roll-ups and entities refreshed, and old versions vacuumed
+
+Peak memory of a full fold follows the largest bucket group plus the roll-up stage's columns, not
+the whole graph. :func:`merge_buckets` reads a bucket group's items from the store itself and
+returns its rows, so the same function can run as a remote task (e.g. a Ray task given the store
+URI); locally the groups run one after another in this process.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from refold.fold.errors import ExtractionError, RefoldError, StoreError
+from refold.fold.events import Event
+from refold.fold.extract import Extractor
+from refold.fold.partition import (
+    DEFAULT_BUCKETS, FACT_SCHEMA, ITEM_SCHEMA, advance_subjects, bucket_of, derive_frame, entities_from_names,
+    entity_names, entity_rows, fold_partition, items_of,
+)
+from refold.fold.spec import FoldSpec
+from refold.folding import FoldReport, extract_missing, needs_extraction
+from refold.progress import FoldProgress
+from refold.storage.cache import PurgeResult
+from refold.storage.schema import _utc_times, table_to_events
+from refold.storage.state import FORMAT as STATE_FORMAT
+from refold.storage.state import StateStore, StateTag
+
+if TYPE_CHECKING:
+    from refold.memory import Memory
+
+__all__ = ["PartitionError", "StatePurger", "fold_state", "local_merger", "merge_buckets"]
+
+#: Log events read (and their items built) per batch of a full fold.
+EVENT_BATCH = 20_000
+#: Item rows a full fold holds before writing them (each write adds a file per bucket).
+ITEM_FLUSH = 200_000
+#: Item rows per bucket group: a full fold (and a compaction) holds one group at a time, and
+#: each group costs a few commits, so small stores fold in one group and large ones in many.
+#: (``REFOLD_STATE_GROUP_ROWS`` overrides it for a process: tests of many groups on a small log.)
+GROUP_ROWS = int(os.environ.get("REFOLD_STATE_GROUP_ROWS", 25_000))
+#: An incremental fold compacts the state tables (newest versions only) when the facts table
+#: holds more than this many data files per bucket (each incremental fold adds about two).
+COMPACT_FILES = 10
+
+
+class PartitionError(RefoldError):
+    """A partition's fold failed; names the partition (bucket) and the cause."""
+
+
+@dataclass(frozen=True)
+class _Head:
+    seq: int
+    link: str
+
+
+def _rollup_relations(spec: FoldSpec) -> set[str]:
+    return {r for rule in spec.rollups for r in rule.inputs}
+
+
+# -- reading the log -----------------------------------------------------------------------------
+
+
+def _event_batches(mem: "Memory", since: int = 0) -> Iterator[list[Event]]:
+    """Stored events with seq >= ``since`` in batches (each in log order), readable form."""
+    if mem.mode == "shred":  # content must be decrypted (and destroyed keys honoured) first
+        events = [e for e in mem.events() if e.seq >= since]
+        for start in range(0, len(events), EVENT_BATCH):
+            yield events[start:start + EVENT_BATCH]
+        return
+    dt = mem.log_store._table()
+    scanner = dt.to_pyarrow_dataset().scanner(filter=pc.field("seq") >= since, batch_size=EVENT_BATCH)
+    for batch in scanner.to_batches():
+        if batch.num_rows:
+            table = pa.Table.from_batches([batch]).sort_by("seq")
+            yield list(table_to_events(table))
+
+
+def _items(mem: "Memory", spec: FoldSpec, events: list[Event], *, extractor: Extractor | None, buckets: int,
+           progress: bool, runner, batch_size: int) -> tuple[list[dict[str, Any]], int, int]:
+    """(item rows, extraction calls, rejected outputs) of ``events``, extracting what is missing."""
+    cache = mem.cache
+    calls = rejected = 0
+    wanted = [e for e in events if needs_extraction(e)]
+    if not wanted:
+        return [i for e in events for i in items_of(e, None, buckets)], 0, 0
+    if extractor is not None:
+        calls, rejected = extract_missing(events, spec=spec, extractor=extractor, cache=cache,
+                                          batch_size=batch_size, progress=progress, runner=runner)
+    ids = [e.event_id for e in wanted]
+    found = cache.facts(spec.hash, ids, seqs=[e.seq for e in wanted])
+    if len(found) < len(ids):  # rows cached without a seq are not found by a seq-pruned read
+        found.update(cache.facts(spec.hash, [i for i in ids if i not in found]))
+    missing = [i for i in ids if i not in found]
+    if missing:
+        raise ExtractionError(f"{len(missing)} event(s) have no {spec.extractor} extraction yet; run `refold "
+                              f"fold {mem.root} --extractor {spec.extractor}` first")
+    if extractor is None or calls == 0:
+        rejected = sum(len(found[i].rejected) for i in ids)
+    rows = []
+    for e in events:
+        cached = found.get(e.event_id)
+        rows += items_of(e, None if cached is None else cached.facts, buckets)
+    return rows, calls, rejected
+
+
+def _dicts(table: pa.Table) -> list[dict[str, Any]]:
+    """Rows as dicts, column by column (times through the log reader's converter: each distinct
+    time made once; ``to_pylist`` made a zoneinfo datetime per value, half of a partition's fold)."""
+    columns = {name: (_utc_times(table[name]) if pa.types.is_timestamp(table.schema.field(name).type)
+                      else table[name].to_pylist()) for name in table.column_names}
+    names = list(columns)
+    return [dict(zip(names, values)) for values in zip(*columns.values())]
+
+
+# -- the fold ------------------------------------------------------------------------------------
+
+
+def _group_name(group: Sequence[int]) -> str:
+    return f"{group[0]}-{group[-1]}"
+
+
+def local_merger(store: StateStore, spec: FoldSpec, groups: Sequence[Sequence[int]],
+                 buckets: int) -> Iterator[tuple[Sequence[int], pa.Table]]:
+    """The merge stage in this process: (group, merged rows) for each group, one after another.
+    A *merger* is any callable of this shape (``refold.jobs.ray_merge.ray_merger`` runs the
+    groups as Ray tasks); the fold writes each group's rows as they come."""
+    for group in groups:
+        yield group, merge_buckets(store, spec, group, buckets=buckets)
+
+
+def merge_buckets(store: StateStore, spec: FoldSpec, group: Sequence[int], *, buckets: int) -> pa.Table:
+    """Merged rows of the buckets ``group``, each folded alone from the store's items table.
+
+    Reads only those partitions; a failure names the bucket (:class:`PartitionError`)."""
+    dataset = store.table("items").to_pyarrow_dataset()
+    rows: list[dict[str, Any]] = []
+    for bucket in group:
+        try:
+            part = dataset.to_table(filter=pc.field("bucket") == bucket)
+            part = part.sort_by([("seq", "ascending"), ("ordinal", "ascending")])
+            rows += fold_partition(spec, _dicts(part), buckets=buckets)
+        except RefoldError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - name the partition, keep the cause
+            raise PartitionError(f"folding partition bucket={bucket} of {store.root} failed: {exc!r}; "
+                                 "rerun the fold (finished partitions are kept)") from exc
+    return pa.Table.from_pylist(rows, schema=FACT_SCHEMA)
+
+
+def fold_state(mem: "Memory", spec: FoldSpec, *, extractor: Extractor | None, full: bool = False,
+               progress: bool = False, runner=None, batch_size: int = 16,
+               buckets: int | None = None, merger=None) -> FoldReport:
+    """Bring ``spec``'s state tables up to date with the log (see the module docstring).
+
+    ``buckets``: the partition count (default: the state's, or :data:`DEFAULT_BUCKETS`); a
+    count other than the state's refolds in full. ``merger``: how a full fold's merge stage runs
+    (default :func:`local_merger`)."""
+    store = mem.state_store(spec)
+    tag = None if full else store.tag()
+    if tag is not None and buckets is not None and buckets != tag.buckets:
+        tag = None
+    buckets = buckets or DEFAULT_BUCKETS
+    if tag is not None:
+        done = _incremental(mem, spec, store, tag, extractor=extractor, progress=progress, runner=runner,
+                            batch_size=batch_size)
+        if done is not None:
+            return done
+    return _full(mem, spec, store, extractor=extractor, progress=progress, runner=runner,
+                 batch_size=batch_size, buckets=buckets, merger=merger)
+
+
+def _full(mem, spec, store: StateStore, *, extractor, progress, runner, batch_size, buckets,
+          merger=None) -> FoldReport:
+    """Refold every partition. Resumable: each commit notes the run (spec, log head, bucket
+    count) and what it holds, so a rerun after a killed fold of the same log reuses the items
+    and the bucket groups already written and redoes only the missing ones."""
+    log_head = mem.head()
+    run = f"{STATE_FORMAT}:{log_head.seq}:{log_head.link}:{buckets}"
+    calls = rejected = 0
+    items_done = next((n for n in store.notes("items") if n.get("run") == run and "tenants" in n), None)
+    groups_done = {n["group"] for n in store.notes("facts") if n.get("run") == run and "group" in n}
+    store.clear_tag()
+    if items_done is not None:
+        tenants = set(json.loads(items_done["tenants"]))
+    else:
+        calls, rejected, tenants = _write_items(mem, spec, store, extractor=extractor, progress=progress,
+                                                runner=runner, batch_size=batch_size, buckets=buckets,
+                                                until=log_head.seq, run=run)
+        groups_done = set()
+    groups = _groups(buckets, _group_size(store, buckets))
+    todo = [g for g in groups if _group_name(g) not in groups_done]
+    reused = buckets - sum(len(g) for g in todo)
+    if len(todo) == len(groups):  # nothing to reuse: the table is emptied first (old rows, old counts)
+        store.write("facts", FACT_SCHEMA.empty_table(), note={"run": run, "cleared": "1"})
+    with FoldProgress(buckets, label="merging partitions", enabled=progress) as bar:
+        bar.advance(reused)
+        for i, (group, merged) in enumerate((merger or local_merger)(store, spec, todo, buckets)):
+            store.write("facts", merged, buckets=group, layer="merged", note={"run": run, "group": _group_name(group)})
+            _crash_point(f"merged:{i}")
+            bar.advance(len(group))
+    tag = _finish(mem, spec, store, head=_Head(log_head.seq, log_head.link), tenants=tenants, buckets=buckets,
+                  subjects=None)
+    report = _report(store, spec, tag, calls=calls, rejected=rejected, started_from=-1)
+    return dataclasses.replace(report, reused_partitions=reused)
+
+
+def _group_size(store: StateStore, buckets: int) -> int:
+    """Buckets per group: :data:`GROUP_ROWS` item rows each (from the items files' metadata)."""
+    dt = store.table("items")
+    rows = sum(pa.table(dt.get_add_actions(flatten=True))["num_records"].to_pylist()) if dt is not None else 0
+    return max(1, min(buckets, -(-GROUP_ROWS * buckets // max(rows, 1))))
+
+
+def _groups(buckets: int, size: int) -> list[list[int]]:
+    return [list(range(b, min(b + size, buckets))) for b in range(0, buckets, size)]
+
+
+def _write_items(mem, spec, store: StateStore, *, extractor, progress, runner, batch_size, buckets, until: int,
+                 run: str) -> tuple[int, int, set[str]]:
+    """Write the items table of the log up to ``until`` (extracting what is missing); the last
+    commit notes the run and the tenants."""
+    calls = rejected = 0
+    tenants: set[str] = set()
+    first, pending = True, []
+    for events in _event_batches(mem):
+        events = [e for e in events if e.seq <= until]
+        if not events:
+            continue
+        rows, c, r = _items(mem, spec, events, extractor=extractor, buckets=buckets, progress=progress,
+                            runner=runner, batch_size=batch_size)
+        calls, rejected = calls + c, rejected + r
+        tenants.update(e.tenant for e in events)
+        pending.append(pa.Table.from_pylist(rows, schema=ITEM_SCHEMA))
+        if sum(t.num_rows for t in pending) >= ITEM_FLUSH:  # (fewer, larger files per bucket)
+            store.write("items", pa.concat_tables(pending), mode="overwrite" if first else "append")
+            pending, first = [], False
+    store.write("items", pa.concat_tables(pending) if pending else ITEM_SCHEMA.empty_table(),
+                mode="overwrite" if first else "append",
+                note={"run": run, "tenants": json.dumps(sorted(tenants))})
+    _crash_point("items")
+    return calls, rejected, tenants
+
+
+def _crash_point(step: str) -> None:
+    """Kill this process at ``step`` when ``REFOLD_FOLD_CRASH_AT`` names it (crash tests)."""
+    if os.environ.get("REFOLD_FOLD_CRASH_AT") == step:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _finish(mem, spec, store: StateStore, *, head: _Head, tenants: Iterable[str], buckets: int,
+            subjects: set[str] | None, nodes: set[str] | None = None, renamed: set[str] | None = None,
+            new_items: pl.DataFrame | None = None, before: pl.DataFrame | None = None,
+            after: pl.DataFrame | None = None, changed: set[str] | None = None,
+            counts: tuple[int, int] = (0, 0)) -> StateTag:
+    """The stages after the merge: entities, then the roll-ups, then the tag.
+
+    ``subjects`` None: everything (a full fold). Else the subjects whose merged rows changed:
+    ``before``/``after`` their merged rows before and after, ``changed`` the ids of the rows that
+    changed (None: all of them), ``nodes`` the nodes whose surface names changed, ``renamed``
+    those whose display name may have changed (their referrers' summaries are refreshed too).
+    ``new_items`` given (an append): new row versions are appended; otherwise (an erasure) the
+    buckets are rewritten. ``counts``: the (merged, derived) row counts before the change."""
+    tenants = tuple(sorted(tenants))
+    if subjects is None:
+        entities_version, facts_count = _full_entities(spec, store, buckets)
+        derived = _full_rollups(spec, store, buckets)
+        tag = StateTag(log_seq=head.seq, log_link=head.link, buckets=buckets, tenants=tenants,
+                       entities_version=entities_version, facts=facts_count, derived=derived)
+    else:
+        append = new_items is not None
+        seen = head.seq if append else -1
+        entities_version = _refresh_entities(spec, store, buckets, (nodes or set()) | subjects, renamed or set(),
+                                             new_items=new_items, merged=after if append else None, seen_at=seen)
+        if changed is None:
+            changed = set(before["fact_id"].to_list()) | set(after["fact_id"].to_list())
+        delta = _refresh_derived(spec, store, buckets, before=before, after=after, changed=changed,
+                                 append=append, seen_at=seen)
+        tag = StateTag(log_seq=head.seq, log_link=head.link, buckets=buckets, tenants=tenants,
+                       entities_version=entities_version, facts=counts[0] + after.height - before.height,
+                       derived=counts[1] + delta)
+    store.set_tag(tag)
+    return _current_tag(store)
+
+
+def _full_entities(spec: FoldSpec, store: StateStore, buckets: int) -> tuple[int, int]:
+    """The entity stage of a full fold, bucket group by bucket group: first every node's names
+    (the items naming a group's nodes: their subjects' or objects' bucket is in the group), then
+    the summaries of each group's subjects; returns (entities version, merged row count)."""
+    groups = _groups(buckets, _group_size(store, buckets))
+    names = []
+    for group in groups:
+        wanted = pa.array(group, pa.int32())
+        naming = pc.field("bucket").isin(wanted) | pc.field("object_bucket").isin(wanted)
+        items = pl.from_arrow(store.read("items", columns=_OCC_COLUMNS, filter=naming))
+        names.append(entity_names(spec, items, buckets_in=group))
+    name_of = {n: s[0] for frame in names for n, s in zip(frame["node"].to_list(), frame["surfaces"].to_list())}
+    version, merged_rows = -1, 0
+    for group, found in zip(groups, names):
+        merged = pl.from_arrow(store.read("facts", buckets=group, columns=_SUMMARY_COLUMNS,
+                                          filter=pc.field("layer") == "merged"))
+        merged_rows += merged.height
+        rows = entities_from_names(found, merged, name_of, buckets=buckets).to_arrow()
+        version = store.write("entities", rows) if group is groups[0] else store.write("entities", rows, buckets=group)
+    return version, merged_rows
+
+
+def _full_rollups(spec: FoldSpec, store: StateStore, buckets: int) -> int:
+    """The roll-up stage of a full fold, bucket group by bucket group of the rows' first inputs
+    (memory follows a group plus the compose rules' second inputs, not the store); returns the
+    derived row count."""
+    compose_seconds = sorted({r.inputs[1] for r in spec.rollups if r.kind == "compose"})
+    firsts = sorted({r.inputs[0] for r in spec.rollups})
+    merged = pc.field("layer") == "merged"
+    seconds = pl.from_arrow(store.read("facts", columns=_BASE_COLUMNS, filter=merged
+                                       & pc.field("relation").isin(compose_seconds))) if compose_seconds else None
+    store.write("facts", FACT_SCHEMA.empty_table(), layer="derived")  # the layer, emptied
+    total = 0
+    for group in _groups(buckets, _group_size(store, buckets)):
+        mine = pl.from_arrow(store.read("facts", buckets=group, columns=_BASE_COLUMNS,
+                                        filter=merged & pc.field("relation").isin(firsts)))
+        if mine.height == 0:
+            continue
+        base = mine if seconds is None else pl.concat([mine, seconds]).unique("fact_id", maintain_order=True)
+        ids = pl.Series(mine["fact_id"]).implode()
+        derived = derive_frame(spec.rollups, base, buckets=buckets, touching=mine["fact_id"].to_list())
+        derived = derived.filter(pl.col("inputs").list.first().is_in(ids))  # each row once: by its first input
+        if derived.height:
+            store.write("facts", derived.to_arrow(), mode="append")
+            total += derived.height
+    return total
+
+
+def _current_tag(store: StateStore) -> StateTag:
+    tag = store.tag()
+    if tag is None:
+        raise StoreError(f"state tables under {store.root} were written without their tag; rerun the fold")
+    return tag
+
+
+_OCC_COLUMNS = ["kind", "tenant", "seq", "ordinal", "subject", "relation", "object", "subject_node", "object_node",
+                "bucket", "object_bucket", "accepted"]
+_SUMMARY_COLUMNS = ["subject", "relation", "object", "recorded_seq", "fact_id", "sources", "valid_to"]
+_BASE_COLUMNS = ["fact_id", "tenant", "subject", "relation", "object", "valid_from", "valid_to", "recorded_seq",
+                 "recorded_at", "sources", "source_seqs", "source_principals", "confidence"]
+
+
+def _isin(column: str, values: Iterable[str]) -> pc.Expression:
+    return pc.field(column).isin(pa.array(sorted(set(values)), pa.string()))
+
+
+def _among(column: str, values: Iterable[str]) -> pl.Expr:
+    """``column`` is one of ``values`` (polars)."""
+    return pl.col(column).is_in(pl.Series(sorted(set(values)), dtype=pl.Utf8).implode())
+
+
+def _buckets(nodes: Iterable[str], buckets: int) -> set[int]:
+    return {bucket_of(n, buckets) for n in nodes}
+
+
+def _refresh_derived(spec: FoldSpec, store: StateStore, buckets: int, *, before: pl.DataFrame,
+                     after: pl.DataFrame, changed: set[str], append: bool, seen_at: int) -> int:
+    """Recompute the derived rows with an input among ``changed`` merged rows (``before``: old
+    versions of merged rows, or rows now gone; ``after``: current rows; the merged layer is
+    already up to date). ``append``: write new versions and deletion markers; else rewrite the
+    buckets holding such rows. Returns the change in the derived row count."""
+    compose = [r for r in spec.rollups if r.kind == "compose"]
+    firsts = sorted({r.inputs[0] for r in compose})
+    seconds = sorted({r.inputs[1] for r in compose})
+    inverse = sorted({r.inputs[0] for r in spec.rollups if r.kind == "inverse"})
+    both = pl.concat([before.select(_BASE_COLUMNS), after.select(_BASE_COLUMNS)]).filter(_among("fact_id", changed))
+    # compose pairs through a changed second input: the first inputs pointing at its subject
+    # (the one scan of every bucket, only when such a row changed: an organisation moved)
+    middles = set(both.filter(pl.col("relation").is_in(seconds))["subject"].to_list())
+    via = pl.from_arrow(store.read("facts", columns=_BASE_COLUMNS, filter=(pc.field("layer") == "merged")
+                                   & pc.field("relation").isin(firsts) & _isin("object", middles))) \
+        if middles and firsts else after.select(_BASE_COLUMNS).clear()
+    direct = after.select(_BASE_COLUMNS).filter(pl.col("relation").is_in(firsts + inverse) & _among("fact_id", changed))
+    heads = set(direct.filter(pl.col("relation").is_in(firsts))["object"].to_list()) | middles
+    partners = pl.from_arrow(store.read("facts", buckets=_buckets(heads, buckets), columns=_BASE_COLUMNS,
+                                        filter=(pc.field("layer") == "merged") & pc.field("relation").isin(seconds)
+                                        & _isin("subject", heads))) if heads and seconds else direct.clear()
+    base = pl.concat([direct, via, partners]).unique("fact_id", maintain_order=True)
+    new = derive_frame(spec.rollups, base, buckets=buckets, touching=changed)
+    fresh_ids = set(new["fact_id"].to_list())
+    if append:
+        # the derived rows the state holds with a changed input are what the rules gave over
+        # the inputs' previous versions: derived again from those, not read back
+        previous = before.select(_BASE_COLUMNS).filter(_among("fact_id", changed))
+        prior_base = pl.concat([base.filter(~_among("fact_id", changed)), previous])
+        old = derive_frame(spec.rollups, prior_base, buckets=buckets, touching=changed)
+        gone = old.filter(~_among("fact_id", fresh_ids))
+        rows = pl.concat([new, gone])
+        if rows.height:
+            flags = pa.array([False] * new.height + [True] * gone.height, pa.bool_())
+            store.write("facts", rows.to_arrow(), mode="append", seen_at=seen_at, deleted=flags)
+        return len(fresh_ids - set(old["fact_id"].to_list())) - gone.height
+    # where the rows to replace live: a compose row in its first input's subject's bucket, an
+    # inverse row in its input's object's (old versions too: an erased input's rows must go)
+    homes = set(both.filter(pl.col("relation").is_in(firsts))["subject"].to_list()) | set(via["subject"].to_list())
+    homes |= set(both.filter(pl.col("relation").is_in(inverse))["object"].to_list())
+    homes |= set(new["subject"].to_list())
+    where = sorted(_buckets(homes, buckets))
+    ids = pl.Series(sorted(changed), dtype=pl.Utf8).implode()
+    delta = 0
+    size = _group_size(store, buckets)
+    for start in range(0, len(where), size):  # (memory follows a group of buckets)
+        group = where[start:start + size]
+        old = pl.from_arrow(store.read("facts", buckets=group, filter=pc.field("layer") == "derived"))
+        hit = old["inputs"].list.eval(pl.element().is_in(ids)).list.any()
+        mine = new.filter(pl.col("bucket").is_in(pl.Series(group, dtype=pl.Int32).implode()))
+        store.write("facts", pl.concat([old.filter(~hit), mine.cast(old.schema)]).to_arrow(), buckets=group,
+                    layer="derived")
+        delta += len(set(mine["fact_id"].to_list()) - set(old["fact_id"].to_list())) - \
+            old.filter(hit & ~_among("fact_id", fresh_ids)).height
+    return delta
+
+
+def _refresh_entities(spec: FoldSpec, store: StateStore, buckets: int, nodes: set[str], renamed: set[str],
+                      new_items: pl.DataFrame | None = None, merged: pl.DataFrame | None = None,
+                      seen_at: int = -1) -> int:
+    """Recompute the entity rows of ``nodes`` (and the summaries of current facts pointing at a
+    node of ``renamed``) from the items naming them; return the entities table's version.
+
+    ``new_items`` (an append): the entities' surfaces so far come from their current rows (names
+    never change on an append) instead of a scan of every item, ``merged`` holds every merged
+    row of the subjects whose facts changed (the other nodes keep their summaries), and the new
+    rows are appended as new versions; otherwise their buckets are rewritten."""
+    if not nodes:
+        dt = store.table("entities")
+        return -1 if dt is None else dt.version()
+    where = _buckets(nodes, buckets)
+    append = new_items is not None
+    old = pl.from_arrow(store.read("entities", buckets=where, filter=_isin("node", nodes) if append else None))
+    prior = None
+    if append:
+        items, prior = new_items, old
+    else:
+        items = pl.from_arrow(store.read("items", columns=_OCC_COLUMNS,
+                                         filter=_isin("subject_node", nodes) | _isin("object_node", nodes)))
+    summarised = None if merged is None else set(merged["subject"].to_list())
+    if merged is None:
+        merged = pl.from_arrow(store.read("facts", buckets=_buckets(nodes, buckets), columns=_SUMMARY_COLUMNS,
+                                          filter=(pc.field("layer") == "merged") & _isin("subject", nodes)))
+    objects = set(merged.filter(pl.col("valid_to").is_null())["object"].to_list()) - nodes
+    names = {}
+    if objects:
+        known = store.read("entities", buckets=_buckets(objects, buckets), columns=["node", "name"],
+                           filter=_isin("node", objects))
+        names = dict(zip(known["node"].to_pylist(), known["name"].to_pylist()))
+    fresh = entity_rows(spec, items, merged.select(_SUMMARY_COLUMNS), buckets=buckets, nodes=nodes, names=names,
+                        prior=prior)
+    if summarised is not None and prior is not None and prior.height:
+        kept = prior.filter(~_among("node", summarised)).select("node", "summary", "summary_sources")
+        if kept.height:
+            fresh = fresh.join(kept, on="node", how="left", suffix="_kept").with_columns(
+                pl.coalesce("summary_kept", "summary").alias("summary"),
+                pl.when(pl.col("summary_kept").is_null()).then(pl.col("summary_sources"))
+                .otherwise(pl.col("summary_sources_kept")).alias("summary_sources"),
+            ).select(fresh.columns)
+    if append:
+        return store.write("entities", fresh.to_arrow(), mode="append", seen_at=seen_at)
+    keep = old.filter(~_among("node", nodes))
+    version = store.write("entities", pl.concat([keep, fresh.cast(keep.schema)]).to_arrow(), buckets=where)
+    if renamed:
+        # a node whose display name changed (its first surface was erased) or that is gone:
+        # the summaries naming it change too (rare: a name that only erased events used first)
+        was = old.filter(_among("node", renamed & nodes)).select("node", "name")
+        now = dict(zip(fresh["node"].to_list(), fresh["name"].to_list()))
+        changed = {n for n, name in zip(was["node"].to_list(), was["name"].to_list()) if now.get(n) != name}
+        if changed:
+            referrers = store.read("facts", columns=["subject", "valid_to"], filter=(pc.field("layer") == "merged")
+                                   & _isin("object", changed))
+            more = set(referrers.filter(pc.is_null(referrers["valid_to"]))["subject"].to_pylist()) - nodes
+            if more:
+                version = _refresh_entities(spec, store, buckets, more, set())
+    return version
+
+
+def _report(store: StateStore, spec: FoldSpec, tag: StateTag, *, calls: int, rejected: int,
+            started_from: int) -> FoldReport:
+    return FoldReport(events_folded=tag.log_seq + 1, extraction_calls=calls, facts=tag.facts,
+                      derived_facts=tag.derived, rejected_outputs=rejected, last_seq=tag.log_seq,
+                      spec_hash=spec.hash, started_from=started_from)
+
+
+# -- incremental -----------------------------------------------------------------------------------
+
+
+def _tail(mem: "Memory", tag: StateTag) -> list[Event] | None:
+    """The events after ``tag``'s position, or None when the log no longer has that position
+    (rewritten or another log: the caller refolds in full)."""
+    from refold.projection import DeltaSource, ListSource
+
+    source = DeltaSource(mem.log_store) if mem.mode != "shred" else ListSource(mem.events())
+    if tag.log_seq < 0:
+        return source.window(0)[0]
+    tail, _ = source.window(tag.log_seq + 1)
+    if tail and tail[0].prev_link:
+        return tail if tail[0].seq == tag.log_seq + 1 and tail[0].prev_link == tag.log_link else None
+    events, _ = source.window(tag.log_seq)
+    if not events or events[0].seq != tag.log_seq or events[0].link != tag.log_link:
+        return None
+    return events[1:]
+
+
+def _incremental(mem, spec, store: StateStore, tag: StateTag, *, extractor, progress, runner,
+                 batch_size) -> FoldReport | None:
+    tail = _tail(mem, tag)
+    if tail is None:
+        return None
+    if not tail:
+        return _report(store, spec, tag, calls=0, rejected=0, started_from=tag.log_seq)
+    buckets, started_from = tag.buckets, tag.log_seq
+    rows, calls, rejected = _items(mem, spec, tail, extractor=extractor, buckets=buckets, progress=progress,
+                                   runner=runner, batch_size=batch_size)
+    head = _Head(tail[-1].seq, tail[-1].link)
+    tenants = set(tag.tenants) | {e.tenant for e in tail}
+    if rows:
+        store.write("items", pa.Table.from_pylist(rows, schema=ITEM_SCHEMA), mode="append")
+    subjects = {r["subject_node"] for r in rows}
+    nodes = subjects | {r["object_node"] for r in rows}
+    # only the touched subjects' rows are read, and only the rows the merge changed are written
+    # (as new versions): 1% new events touch nearly every bucket, so rewriting buckets would
+    # rewrite the whole state
+    current = pl.from_arrow(store.read("facts", buckets=_buckets(subjects, buckets),
+                                       filter=(pc.field("layer") == "merged") & _isin("subject", subjects)))
+    rows.sort(key=lambda r: (r["seq"], r["ordinal"]))
+    fresh, changed = advance_subjects(spec, current.to_dicts(), rows, buckets=buckets)
+    after = pl.from_arrow(pa.Table.from_pylist(fresh, schema=FACT_SCHEMA))
+    if changed:
+        store.write("facts", after.filter(_among("fact_id", changed)).to_arrow(), mode="append", seen_at=head.seq)
+    tag = _finish(mem, spec, store, head=head, tenants=tenants, buckets=buckets, subjects=subjects, nodes=nodes,
+                  new_items=pl.from_arrow(pa.Table.from_pylist(rows, schema=ITEM_SCHEMA)),
+                  before=current, after=after, changed=changed, counts=(tag.facts, tag.derived))
+    if store.files("facts") > COMPACT_FILES * buckets:
+        size = _group_size(store, buckets)
+        store.compact("facts", buckets=buckets, group=size)
+        store.compact("entities", buckets=buckets, group=size)
+        tag = _retag(store, tag)
+    return _report(store, spec, tag, calls=calls, rejected=rejected, started_from=started_from)
+
+
+def _retag(store: StateStore, tag: StateTag) -> StateTag:
+    """Tag the newest versions again (after a compaction) with ``tag``'s position and counts."""
+    entities = store.table("entities")
+    store.set_tag(dataclasses.replace(tag, entities_version=entities.version()))
+    return _current_tag(store)
+
+
+# -- erasure ---------------------------------------------------------------------------------------
+
+
+class StatePurger:
+    """The state tables as a derived store of erasure: ``purge(event_ids)`` refolds, for every
+    spec, the subjects whose items came from an erased event (from the surviving items: no model
+    call), refreshes the roll-ups and entities that depend on them, and vacuums."""
+
+    def __init__(self, mem: "Memory"):
+        self.mem = mem
+
+    def purge(self, event_ids: Iterable[str]) -> PurgeResult:
+        import os
+
+        from refold.folding import recorded_specs
+
+        ids = sorted(set(event_ids))
+        self.mem._state_at = {}  # this process's up-to-date marks no longer hold
+        root = self.mem.layout._join("state")
+        if not ids or not os.path.isdir(root):
+            return PurgeResult(store="state", rows=0)
+        specs = recorded_specs(self.mem)
+        removed, detail = 0, []
+        for spec_hash in sorted(os.listdir(root)):
+            store = self.mem.state_store(specs[spec_hash]) if spec_hash in specs else None
+            if store is None or store.tag() is None:
+                # no spec to refold with, or a fold that never finished: drop it (it may hold erased data)
+                StateStore(self.mem.layout, spec_hash, storage_options=self.mem.storage_options).drop()
+                detail.append(f"state/{spec_hash}: dropped")
+                continue
+            n = purge_state(store, specs[spec_hash], ids)
+            removed += n
+            detail.append(f"state/{spec_hash}: {n} item row(s) removed")
+        return PurgeResult(store="state", rows=removed, detail=tuple(detail))
+
+
+def purge_state(store: StateStore, spec: FoldSpec, event_ids: Sequence[str]) -> int:
+    """Remove ``event_ids``' items from ``store`` and refold what they touched; return the rows removed."""
+    tag = store.tag()
+    assert tag is not None
+    buckets = tag.buckets
+    hit = store.read("items", columns=["bucket", "subject_node", "object_node"], filter=_isin("event_id", event_ids))
+    if hit.num_rows == 0:
+        return 0
+    where = set(hit["bucket"].to_pylist())
+    subjects = set(hit["subject_node"].to_pylist())
+    nodes = subjects | set(hit["object_node"].to_pylist())
+    items = store.read("items", buckets=where)
+    surviving = items.filter(pc.invert(_isin("event_id", event_ids)))
+    store.write("items", surviving, buckets=where)
+    mine = surviving.filter(_isin("subject_node", subjects)).sort_by([("seq", "ascending"), ("ordinal", "ascending")])
+    fresh = fold_partition(spec, _dicts(mine), buckets=buckets)
+    old = pl.from_arrow(store.read("facts", buckets=_buckets(subjects, buckets), filter=pc.field("layer") == "merged"))
+    mask = _among("subject", subjects)
+    merged = pl.concat([old.filter(~mask), pl.from_arrow(pa.Table.from_pylist(fresh, schema=FACT_SCHEMA))])
+    # rewritten, not appended: every version of these buckets' rows goes, then the vacuum
+    store.write("facts", merged.to_arrow(), buckets=_buckets(subjects, buckets), layer="merged")
+    _finish(None, spec, store, head=_Head(tag.log_seq, tag.log_link), tenants=tag.tenants, buckets=buckets,
+            subjects=subjects, nodes=nodes, renamed=nodes, before=old.filter(mask),
+            after=merged.filter(mask), counts=(tag.facts, tag.derived))
+    store.vacuum()
+    return items.num_rows - surviving.num_rows

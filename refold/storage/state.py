@@ -1,0 +1,317 @@
+"""Derived state as Delta tables: ``state/<spec-hash>/{items,facts,entities}``.
+
+    items     one row per extracted fact (or retraction) of a surviving event, with its bucket:
+              what a partition's merge reads (:data:`refold.fold.partition.ITEM_SCHEMA`)
+    facts     merged and derived facts (``layer`` "merged"/"derived"), partitioned by
+              (layer, bucket) (:data:`refold.fold.partition.FACT_SCHEMA`)
+    entities  names, aliases, summaries, partitioned by bucket (:data:`~refold.fold.partition.ENTITY_SCHEMA`)
+
+``bucket`` is the hash bucket of the subject's node id (tenant + entity key), so a partition
+folds alone and a read of one subject opens one bucket's files. Every write goes through
+delta-rs (``write_deltalake``, an overwrite with a ``bucket IN (...)`` predicate for a partial
+rewrite). Delta statistics are kept to the numeric and partition columns only, so no name or
+other content lands in ``_delta_log``.
+
+A fold's last commit, to ``facts``, is its tag (:class:`StateTag`: the log position it reflects
+and the ``entities`` version that goes with it), set as table properties by a commit that also
+carries it as custom metadata: that ``facts`` version is the snapshot, and "state as of log seq S"
+is time travel to the newest tagged version at or before S. An incremental fold appends new
+versions of the rows it changed (``seen_at``, ``deleted``; a read keeps the newest). Erasure
+rewrites the partitions that held the erased events and vacuums, after which older versions can
+no longer be read.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import CommitProperties, DeltaTable, write_deltalake
+from deltalake.exceptions import TableNotFoundError
+
+from refold.fold.errors import StoreError
+from refold.fold.partition import ENTITY_SCHEMA, FACT_SCHEMA, ITEM_SCHEMA
+
+from .layout import Layout
+
+__all__ = ["KEYS", "StateStore", "StateTag", "TABLES"]
+
+#: table name → (schema of its rows, partition columns)
+TABLES = {
+    "items": (ITEM_SCHEMA, ["bucket"]),
+    "facts": (FACT_SCHEMA, ["layer", "bucket"]),
+    "entities": (ENTITY_SCHEMA, ["bucket"]),
+}
+#: versioned tables → their key: an incremental fold appends new versions of the rows it changed
+#: (``seen_at``: the log seq of that fold; ``deleted``: the row is gone) instead of rewriting
+#: whole partitions, and a read keeps the newest version of each key (:meth:`StateStore.read`)
+KEYS = {"facts": "fact_id", "entities": "node"}
+_VERSION_FIELDS = [pa.field("seen_at", pa.int64()), pa.field("deleted", pa.bool_())]
+#: the only columns with Delta statistics: numbers and partitions, never a name (see module doc)
+_STATS = {"items": "bucket,seq", "facts": "layer,bucket,recorded_seq,seen_at", "entities": "bucket,seen_at"}
+
+
+def _stored(name: str) -> pa.Schema:
+    schema = TABLES[name][0]
+    return pa.schema(list(schema) + _VERSION_FIELDS) if name in KEYS else schema
+_PREFIX = "refold."
+#: the state tables' format: a tag of another format is not a state this code can read (the next
+#: fold refolds in full, replacing the tables' schemas)
+FORMAT = "1"
+
+
+@dataclass(frozen=True)
+class StateTag:
+    """What a tagged ``facts`` version reflects."""
+
+    log_seq: int
+    log_link: str
+    buckets: int
+    tenants: tuple[str, ...]
+    entities_version: int
+    #: merged and derived rows (their newest versions) in that state
+    facts: int = 0
+    derived: int = 0
+    facts_version: int = -1
+
+    def metadata(self) -> dict[str, str]:
+        return {_PREFIX + "log_seq": str(self.log_seq), _PREFIX + "log_link": self.log_link,
+                _PREFIX + "buckets": str(self.buckets), _PREFIX + "tenants": json.dumps(list(self.tenants)),
+                _PREFIX + "entities_version": str(self.entities_version),
+                _PREFIX + "counts": f"{self.facts},{self.derived}", _PREFIX + "state_format": FORMAT}
+
+    @classmethod
+    def from_commit(cls, info: dict, version: int) -> "StateTag | None":
+        if not info.get(_PREFIX + "log_seq"):  # absent, or cleared by a full fold under way
+            return None
+        if info.get(_PREFIX + "state_format") != FORMAT:
+            return None
+        facts, derived = (int(n) for n in info.get(_PREFIX + "counts", "0,0").split(","))
+        return cls(log_seq=int(info[_PREFIX + "log_seq"]), log_link=info[_PREFIX + "log_link"],
+                   buckets=int(info[_PREFIX + "buckets"]), tenants=tuple(json.loads(info[_PREFIX + "tenants"])),
+                   entities_version=int(info[_PREFIX + "entities_version"]), facts=facts, derived=derived,
+                   facts_version=version)
+
+
+class StateStore:
+    """The state tables of one spec under one store (see the module docstring)."""
+
+    def __init__(self, layout: Layout, spec_hash: str, *, storage_options: dict[str, str] | None = None):
+        self.layout = layout
+        self.spec_hash = spec_hash
+        self.storage_options = storage_options
+        self.root = layout._join("state", spec_hash)
+        self._tables: dict[str, DeltaTable] = {}
+        self._versions: dict[tuple[str, int], DeltaTable] = {}
+
+    def path(self, name: str) -> str:
+        return f"{self.root}/{name}"
+
+    # -- reading ---------------------------------------------------------------------------------
+
+    def table(self, name: str, *, version: int | None = None) -> DeltaTable | None:
+        """The Delta table ``name`` (at ``version``), or None when it was never written. The
+        newest handle is kept and brought up to date incrementally (no commit-log replay)."""
+        if version is not None:
+            kept = self._tables.get(name)
+            if kept is not None and kept.version() == version:
+                return kept  # (the newest version, already open: no commit-log replay)
+            kept = self._versions.get((name, version))
+            if kept is None:
+                try:
+                    kept = DeltaTable(self.path(name), version=version, storage_options=self.storage_options)
+                except TableNotFoundError:
+                    return None
+                if len(self._versions) >= 8:  # a few tagged versions stay open (a tag's entities)
+                    self._versions.pop(next(iter(self._versions)))
+                self._versions[(name, version)] = kept
+            return kept
+        dt = self._tables.get(name)
+        try:
+            if dt is None:
+                dt = self._tables[name] = DeltaTable(self.path(name), storage_options=self.storage_options)
+            else:
+                dt.update_incremental()
+        except TableNotFoundError:
+            return None
+        return dt
+
+    def tag(self) -> StateTag | None:
+        """The tag of the newest ``facts`` version (None: no fold finished). Read from the
+        table's properties, which outlive the commit log's clean-up after an erasure."""
+        dt = self.table("facts")
+        if dt is None:
+            return None
+        return StateTag.from_commit(dt.metadata().configuration, dt.version())
+
+    def tags(self) -> list[StateTag]:
+        """Every tagged ``facts`` version still in the commit log, oldest first."""
+        dt = self.table("facts")
+        if dt is None:
+            return []
+        out = [StateTag.from_commit(info, info["version"]) for info in dt.history()
+               if info.get("operation") == "SET TBLPROPERTIES"]
+        return sorted((t for t in out if t is not None), key=lambda t: t.facts_version)
+
+    def tag_at(self, log_seq: int) -> StateTag | None:
+        """The newest tagged version reflecting the log at or before ``log_seq``."""
+        found = [t for t in self.tags() if t.log_seq <= log_seq]
+        return found[-1] if found else None
+
+    def read(self, name: str, *, buckets: Iterable[int] | None = None, filter: pc.Expression | None = None,
+             columns: list[str] | None = None, version: int | None = None) -> pa.Table:
+        """Rows of ``name`` (of a versioned table: the newest version of each key, deleted ones
+        left out); ``buckets`` prunes partitions (only their files are opened).
+
+        ``filter`` is applied before the versions are resolved, so on a versioned table it may
+        test only columns a row's versions share (its key, subject, relation, object, tenant,
+        layer, bucket), never ``valid_to`` or ``sources``: filter those afterwards."""
+        schema = TABLES[name][0]
+        wanted_schema = schema if columns is None else pa.schema([schema.field(c) for c in columns])
+        dt = self.table(name, version=version)
+        if dt is None:
+            return wanted_schema.empty_table()
+        expr = filter
+        if buckets is not None:
+            wanted = pc.field("bucket").isin(pa.array(sorted(set(buckets)), pa.int32()))
+            expr = wanted if expr is None else expr & wanted
+        names = list(wanted_schema.names)
+        key = KEYS.get(name)
+        if key is not None:
+            names += [c for c in (key, "seen_at", "deleted") if c not in names]
+        # only the wanted partitions' files become dataset fragments (a dataset of every file
+        # built a partition expression per file: most of a one-subject read)
+        partitions = None if buckets is None else [("bucket", "in", [str(b) for b in sorted(set(buckets))])]
+        table = dt.to_pyarrow_dataset(file_pruning_predicate=partitions).to_table(filter=expr, columns=names)
+        if key is not None and table.num_rows:
+            table = _newest(table, key)
+        return table.select(wanted_schema.names).cast(wanted_schema)
+
+    def files(self, name: str) -> int:
+        """The number of data files of ``name`` now."""
+        dt = self.table(name)
+        return 0 if dt is None else len(dt.file_uris())
+
+    def compact(self, name: str, *, buckets: int, group: int = 4) -> int:
+        """Rewrite ``name`` with only the newest version of each row (reads stay fast after
+        many incremental folds), ``group`` buckets at a time (memory follows a group); return
+        the new version."""
+        version = -1
+        for start in range(0, buckets, group):
+            part = list(range(start, min(start + group, buckets)))
+            version = self.write(name, self.read(name, buckets=part), buckets=part, note={"compacted": "1"})
+        return version
+
+    # -- writing ---------------------------------------------------------------------------------
+
+    def write(self, name: str, rows: pa.Table, *, buckets: Iterable[int] | None = None,
+              layer: str | None = None, tag: StateTag | None = None, mode: str = "overwrite",
+              note: dict[str, str] | None = None, seen_at: int = -1, deleted: pa.Array | None = None) -> int:
+        """Replace the partitions ``buckets`` (all: None) of ``name`` (of ``layer`` in ``facts``)
+        with ``rows``, or append them (``mode="append"``: on a versioned table, new versions of
+        those rows stamped ``seen_at``, ``deleted`` marking the ones gone); return the new
+        table version.
+
+        Every row must lie in those partitions (delta-rs checks the predicate). ``note``: custom
+        metadata of the commit (a full fold's progress, see :meth:`notes`)."""
+        partitions = TABLES[name][1]
+        schema = _stored(name)
+        if name in KEYS:
+            rows = rows.select(TABLES[name][0].names)
+            rows = rows.append_column("seen_at", pa.array([seen_at] * rows.num_rows, pa.int64()))
+            rows = rows.append_column("deleted", deleted if deleted is not None
+                                      else pa.array([False] * rows.num_rows, pa.bool_()))
+        rows = rows.select(schema.names).cast(schema)
+        terms = []
+        if layer is not None:
+            terms.append(f"layer = '{layer}'")
+        if buckets is not None:
+            wanted = sorted(set(buckets))
+            if not wanted:
+                dt = self.table(name)
+                return -1 if dt is None else dt.version()
+            terms.append(f"bucket IN ({', '.join(str(b) for b in wanted)})")
+        predicate = " AND ".join(terms) if terms and mode == "overwrite" else None
+        if predicate is not None and self.table(name) is None:
+            predicate = None  # a new table: nothing to replace
+        config = {"delta.dataSkippingStatsColumns": _STATS[name], "delta.enableDeletionVectors": "false",
+                  "delta.enableChangeDataFeed": "false"}
+        try:
+            whole = mode == "overwrite" and predicate is None  # (may replace an older format's schema)
+            write_deltalake(self.path(name), rows, mode=mode, predicate=predicate, partition_by=partitions,
+                            configuration=config, storage_options=self.storage_options,
+                            schema_mode="overwrite" if whole else None,
+                            commit_properties=CommitProperties(
+                                custom_metadata={_PREFIX + k: v for k, v in note.items()}) if note else None)
+            if tag is not None:
+                # the tag: table properties (kept through checkpoints and log clean-up) set by a
+                # commit that also carries it as custom metadata (listed by :meth:`tags`)
+                self.table(name).alter.set_table_properties(
+                    tag.metadata(), raise_if_not_exists=False,
+                    commit_properties=CommitProperties(custom_metadata=tag.metadata()))
+        except Exception as exc:  # noqa: BLE001 - delta-rs raises several types; all mean the same here
+            raise StoreError(f"cannot write state table {self.path(name)}: {exc}; "
+                             "rerun the fold (a partial write is replaced by the next one)") from exc
+        dt = self.table(name)
+        assert dt is not None
+        return dt.version()
+
+    def clear_tag(self) -> None:
+        """Mark the state as being rewritten (a full fold starts): no tag until it finishes, so
+        a fold killed half-way is never taken for a complete state."""
+        dt = self.table("facts")
+        if dt is not None and self.tag() is not None:
+            dt.alter.set_table_properties({_PREFIX + "log_seq": ""}, raise_if_not_exists=False)
+
+    def notes(self, name: str) -> list[dict[str, str]]:
+        """The ``note`` of each commit to ``name`` since its last tag (newest first)."""
+        dt = self.table(name)
+        out = []
+        for info in [] if dt is None else dt.history():
+            if info.get("operation") == "SET TBLPROPERTIES" and info.get(_PREFIX + "log_seq"):
+                break
+            note = {k[len(_PREFIX):]: v for k, v in info.items() if k.startswith(_PREFIX) and isinstance(v, str)}
+            if note:
+                out.append(note)
+        return out
+
+    def set_tag(self, tag: StateTag) -> None:
+        """Tag the newest ``facts`` version (a fold that changed no row of it)."""
+        self.table("facts").alter.set_table_properties(
+            tag.metadata(), raise_if_not_exists=False,
+            commit_properties=CommitProperties(custom_metadata=tag.metadata()))
+
+    def vacuum(self) -> list[str]:
+        """Delete every file an old version of the state tables held (after an erasure rewrote
+        partitions, those files held erased data); older versions can no longer be read."""
+        removed = []
+        for name in TABLES:
+            dt = self.table(name)
+            if dt is not None:
+                removed += dt.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False, full=True)
+        return removed
+
+    def exists(self) -> bool:
+        return self.tag() is not None
+
+    def drop(self) -> None:
+        """Remove every state table of this spec (local stores)."""
+        import shutil
+
+        if os.path.isdir(self.root):
+            shutil.rmtree(self.root)
+        self._tables, self._versions = {}, {}
+
+
+def _newest(table: pa.Table, key: str) -> pa.Table:
+    """The newest version (largest ``seen_at``; the later row of equals) of each ``key``,
+    without the deleted ones."""
+    import polars as pl
+
+    frame = pl.from_arrow(table).with_row_index("_row")
+    frame = frame.sort(["seen_at", "_row"]).unique(subset=[key], keep="last", maintain_order=True)
+    return frame.filter(~pl.col("deleted")).sort("_row").drop("_row").to_arrow()

@@ -1,0 +1,315 @@
+"""The partitioned fold against a real store: state as Delta tables under state/<spec-hash>/.
+
+Each test folds a real log into real Delta tables and compares the state they hold (read back as
+a networkx view) with the reference fold of the same log (the graph engine), attribute for
+attribute: after a full fold, an incremental one, and an erasure.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import json
+
+import pytest
+from deltalake import DeltaTable
+
+import refold
+from refold import erasing
+from refold.fold.errors import RefoldError
+from refold.fold.partition import bucket_of
+from refold.fold.merge import node_id
+from refold.state_fold import PartitionError
+from refold.state_queries import graph_view
+from refold.storage.scan import scan_report
+from tests.fold_helpers import canonical_graph, fact_event
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+from snapshot_workload import events as workload  # noqa: E402
+
+
+def _log(n: int, start: int = 0) -> list:
+    return list(workload(n, seed=3, people=25, start=start))
+
+
+def _state_graph(mem):
+    store, tag = mem._state_tables(mem.current_spec())
+    return graph_view(store, tag)
+
+
+def _reference(root: Path):
+    """The graph engine's fold of the same log, in a fresh process-local Memory."""
+    ref = refold.open(root)
+    ref.fold(engine="graph", full=True, snapshot_every=0)
+    return ref.state().graph
+
+
+def _extras(day: int) -> list[dict]:
+    """A retraction, an alias surface and a second tenant: what the workload lacks."""
+    return [
+        fact_event("Person1", "likes", "chess", day=day),
+        {**fact_event("Person1", "likes", "chess", day=day + 1), "kind": "retraction"},
+        fact_event("the Acme", "located_in", "Oslo", day=day + 2),
+        fact_event("Person2", "works_at", "Acme", day=day + 3, tenant="other"),
+    ]
+
+
+def test_full_then_incremental_fold_equal_the_reference(mem, tmp_path):
+    mem.append(_log(400))
+    mem.append(_extras(10))
+    first = mem.fold(engine="partitioned", full=True)
+    assert first.started_from == -1 and first.derived_facts > 0
+    assert canonical_graph(_state_graph(mem)) == canonical_graph(_reference(Path(mem.root)))
+
+    mem.append(_log(60, start=400))
+    mem.append(_extras(40))
+    again = mem.fold(engine="partitioned")
+    assert again.started_from == first.last_seq  # resumed from the tagged state
+    assert again.extraction_calls == 60 + 3  # only the new events (the retraction is not extracted)
+    assert canonical_graph(_state_graph(mem)) == canonical_graph(_reference(Path(mem.root)))
+
+    fresh = refold.open(mem.root)
+    full = fresh.fold(engine="partitioned", full=True)
+    assert (full.facts, full.derived_facts) == (again.facts, again.derived_facts)
+    assert full.extraction_calls == 0  # a refold reads the cache
+
+
+def test_facts_of_one_subject_open_only_its_bucket(mem):
+    mem.append(_log(300))
+    mem.fold(engine="graph", snapshot_every=0)
+    want = mem.facts(subject="Person4")  # the graph engine's answer (no state tables yet)
+    mem.fold(engine="partitioned", full=True)
+    store, tag = mem._state_tables(mem.current_spec())
+    # every facts file outside Person4's bucket gone: a read that opened one would fail
+    mine = bucket_of(node_id("default", "Person4"), tag.buckets)
+    for folder in list(Path(store.path("facts")).rglob("bucket=*")):
+        if folder.name != f"bucket={mine}":
+            shutil.rmtree(folder)
+    got = mem.facts(subject="Person4")
+    assert got.height > 0 and got.equals(want)
+    with pytest.raises(Exception):
+        mem.facts()  # the whole state needs the files just removed
+
+
+def test_facts_match_the_graph_engine(mem, tmp_path):
+    mem.append(_log(300))
+    mem.append(_extras(5))
+    mem.fold(engine="graph", snapshot_every=0)
+    ref = {(k, str(v)): mem.facts(subject=k, valid_at=v, relation=r) for k, v, r in [
+        ("Person1", None, None), ("Person2", "2024-01-08T00:00:00+00:00", None), ("acme", None, "based_in")]}
+    ref["all"] = mem.facts(current_only=True)
+    mem.fold(engine="partitioned", full=True)
+    for (k, v), frame in ((key, val) for key, val in ref.items() if key != "all"):
+        got = mem.facts(subject=k, valid_at=None if v == "None" else v,
+                        relation="based_in" if k == "acme" else None)
+        assert got.equals(frame), k
+    assert mem.facts(current_only=True).equals(ref["all"])
+
+
+def test_erasure_rewrites_the_touched_partitions_and_leaves_no_residue(tmp_path):
+    mem = refold.init(tmp_path / "store")
+    name = "Quillon Varga"
+    x = [fact_event(name, "likes", f"zephyrmarmalade{i}", day=i, subjects=["s-x"]) for i in range(5)]
+    x.append(fact_event(name, "works_at", "Acme", day=6, subjects=["s-x"]))
+    mem.append(_log(200) + x)
+    mem.fold(engine="partitioned", full=True)
+    erasing.register_subject(mem, "s-x", name)
+    store = mem.state_store(mem.current_spec())
+    before = store.tag()
+    assert scan_report(store.root, [name, "zephyrmarmalade"]).hits
+    receipt = mem.erase("s-x", canaries=["zephyrmarmalade"])
+    assert receipt is not None
+    assert not scan_report(store.root, [name, "zephyrmarmalade"]).hits
+    with pytest.raises(Exception):  # the pre-erasure version was vacuumed
+        DeltaTable(store.path("facts"), version=before.facts_version).to_pyarrow_table()
+    after = refold.open(mem.root)
+    assert canonical_graph(_state_graph(after)) == canonical_graph(_reference(Path(mem.root)))
+    assert after.facts(subject=name).height == 0
+
+
+def test_state_versions_are_snapshots_readable_by_any_delta_reader(mem):
+    mem.append(_log(200))
+    mem.fold(engine="partitioned", full=True)
+    mem.append(_log(50, start=200))
+    mem.fold(engine="partitioned")
+    store = mem.state_store(mem.current_spec())
+    tags = store.tags()
+    assert [t.log_seq for t in tags][-2:] == [200, 250]
+    old = store.tag_at(220)
+    assert old.log_seq == 200
+    ref = refold.open(mem.root)
+    ref.fold(engine="graph", full=True, snapshot_every=0)
+    prefix = ref.state(as_of=mem.events()[200].recorded_at).graph
+    assert canonical_graph(graph_view(store, old)) == canonical_graph(prefix)
+    frame = pl.read_delta(store.path("facts"), version=old.facts_version)
+    assert set(frame["layer"].unique()) == {"merged", "derived"}
+    # no name reaches the commit log: statistics only on numbers and partition columns
+    logs = " ".join(p.read_text() for p in Path(store.root).rglob("_delta_log/*.json"))
+    assert "Person1" not in logs and "Boston" not in logs
+
+
+def test_a_failing_partition_is_named(mem):
+    mem.append(_log(200))
+    mem.fold(engine="partitioned", full=True)
+    store = mem.state_store(mem.current_spec())
+    victim = next(p for p in Path(store.path("items")).rglob("*.parquet"))
+    bucket = int(victim.parent.name.split("=")[1])
+    victim.write_bytes(b"not parquet")
+    from refold.state_fold import merge_buckets
+
+    with pytest.raises(PartitionError, match=f"bucket={bucket}") as caught:
+        merge_buckets(store, mem.current_spec(), [bucket], buckets=store.tag().buckets)
+    assert isinstance(caught.value, RefoldError)
+
+
+def test_a_rerun_after_a_killed_full_fold_redoes_only_the_missing_partitions(mem, monkeypatch):
+    """(A small ``GROUP_ROWS`` makes this small log fold in several bucket groups.)"""
+    from refold import state_fold
+
+    mem.append(_log(300))
+    mem.fold(engine="partitioned", full=True)  # the extraction cache, and a first state
+    mem.append(_log(30, start=300))
+    code = ("import sys, refold; m = refold.open(sys.argv[1]); m.fold(engine='partitioned', full=True)")
+    env = {**os.environ, "REFOLD_FOLD_CRASH_AT": "merged:1", "PYTHONPATH": str(REPO), "REFOLD_STATE_GROUP_ROWS": "20"}
+    done = subprocess.run([sys.executable, "-c", code, mem.root], env=env, capture_output=True, text=True)
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    store = mem.state_store(mem.current_spec())
+    assert store.tag() is None  # a half-written state is never taken for a complete one
+    monkeypatch.setattr(state_fold, "GROUP_ROWS", 20)
+    size = state_fold._group_size(store, 64)
+    assert size < 32
+    again = refold.open(mem.root).fold(engine="partitioned")
+    assert again.reused_partitions == 2 * size  # the two groups written before the kill
+    assert again.last_seq == mem.head().seq
+    assert canonical_graph(_state_graph(refold.open(mem.root))) == canonical_graph(_reference(Path(mem.root)))
+
+
+def test_graph_views_and_why_read_the_state_tables(mem):
+    mem.append(_log(300))
+    mem.append(_extras(5))
+    reference = _reference(Path(mem.root))
+    mem.fold(engine="partitioned", full=True)
+    from refold.state_queries import neighbourhood
+
+    for subject, depth in (("Person1", 1), ("Person2", 2), ("acme", 1)):
+        view = mem.graph(subject=subject, depth=depth)
+        assert view.number_of_edges() > 0
+        assert canonical_graph(view) == canonical_graph(neighbourhood(reference, subject=subject, depth=depth))
+    other = mem.graph(tenant="other")
+    assert {d["tenant"] for _, _, d in other.edges(data=True)} == {"other"}
+    derived = next(k for _, _, k, d in reference.edges(keys=True, data=True) if d["derivation"] == "works_in")
+    from refold.fold.queries import why
+
+    by_id = {e.event_id: e for e in mem.events()}
+    assert mem.why(derived) == why(reference, derived, lambda ids: {i: by_id[i] for i in ids if i in by_id})
+    assert mem.why(derived)["inputs"]  # down to the extracted facts and their events
+
+
+def test_cli_folds_into_state_tables_and_reads_them(tmp_path):
+    mem = refold.init(tmp_path / "store")
+    mem.append(_log(120))
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-c", "from refold.cli import main; main()", *map(str, args)],
+                              env=env, capture_output=True, text=True)
+
+    done = cli("fold", mem.root, "--engine", "partitioned", "--buckets", "8", "--json", "--no-progress")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["facts"] > 0 and report["extraction_calls"] == 120
+    store = mem.state_store(mem.current_spec())
+    assert store.tag().buckets == 8 and {p.name for p in Path(store.path("facts")).glob("layer=merged/*")} \
+        <= {f"bucket={b}" for b in range(8)}
+    rows = [json.loads(line) for line in cli("facts", mem.root, "--subject", "Person3", "--format", "jsonl")
+            .stdout.splitlines()]
+    assert rows and {r["subject"] for r in rows} == {"Person3"}
+    view = json.loads(cli("graph", mem.root, "--subject", "Person3").stdout)
+    assert {n["id"] for n in view["nodes"]} >= {"default/person3"}
+    bad = cli("fold", mem.root, "--engine", "partitioned", "--extractor", "llamacpp", "--option", "model=/nope")
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_many_incremental_folds_then_compaction_then_erasure(tmp_path, monkeypatch):
+    """Incremental folds append row versions; reads take the newest; a compaction and an
+    erasure (which rewrites buckets) keep the state equal to the reference fold."""
+    from refold import state_fold
+
+    monkeypatch.setattr(state_fold, "COMPACT_FILES", 3)  # compact after a few folds, not after dozens
+    mem = refold.init(tmp_path / "store")
+    mem.append(_log(150))
+    mem.fold(engine="partitioned", full=True, buckets=4)
+    store = mem.state_store(mem.current_spec())
+    for step in range(6):
+        mem.append(_log(25, start=150 + 25 * step) + _extras(50 + 5 * step)[step % 4:step % 4 + 1])
+        report = mem.fold(engine="partitioned")
+        reference = _reference(Path(mem.root))
+        assert canonical_graph(_state_graph(mem)) == canonical_graph(reference), step
+        assert (report.facts, report.derived_facts) == (
+            sum(1 for *_, d in reference.edges(data=True) if d["derivation"] == "extracted"),
+            sum(1 for *_, d in reference.edges(data=True) if d["derivation"] != "extracted"))
+    assert any(info.get("refold.compacted") for info in DeltaTable(store.path("facts")).history())
+    erasing.register_subject(mem, "s-person3", "Person3")
+    mem.erase("s-person3")
+    after = refold.open(mem.root)
+    assert canonical_graph(_state_graph(after)) == canonical_graph(_reference(Path(mem.root)))
+    assert not scan_report(store.root, ["Person3"]).hits
+
+
+def test_the_refold_and_project_jobs_take_the_partitioned_engine(mem):
+    mem.append(_log(80))
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+
+    def job(name, *flags):
+        done = subprocess.run([sys.executable, "-m", f"refold.jobs.{name}", mem.root, "--no-ray", "--no-progress",
+                               *flags], env=env, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    first = job("refold", "--engine", "partitioned")
+    assert first["fold"]["facts"] > 0 and first["fold"]["started_from"] == -1
+    mem.append(_log(10, start=80))
+    env["REFOLD_FOLD_ENGINE"] = "partitioned"  # the job's environment may choose it too
+    second = job("project")
+    assert second["fold"]["started_from"] == first["fold"]["last_seq"] and second["fold"]["extraction_calls"] == 10
+
+
+def test_crypto_shredding_refolds_the_state_tables_too(tmp_path):
+    mem = refold.init(tmp_path / "store", mode="shred")
+    name = "Quillon Varga"
+    mem.append(_log(100) + [fact_event(name, "likes", "zephyrmarmalade", day=3, subjects=["s-x"]),
+                            fact_event(name, "works_at", "Acme", day=4, subjects=["s-x"])])
+    mem.fold(engine="partitioned", full=True)
+    store = mem.state_store(mem.current_spec())
+    erasing.register_subject(mem, "s-x", name)
+    mem.erase("s-x")
+    assert not scan_report(store.root, [name, "zephyrmarmalade"]).hits
+    purged = store.tag()
+    graph = _state_graph(refold.open(mem.root))
+    again = refold.open(mem.root).fold(engine="partitioned", full=True)  # the events are unreadable now
+    assert (again.facts, again.derived_facts) == (purged.facts, purged.derived)
+    assert canonical_graph(_state_graph(refold.open(mem.root))) == canonical_graph(graph)
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_the_merge_stage_runs_as_ray_tasks(mem, monkeypatch):
+    """Each bucket group is a Ray task that reads its items from the store itself."""
+    from refold import state_fold
+    from refold.jobs.ray_merge import ray_merger
+
+    monkeypatch.setattr(state_fold, "GROUP_ROWS", 30)  # several groups, so several tasks
+
+    mem.append(_log(200))
+    local = mem.fold(engine="partitioned", full=True)
+    expected = canonical_graph(_state_graph(mem))
+    remote = refold.open(mem.root).fold(engine="partitioned", full=True, merger=ray_merger())
+    assert (remote.facts, remote.derived_facts) == (local.facts, local.derived_facts)
+    assert canonical_graph(_state_graph(refold.open(mem.root))) == expected
