@@ -17,10 +17,12 @@ moving and changing jobs, organisations located in cities; rules extractor; appe
 
 Every step runs in its own child process, so "peak RSS" is that process's own high-water mark
 (``ru_maxrss``, interpreter and imports included). Cost per event is relative to the smallest N.
-``--ray`` runs the fold steps a second time through a local Ray runtime with 2 workers and
-prints both. Ratios are printed against the targets of issue #17; nothing is asserted on time.
+``--engine`` picks the fold (default ``partitioned``: the state tables; ``graph``: one in-memory
+graph and snapshots, for comparison). ``--ray`` runs the fold steps a second time with the merge
+as Ray tasks on a local Ray runtime with 2 CPUs and prints both. Ratios are printed against the
+targets of issue #17; nothing is asserted on time.
 
-    python benchmarks/scale.py [--sizes 10000,100000,1000000] [--ray] [--quick]
+    python benchmarks/scale.py [--sizes 10000,100000,1000000] [--engine partitioned|graph] [--ray] [--quick]
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ SUBJECT = ("s-x", "Xavier Quill")
 ERASED_SHARE = 0.001
 NEW_SHARE = 0.01
 READS = 20
+ENGINE = ["partitioned"]  # the engine the child steps fold with (set from --engine)
 
 
 # -- the workload ----------------------------------------------------------------------------------
@@ -81,18 +84,21 @@ def _append(mem, stream: Iterator, size: int = 1000) -> int:
 # -- the steps (each in a child process) -----------------------------------------------------------
 
 def _fold_options(use_ray: bool) -> dict:
-    """Keyword arguments that make ``Memory.fold`` run its partitions (and extraction) on Ray."""
+    """Keyword arguments that make ``Memory.fold`` run its merge partitions as Ray tasks."""
     if not use_ray:
         return {}
     from refold.jobs.ray_extract import ensure_ray
+    from refold.jobs.ray_merge import ray_merger
 
     ensure_ray(num_cpus=2)
-    return {"ray": True}
+    return {"merger": ray_merger()}
 
 
-def step(name: str, root: Path, n: int, use_ray: bool) -> dict:
+def step(name: str, root: Path, n: int, use_ray: bool, engine: str = "partitioned") -> dict:
     import refold
     from snapshot_workload import CountingRules
+
+    refold.Memory.fold_engine = engine  # every fold of this process, the erasure's refold included
 
     out: dict = {}
     start = time.perf_counter()
@@ -183,7 +189,7 @@ def _du(path: Path) -> int:
 # -- the driver ------------------------------------------------------------------------------------
 
 def run_step(name: str, root: Path, n: int, use_ray: bool) -> dict:
-    cmd = [sys.executable, __file__, "--step", name, "--root", str(root), "--n", str(n)]
+    cmd = [sys.executable, __file__, "--step", name, "--root", str(root), "--n", str(n), "--engine", ENGINE[0]]
     if use_ray:
         cmd.append("--ray")
     done = subprocess.run(cmd, capture_output=True, text=True)
@@ -250,13 +256,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="10000,100000,1000000", help="comma-separated event counts")
     parser.add_argument("--ray", action="store_true", help="also run the fold steps on a local Ray (2 workers)")
+    parser.add_argument("--engine", choices=["partitioned", "graph"], default="partitioned",
+                        help="the fold engine (default: partitioned state tables)")
     parser.add_argument("--quick", action="store_true", help="1,000 and 4,000 events (for the test suite)")
     parser.add_argument("--step", help=argparse.SUPPRESS)
     parser.add_argument("--root", help=argparse.SUPPRESS)
     parser.add_argument("--n", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    ENGINE[0] = args.engine
     if args.step:
-        print(json.dumps(step(args.step, Path(args.root), args.n, args.ray)))
+        print(json.dumps(step(args.step, Path(args.root), args.n, args.ray, args.engine)))
         return 0
     sizes = [1000, 4000] if args.quick else [int(s) for s in args.sizes.split(",")]
     ok = True
@@ -267,7 +276,8 @@ def main(argv: list[str] | None = None) -> int:
             for n in sizes:
                 results[n] = measure(n, Path(tmp), use_ray)
                 print(f"measured {n} events ({'ray' if use_ray else 'local'})", file=sys.stderr, flush=True)
-            ok &= report("Ray, 2 workers" if use_ray else "local, in-process", results)
+            ok &= report(f"{args.engine} engine, " + ("merge on Ray, 2 CPUs" if use_ray else "local, in-process"),
+                         results)
     return 0 if ok else 1
 
 

@@ -20,7 +20,7 @@ def test_scale_benchmark_quick():
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
-    assert "== local, in-process ==" in out
+    assert "== partitioned engine, local, in-process ==" in out
     rows = re.findall(r"^\s+(1000|4000)\s+\d+\.\d+\s+\d+\.\d+\s+\d+\.\d+\s+\d+\.\d+\s+\d+\.\d+x", out, re.M)
     assert rows == ["1000", "4000"], out
     checks = re.findall(r"checks: (.*)", out)
