@@ -248,6 +248,8 @@ def report(label: str, results: dict[int, dict]) -> bool:
               + " (target >= 100x for the refold step); "
               f"read one subject: first {r['read']['first'] * 1e3:.1f} ms, median {r['read']['median'] * 1e3:.1f} ms "
               f"(target <= 50 ms)")
+        print("  peak RSS GiB per step: " + ", ".join(
+            f"{step_} {r[step_]['rss'] / gib:.2f}" for step_ in ("append", "fold", "refold", "incremental", "erase", "read")))
         print("  checks: " + ", ".join(f"{k}: {'yes' if v else 'NO'}" for k, v in checks.items()))
     return ok
 
