@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING, Any
 from refold.fold.errors import ErasureError, ExtractionError
 from refold.storage.erasure import erase as _erase
 from refold.storage.erasure import plan as _plan
-from refold.storage.erasure_plan import ErasurePlan, RefoldOutcome
-from refold.storage.receipts import Receipt, ReceiptReport, load_receipt, receipt_path
-from refold.storage.receipts import verify_receipt as _verify_receipt
+from refold.storage.erasure.planning import ErasurePlan, RefoldOutcome
+from refold.storage.erasure.receipts import Receipt, ReceiptReport, load_receipt, receipt_path
+from refold.storage.erasure.receipts import verify_receipt as _verify_receipt
 from refold.storage.scan import ScanReport, scan_report
 from refold.storage.subjects import Mentions, Subject, SubjectRegistry, find_mentions
 

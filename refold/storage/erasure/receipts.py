@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from refold.fold.errors import NotFoundError, StoreError
-from .layout import Layout, atomic_write_json
+from ..layout import Layout, atomic_write_json
 
 FORMAT = "refold-receipt/v1"
 
@@ -168,14 +168,14 @@ def verify_receipt(root: str | Path, receipt: str | Path | Receipt, *,
     from deltalake import DeltaTable
 
     from refold.fold.events import Event
-    from .crypto import open_event
-    from .erased_ids import is_pseudonym
-    from .key_stores import open_keystore
-    from .layout import read_settings
-    from .schema import table_to_events
-    from .log import EventLog
-    from .scan import scan_report
-    from .verify import verify
+    from ..crypto import open_event
+    from ..erased_ids import is_pseudonym
+    from ..key_stores import open_keystore
+    from ..layout import read_settings
+    from ..schema import table_to_events
+    from ..log import EventLog
+    from ..scan import scan_report
+    from ..verify import verify
 
     rec = receipt if isinstance(receipt, Receipt) else load_receipt(receipt)
     layout = Layout(str(root))
