@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import refold
 from refold import erasing
-from refold.erasure_refold import _current_spec, _from_log
+from refold.erasing.snapshot_patch import _current_spec, _from_log
 from refold.fold.extract import ExtractedFact, Extraction, ModelRequest, Rejection
 from refold.fold.spec import FoldSpec
 from refold.folding import record_spec

@@ -1,9 +1,9 @@
 """The region of a snapshot that an erasure patch works on, found with Arrow over its columns,
 and the splice of the patched region back into the snapshot's tables.
 
-See :mod:`refold.erasure_refold` (the patch) and :mod:`refold.fold.decremental` (what a region
-must hold). Rows are selected with boolean masks (numpy) over the whole edge table, and only the
-few selected rows are decoded into Python: a region is tens of edges out of tens of thousands.
+See :mod:`refold.erasing.snapshot_patch` (the patch) and :mod:`refold.fold.decremental` (what a
+region must hold). Rows are selected with boolean masks (numpy) over the whole edge table, and only
+the few selected rows are decoded into Python: a region is tens of edges out of tens of thousands.
 The tables may hold the repetitive string columns as Arrow dictionaries (as the snapshot store
 reads them for decoding: less to build, and the compute kernels work on the dictionary); the
 row-selection helpers at the end of this module (:func:`isin`, :func:`cut` …) work on the
