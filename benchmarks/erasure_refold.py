@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import refold  # noqa: E402
 from refold import erasing  # noqa: E402
-from refold.erasure_refold import SnapshotPatcher  # noqa: E402
+from refold.erasing.snapshot_patch import SnapshotPatcher  # noqa: E402
 from refold.storage.snapshots import SnapshotStore  # noqa: E402
 from snapshot_workload import CountingRules, Seconds, append_all, events, median, ratio, timed  # noqa: E402
 

@@ -520,7 +520,7 @@ class Memory:
               decremental: bool = True, notes: Iterable[str] = ()):
         """Erase a data subject (store mode: delete or shred) and return the receipt; with
         ``dry_run`` return the impact preview and write nothing. Safe to rerun after a crash.
-        ``decremental``: patch the newest snapshot (see :mod:`refold.erasure_refold`); ``notes``:
+        ``decremental``: patch the newest snapshot (see :mod:`refold.erasing.snapshot_patch`); ``notes``:
         lines the receipt carries."""
         from refold import erasing
 

@@ -44,7 +44,7 @@ from refold.storage.layout import Layout, atomic_write_json
 
 if TYPE_CHECKING:
     from refold.memory import Memory
-    from refold.storage.receipts import Receipt
+    from refold.storage.erasure.receipts import Receipt
 
 __all__ = [
     "RETENTION_SUBJECT", "Expired", "Hold", "Policy", "RetentionPlan", "RetentionRun", "Rule", "apply",
@@ -420,7 +420,7 @@ def apply(mem: "Memory", *, now: datetime | str | None = None, dry_run: bool = F
     docstring); ``dry_run`` returns the plan and writes nothing. When an earlier run was
     interrupted, this run finishes it (and only it): its receipt, its notes."""
     from refold.storage.erased_ids import pseudonyms
-    from refold.storage.erasure_plan import pending_journal
+    from refold.storage.erasure.planning import pending_journal
 
     pending = None if dry_run else pending_journal(mem.layout, RETENTION_SUBJECT)
     if pending is not None:

@@ -17,7 +17,7 @@ import refold
 from refold import erasing
 from refold.cli import main
 from refold.demo import ingest_sample
-from refold.storage.receipts import list_receipts
+from refold.storage.erasure.receipts import list_receipts
 
 #: str(datetime) — the form the CLI must never print
 SPACE_TIME = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d")

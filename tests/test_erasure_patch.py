@@ -9,7 +9,7 @@ import pytest
 
 import refold
 from refold import erasing
-from refold.erasure_refold import SnapshotPatcher
+from refold.erasing.snapshot_patch import SnapshotPatcher
 from refold.folding import build_state
 from refold.storage.snapshots import SnapshotStore
 from tests.fold_helpers import canonical_graph, fact_event

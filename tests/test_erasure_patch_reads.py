@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import refold
 from refold import erasing
-from refold.erasure_refold import _current_spec, _from_log
+from refold.erasing.snapshot_patch import _current_spec, _from_log
 from refold.fold.extract import ExtractedFact, Extraction, ModelRequest, Rejection
 from refold.fold.spec import FoldSpec
 from refold.folding import record_spec
@@ -120,7 +120,7 @@ def test_the_patch_reads_the_same_current_spec_as_the_memory(tmp_path):
 
 
 def test_the_plan_counts_cache_rows_by_key_or_by_request(tmp_path):
-    from refold.storage.erasure_plan import _cache_impact
+    from refold.storage.erasure.planning import _cache_impact
 
     layout = Layout(str(tmp_path))
     assert _cache_impact(layout, {"ev-001"}) == (0, ())  # no cache table yet

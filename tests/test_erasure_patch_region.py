@@ -1,4 +1,4 @@
-"""The erasure patch's region selection (refold.arrow_rows, used by refold.erasure_region): the
+"""The erasure patch's region selection (the row helpers of refold.erasing.region): the
 row masks it builds over dictionary-encoded columns (tested on the dictionary, then per row by
 index) equal a plain membership test, with nulls, empty chunks and chunks of different
 dictionaries."""
@@ -10,7 +10,7 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from refold.arrow_rows import cut as cut_rows, isin, list_hits
+from refold.erasing.region import cut as cut_rows, isin, list_hits
 
 value = st.one_of(st.none(), st.sampled_from(["a", "b", "c", "é"]))
 

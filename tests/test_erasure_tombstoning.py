@@ -15,7 +15,7 @@ import refold
 from refold.storage import erasure
 from refold.storage.erased_ids import pseudonyms
 from refold.storage.schema import EVENTS_SCHEMA
-from refold.storage.tombstoning import stage
+from refold.storage.erasure.log_rewrite import stage
 
 A, B = "s-a11e", "s-b0b0"
 

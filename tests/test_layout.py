@@ -208,6 +208,23 @@ def test_a_violating_import_breaks_its_contracts(tmp_path, module, line, contrac
     assert len(broken) == len(contracts), done.stdout[-3000:]
 
 
+# -- public import paths ---------------------------------------------------------------------------
+
+def test_the_erasure_public_paths_name_the_same_objects():
+    """Callers' import paths survive the erasure's move into one package: the receipt API under
+    ``refold.storage.receipts`` and the procedure under ``refold.storage.erasure`` are the very
+    objects the package's modules define, and ``refold.erasing`` hands out the same ones."""
+    from refold import erasing
+    from refold.storage import erasure, receipts
+    from refold.storage.erasure import planning, receipts as receipt_module
+
+    for name in receipts.__all__:
+        assert getattr(receipts, name) is getattr(receipt_module, name), name
+    assert erasing.Receipt is receipts.Receipt and erasing.ReceiptReport is receipts.ReceiptReport
+    assert erasure.ErasurePlan is planning.ErasurePlan is erasing.ErasurePlan
+    assert callable(erasure.erase) and callable(erasure.plan) and erasure.STEPS[-1] == "receipt"
+
+
 # -- no machine-specific paths ---------------------------------------------------------------------
 
 #: Home folders and work trees of one machine, and named files in its temp folder. The bare temp

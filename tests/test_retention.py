@@ -20,7 +20,7 @@ import refold
 from refold.storage.erased_ids import pseudonyms
 from refold import retention
 from refold.cli import main
-from refold.storage.receipts import load_receipt
+from refold.storage.erasure.receipts import load_receipt
 
 LATER = (datetime.now(timezone.utc) + timedelta(days=120)).isoformat()  # past 90d, before 1y
 MUCH_LATER = (datetime.now(timezone.utc) + timedelta(days=800)).isoformat()  # past 2y

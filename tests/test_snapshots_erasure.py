@@ -56,7 +56,7 @@ def test_erasure_patches_the_snapshot_holding_x_and_the_refold_extracts_nothing(
     preview = store.preview(sorted(x_ids))
     assert preview.rows == 1 and preview.detail[0].endswith("000000000059")
     receipt = erasing.erase(mem, X)
-    # the newest snapshot is patched in place (refold.erasure_refold), so the purge finds no holder
+    # the newest snapshot is patched in place (refold.erasing.snapshot_patch), so the purge finds no holder
     patched = [p for p in receipt.purged if p["store"] == "snapshot patch"]
     assert patched and patched[0]["rows"] == 1 and patched[0]["detail"][0].startswith("000000000059")
     purged = [p for p in receipt.purged if p["store"] == "snapshots"]

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 
 import refold
 from refold import erasing
-from refold.erasure_refold import SnapshotPatcher
+from refold.erasing.snapshot_patch import SnapshotPatcher
 from refold.storage import snapshot_files, snapshots
 from refold.storage.snapshots import MANIFEST, SnapshotStore, bucket_keys, edge_buckets
 from tests.fold_helpers import canonical_graph
@@ -113,7 +113,7 @@ def test_a_patch_reads_only_the_buckets_it_needs_and_keeps_the_index_valid(tmp_p
             patching.clear()
 
     monkeypatch.setattr(snapshot_files, "read_file", counting)
-    monkeypatch.setattr("refold.erasure_refold.read_file", counting)
+    monkeypatch.setattr("refold.erasing.snapshot_patch.read_file", counting)
     monkeypatch.setattr(SnapshotPatcher, "purge", purging)
     receipt = erasing.erase(mem, X)
     monkeypatch.undo()

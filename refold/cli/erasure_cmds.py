@@ -170,7 +170,7 @@ def receipt() -> None:
 @json_option
 def receipt_show(store: str, receipt_file: str, as_json: bool) -> None:
     """Print RECEIPT (a path or an erasure id): what the erasure did, as recorded."""
-    from refold.storage.receipts import load_receipt, receipt_path
+    from refold.storage.erasure.receipts import load_receipt, receipt_path
 
     mem = open_store(store)
     path = receipt_file

@@ -47,7 +47,7 @@ def read_lines(path: str | None) -> list[str]:
 def _erase_one(mem, cfg: JobConfig, subject: str, *, dry_run: bool, include_mentions: bool,
                canaries: list[str], decremental: bool = True) -> dict[str, Any]:
     from refold.jobs.project import fold_job
-    from refold.storage.receipts import receipt_path
+    from refold.storage.erasure.receipts import receipt_path
 
     def attempt():
         return mem.erase(subject, dry_run=dry_run, canaries=canaries, include_mentions=include_mentions,

@@ -32,7 +32,7 @@ def retain(cfg: JobConfig, *, now: str | None = None, dry_run: bool = False,
     """Apply the store's retention policy at ``now``; the summary's part."""
     from refold import retention
     from refold.jobs.project import fold_job
-    from refold.storage.receipts import receipt_path
+    from refold.storage.erasure.receipts import receipt_path
 
     mem = cfg.open_store()
 

@@ -338,7 +338,7 @@ class KmsKeyStore(FileKeyStore):
 
     def kms_key_state(self, kms_key: str) -> str:
         """``KeyState`` of a KMS key (``"PendingDeletion"``, ``"Enabled"`` …), or ``"deleted"``
-        once KMS no longer knows it (for :func:`refold.storage.receipts.verify_receipt`)."""
+        once KMS no longer knows it (for :func:`refold.storage.erasure.receipts.verify_receipt`)."""
         bare = kms_key.split(":key/", 1)[1] if kms_key.startswith("arn:") and ":key/" in kms_key else kms_key
         try:
             return self.kms.call("DescribeKey", kms_key, KeyId=bare)["KeyMetadata"].get("KeyState", "unknown")

@@ -61,7 +61,7 @@ def bucket_keys(edges: pa.Table, *, among: pa.Table | None = None) -> pa.Array:
 # -- the bucket index (format 3) -------------------------------------------------------------------
 #
 # So that an erasure's patch decodes only the edge buckets its region lies in (see
-# refold.erasure_region), a snapshot carries where each node's and each contained event's edges
+# refold.erasing.region), a snapshot carries where each node's and each contained event's edges
 # are. Bucket lists may be supersets (a patch only ever adds to them: a needless bucket costs a
 # decode, a missing one would lose rows); the first mention is exact.
 

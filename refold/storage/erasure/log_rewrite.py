@@ -1,6 +1,11 @@
-"""Replacing erased rows of the event log by their tombstones, file by file, in one commit.
+"""The erasure's rewrite of the event log: the erasure record, then the tombstones.
 
-An erasure knows the seqs it erases. :func:`stage` finds the data files whose seq statistics say
+:func:`record_for` builds the content of the ``erasure`` event appended before anything is
+tombstoned (the pure record is :mod:`refold.fold.erasure_record`): it names every event the
+erasure tombstones, as it stands before its tombstone, so ``verify`` can tell a legitimate
+tombstone from a forged one.
+
+Then the erased rows are replaced by their tombstones, file by file, in one commit. An erasure knows the seqs it erases. :func:`stage` finds the data files whose seq statistics say
 they may hold any of them, reads them whole, puts each erased row's tombstone in its place (the
 other rows unchanged, in seq order), writes the result as new files next to them, and returns the ``add`` and ``remove`` actions that swap the files. The caller
 commits them in ONE Delta transaction through delta-rs
@@ -23,7 +28,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -37,12 +42,44 @@ import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from deltalake.transaction import AddAction, RemoveAction
 
+from refold.fold.erasure_record import Erased, ErasureRecord
 from refold.fold.errors import ErasureError
 from refold.fold.events import Event
-from .schema import EVENTS_SCHEMA, STATS_COLUMNS, events_to_table, table_to_events
+from ..schema import EVENTS_SCHEMA, STATS_COLUMNS, events_to_table, table_to_events
 
-__all__ = ["Staged", "stage", "tombstone"]
+__all__ = ["Staged", "record_for", "stage", "tombstone"]
 
+
+# -- the erasure record --------------------------------------------------------------------------
+
+_KEPT = ["seq", "event_id", "commitment", "recorded_at", "table_version"]
+
+
+def record_for(log, erasure_id: str, seqs: Iterable[int],
+               planned: Mapping[int, str] | None = None, *,
+               pseudonym: Callable[[str], str] | None = None) -> ErasureRecord:
+    """The record naming the events at ``seqs`` as they stand now (before their tombstones).
+
+    ``planned``: seq → commitment the erasure was planned with; a row that differs (or is gone)
+    stops the erasure, as the tombstone commit would. ``pseudonym`` maps an event id to what its
+    tombstone will hold (:mod:`refold.storage.erased_ids`); the record then never holds the id.
+    """
+    wanted = sorted(set(seqs))
+    if not wanted:
+        return ErasureRecord(erasure_id)
+    rows = log.arrow(columns=_KEPT, filter=pc.field("seq").isin(wanted)).to_pylist()
+    found = {r["seq"]: r for r in rows}
+    erased = []
+    for seq in wanted:
+        row = found.get(seq)
+        if row is None or (planned is not None and planned.get(seq) not in (None, row["commitment"])):
+            raise ErasureError(f"seq {seq} changed since the erasure was planned; run `refold verify`")
+        event_id = row["event_id"] if pseudonym is None else pseudonym(row["event_id"])
+        erased.append(Erased.of(seq, event_id, row["commitment"], row["recorded_at"], row["table_version"]))
+    return ErasureRecord.build(erasure_id, erased)
+
+
+# -- the tombstones --------------------------------------------------------------------------------
 
 def tombstone(event: Event, erasure_id: str, pseudonym: Callable[[str], str]) -> Event:
     """The tombstone of ``event`` (see the module docstring)."""

@@ -46,7 +46,7 @@ from refold.storage.schema import table_to_events
 from refold.storage.snapshot_files import read_file
 from refold.storage.snapshots import (Prepared, SnapshotInfo, SnapshotStore, TableRead, edge_bucket_count, io_worker,
                                      prepare_contained)
-from refold.erasure_region import Region
+from .region import Region
 
 if TYPE_CHECKING:
     from refold.memory import Memory
@@ -268,7 +268,7 @@ class SnapshotPatcher:
             return _not_held(None)
         # The snapshot store's worker thread reads the snapshot's contained ids, the files the
         # patch needs (a few long calls that release the GIL; repetitive strings as dictionaries,
-        # see erasure_region) and finds the region there (none of it needs the cache rows), while
+        # see .region) and finds the region there (none of it needs the cache rows), while
         # this thread reads the erased events' cache rows from the start (many short calls: on a
         # thread of their own they cost more CPU in handing the GIL back and forth than they saved
         # in time). An indexed snapshot: only the nodes, the index and the buckets of the erased

@@ -11,6 +11,10 @@ The procedure lives in :mod:`refold.storage.erasure`; this module supplies the s
 its subject registry, key store (shred mode), derived stores (extraction cache, vector index, and
 whatever ``mem.derived_stores()`` adds) and a refold that returns the spec hash and a digest of
 the folded graph.
+
+The front door's part of the story: the snapshot patch (:mod:`.snapshot_patch`, with the region
+it works on in :mod:`.region`) is the first derived store the procedure purges, and the refold
+after it starts from the patched snapshot.
 """
 
 from __future__ import annotations
@@ -26,9 +30,9 @@ from typing import TYPE_CHECKING, Any
 from refold.fold.errors import ErasureError, ExtractionError
 from refold.storage.erasure import erase as _erase
 from refold.storage.erasure import plan as _plan
-from refold.storage.erasure_plan import ErasurePlan, RefoldOutcome
-from refold.storage.receipts import Receipt, ReceiptReport, load_receipt, receipt_path
-from refold.storage.receipts import verify_receipt as _verify_receipt
+from refold.storage.erasure.planning import ErasurePlan, RefoldOutcome
+from refold.storage.erasure.receipts import Receipt, ReceiptReport, load_receipt, receipt_path
+from refold.storage.erasure.receipts import verify_receipt as _verify_receipt
 from refold.storage.scan import ScanReport, scan_report
 from refold.storage.subjects import Mentions, Subject, SubjectRegistry, find_mentions
 
@@ -73,8 +77,8 @@ def find(mem: "Memory", subject_id: str) -> Mentions:
 
 def derived_stores(mem: "Memory", *, decremental: bool = True) -> list[Any]:
     """Every derived store of ``mem`` with ``purge(event_ids)``: the snapshot patcher (see
-    :mod:`refold.erasure_refold`), cache, index, and the Memory's extras (snapshots)."""
-    from refold.erasure_refold import SnapshotPatcher
+    :mod:`refold.erasing.snapshot_patch`), cache, index, and the Memory's extras (snapshots)."""
+    from .snapshot_patch import SnapshotPatcher
 
     # the patcher first: it needs the erased events' cache rows, which the cache purge removes
     stores: list[Any] = [SnapshotPatcher(mem), mem.cache] if decremental else [mem.cache]
@@ -215,7 +219,7 @@ def erase(mem: "Memory", subject_id: str, *, dry_run: bool = False, canaries: It
     ``include``: extra event ids to erase with the subject; ``include_mentions`` adds every
     untagged event that names it (see :func:`find`). ``canaries``: strings the residue scan must
     not find afterwards (never stored). ``decremental`` (default): patch the newest snapshot to
-    drop the erased events (see :mod:`refold.erasure_refold`); False purges it like every other
+    drop the erased events (see :mod:`refold.erasing.snapshot_patch`); False purges it like every other
     snapshot holding them, and the refold resumes from an older one. ``notes``: lines for the
     receipt (retention says there which rule expired which events).
 

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from refold.fold.errors import StoreError
-from .delta_io import read_arrow
-from .erased_ids import pseudonyms
-from .layout import Layout
+from ..delta_io import read_arrow
+from ..erased_ids import pseudonyms
+from ..layout import Layout
 from .receipts import list_receipts
 
 #: What refold cannot reach, listed on every plan and receipt.
@@ -136,8 +136,8 @@ def _cache_impact(layout: Layout, ids: set[str]) -> tuple[int, tuple[dict, ...]]
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from .cache import CACHE_SCHEMA
-    from .table_handles import shared_table
+    from ..cache import CACHE_SCHEMA
+    from ..table_handles import shared_table
 
     if not ids:
         return 0, ()
@@ -264,7 +264,7 @@ def readable_log_digest(log, keystore=None) -> RefoldOutcome:
     Input-closed like the real fold (a function of the log alone), so it changes exactly when
     readable content changes. Used by tests and until a store has a real fold.
     """
-    from .crypto import open_event
+    from ..crypto import open_event
 
     h = hashlib.sha256(b"refold/log-digest/v1")
     for event in log.events():

@@ -32,7 +32,7 @@ from typing import Any, ContextManager
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
-from .filemodes import apply_tree
+from ..filemodes import apply_tree
 
 ZERO_RETENTION = "interval 0 seconds"
 DEFAULT_LOG_RETENTION = "interval 30 days"

@@ -1,6 +1,17 @@
 """The erasure procedure: remove (or crypto-shred) one data subject's events, purge everything
 derived from them, refold, scan for residue, and write a receipt.
 
+The package reads as the story it tells; this module is the procedure, each step's work lives in
+the module named after it:
+
+* :mod:`.planning` — what to erase (read-only: the ``--dry-run`` preview) and the journal that
+  pins it, so a resumed erasure erases exactly what the first run planned;
+* :mod:`.log_rewrite` — the erasure record appended to the log, then the tombstones;
+* :mod:`.scrub` — physically removing what the rewritten log and the purged derived stores
+  (``purge`` on each, see below) no longer reference: vacuum, orphans, old log entries;
+* the refold is handed to the caller (``refold=``: :mod:`refold.erasing` supplies the store's);
+* :mod:`.receipts` — the receipt, and :func:`~.receipts.verify_receipt` that checks one.
+
 :func:`plan` is read-only (the ``--dry-run`` preview). :func:`erase` runs these steps in order;
 each is idempotent and recorded in a journal (``receipts/<erasure_id>.pending.json``: no content;
 the erased events' ids, which a caller may have made personal, only until the scan step), so after a crash at any point — kill -9 included — calling :func:`erase` again for
@@ -11,7 +22,7 @@ erasure_event      append an ``erasure`` event (no personal data) naming the era
 destroy_keys       shred mode: destroy the subject's keys (every event needing one is gone)
 tombstones         replace each erased event's row by a tombstone in ONE Delta commit that
                    swaps the data files holding them for rewritten copies
-                   (:mod:`refold.storage.tombstoning`; delete mode; in shred mode only for
+                   (:mod:`.log_rewrite`; delete mode; in shred mode only for
                    extra, untagged events)
 scrub_log          vacuum, orphan removal, checkpoint + log cleanup of the event table
 purge              ``purge(event_ids)`` on every derived store (cache, snapshots, index …; the
@@ -53,17 +64,16 @@ from deltalake.exceptions import CommitFailedError
 
 from refold.fold.errors import ErasureError, StoreError
 from refold.fold.events import NewEvent, new_event_id
-from .erased_ids import pseudonyms
-from .layout import atomic_write_json, read_settings
-from .log import EventLog
-from .erasure_records import record_for
-from .erasure_plan import ErasurePlan, RefoldOutcome, load_journal, make_plan, pending_journal
-from .receipts import Receipt, list_receipts
-from .scan import scan_report
-from .schema import EVENTS_SCHEMA
+from ..erased_ids import pseudonyms
+from ..layout import atomic_write_json, read_settings
+from ..log import EventLog
+from ..scan import scan_report
+from ..schema import EVENTS_SCHEMA
+from ..subjects import SubjectRegistry
+from .planning import ErasurePlan, RefoldOutcome, load_journal, make_plan, pending_journal
+from .log_rewrite import record_for, stage
 from .scrub import delta_tables, scrub_table
-from .subjects import SubjectRegistry
-from .tombstoning import stage
+from .receipts import Receipt, list_receipts
 
 __all__ = ["CRASH_ENV", "STEPS", "ErasurePlan", "RefoldOutcome", "erase", "load_journal", "plan",
            "previous_erasures"]
@@ -82,7 +92,7 @@ def _resolve(source, mode, keystore, registry):
     if mode is None:
         mode = getattr(source, "mode", None) or read_settings(log.layout).get("mode", "delete")
     if keystore is None and mode == "shred":
-        from .key_stores import open_keystore
+        from ..key_stores import open_keystore
 
         keystore = getattr(source, "key_store", None) or open_keystore(log.layout, read_settings(log.layout))
     if registry is None and log.layout.is_local:
@@ -308,7 +318,7 @@ class _Run:
     def _epoch(self) -> dict:
         # after the last rewrite readers could see (log, keys, snapshots, index), before the
         # refold: the refold itself must not resume from this process's pre-erasure caches
-        from .epoch import bump_epoch
+        from ..epoch import bump_epoch
 
         return {"epoch": bump_epoch(self.layout, self.erasure_id)}
 
