@@ -294,6 +294,7 @@ def open_index(mem: "Memory", *, embedder: str | Embedder | None = None, as_of: 
     if loaded is not None and loaded[0]["dim"] != emb.dim:
         loaded = None
     want = backend or (loaded[0]["backend"] if loaded else "flat")
+    overlaid = False
     if loaded is not None and (loaded[0]["last_seq"], loaded[0]["link"]) == (head.seq, head.link) \
             and loaded[0]["backend"] == want:
         indexes = loaded[1]
@@ -307,13 +308,15 @@ def open_index(mem: "Memory", *, embedder: str | Embedder | None = None, as_of: 
         if any(ix.backend != want for ix in indexes.values()):
             indexes = {k: ix.rebuilt(want) for k, ix in indexes.items()}
         totals = _sync(indexes, state, events, emb)
-        if store is not None:
+        overlaid = bool(state.stats.get("overlaid"))
+        if store is not None and not overlaid:  # an overlaid state is a read's, never stored (docs/fold.md)
             store.save(spec.hash, emb.model_id, indexes, last_seq=head.seq, link=head.link)
     report = IndexReport(spec_hash=spec.hash, model_id=emb.model_id, backend=want, last_seq=head.seq,
                          facts=len(indexes["facts"]), events=len(indexes["events"]), **totals,
                          path=str(store.folder(spec.hash, emb.model_id)) if store else None)
     retriever = Retriever(embedder=emb, indexes=indexes, link=head.link, report=report)
-    svc.head[(spec.hash, emb.model_id)] = (epoch, retriever)
+    if not overlaid:  # the next read after a fold must see the extracted facts
+        svc.head[(spec.hash, emb.model_id)] = (epoch, retriever)
     return retriever
 
 

@@ -311,7 +311,7 @@ def _write(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
         event["valid_from"] = args["valid_from"].isoformat()
     new, seq = _append("write_memory", event, ctx)
     return {"status": "recorded", "event_id": new.event_id, "seq": seq, "trace_id": new.trace_id,
-            "note": "searchable from the next projection (fold)"}
+            "note": "visible to the next search_memory; its fact needs no extraction"}
 
 
 def _visible_facts(ctx: ToolContext, **filters: Any) -> Any:
@@ -352,7 +352,7 @@ def _retract(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
     new, seq = _append("retract_memory", event, ctx)
     return {"status": "recorded", "event_id": new.event_id, "seq": seq, "trace_id": new.trace_id,
             "retracts": sorted(match["fact_id"].to_list()),
-            "note": "the fact is closed from the next projection (fold); it stays in history"}
+            "note": "the fact is closed for the next search_memory; it stays in history"}
 
 
 def _search(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
@@ -362,7 +362,8 @@ def _search(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
                               trace_id=args.get("trace_id"))  # a traced search is recorded (refold.replay)
     keep = ([*_FACT_RESULT[:4], "score", *_FACT_RESULT[4:]] if kind == "facts"
             else ["event_id", "kind", "source", "seq", "score", "text"])
-    return {"kind": kind, "results": _json(frame.select(keep).to_dicts())}
+    return {"kind": kind, "results": _json(frame.select(keep).to_dicts()),
+            "pending_extraction": ctx.memory.pending()}
 
 
 def _as_of(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
@@ -372,7 +373,7 @@ def _as_of(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
     facts = frame.sort("recorded_seq", descending=True).select(_FACT_RESULT).to_dicts()
     limit = args.get("limit", 50)
     return {"as_of": when.isoformat(), "count": len(facts), "truncated": len(facts) > limit,
-            "facts": _json(facts[:limit])}
+            "facts": _json(facts[:limit]), "pending_extraction": ctx.memory.pending(as_of=when)}
 
 
 def _why(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
@@ -388,7 +389,7 @@ def _why(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
     # a fact of another tenant, or one the principal may not read, is reported as unknown
     if edge is None or edge["tenant"] != ctx.tenant:
         raise NotFoundError(f"why: no fact with id {fact_id!r} in this memory; use an id returned by search_memory")
-    return _json(ctx.memory.why(fact_id, principal=ctx.principal))
+    return {**_json(ctx.memory.why(fact_id, principal=ctx.principal)), "pending_extraction": ctx.memory.pending()}
 
 
 _HANDLERS = {"write_memory": _write, "retract_memory": _retract, "search_memory": _search,
