@@ -19,7 +19,7 @@ agent run that made it; the schemas mark both required. Input is validated again
 schema (JSON Schema 2020-12) and every problem is listed in one :class:`refold.ValidationError`.
 A write appends a ``memory_written`` event to the log and a retraction a ``retraction`` event
 (which closes the fact: it gets a ``valid_to`` and stays in history); like everything derived,
-they show in the folded state from the next projection (fold).
+every read sees them at once (they state their fact: no extraction needed; docs/fold.md, "Reads").
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
         "Record one fact in long-term memory as (subject, relation, object), e.g. ('Alice', 'lives_in', "
         "'Berlin'). A justification is required: say why you believe it (who said it, where you read it); "
         "so is trace_id, the id of your run. The write is appended to the memory log at once, and it "
-        "becomes visible to search_memory from the next projection (fold) of the log. For single-valued "
+        "is visible to the next search_memory call at once. For single-valued "
         "relations such as lives_in or works_at a newer fact supersedes the older one; the old one stays "
         "in history.",
         {
@@ -102,7 +102,8 @@ TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
     "search_memory": (
         "Search long-term memory for facts (or raw events) similar to a query. Returns current facts "
         "unless valid_at asks for another time; each result has a fact_id you can pass to why. Facts "
-        "written with write_memory appear from the next projection (fold).",
+        "written with write_memory appear at once; pending_extraction counts newer log events whose "
+        "facts await extraction by the next fold.",
         {
             "type": "object",
             "properties": {
