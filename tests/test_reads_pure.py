@@ -136,3 +136,17 @@ def test_a_model_specs_pending_event_is_extracted_by_the_next_fold(tmp_path):
     mem.fold(extractor=model, spec=model.default_spec())
     assert model.calls == 1 and mem.pending() == 0
     assert "Initech" in mem.facts(current_only=True)["object"].to_list()
+
+
+def test_cli_facts_reports_pending_and_writes_nothing(tmp_path):
+    mem = _store(tmp_path, "model")
+    tools.handle("write_memory", WRITE, tools.ToolContext(memory=mem, tenant="acme", embedder=EMB))
+    mem.append({"kind": "chat_turn", "content": "Bob: I work at Initech", "tenant": "acme", "source": "chat"})
+    before = _files(tmp_path / "store")
+    out = subprocess.run([sys.executable, "-c", "from refold.cli import main; main()", "facts",
+                          str(tmp_path / "store"), "--json"], capture_output=True, text=True, env=os.environ)
+    assert out.returncode == 0, out.stderr
+    rows = [json.loads(line) for line in out.stdout.splitlines()]
+    assert {r["object"] for r in rows if r["derivation"] == "extracted"} == {"Acme", "Berlin"}
+    assert {r["pending_extraction"] for r in rows} == {1}
+    assert _files(tmp_path / "store") == before
