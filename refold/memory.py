@@ -390,7 +390,7 @@ class Memory:
             stats = stats_to_json(live.builder.stats)
             stats.update(derived=live.derived_count, resumed_from=done.resumed_from, overlaid=len(done.rest))
             state = FoldState(spec=spec, graph=graph, last_seq=live.last_seq, stats=stats, pending=pending)
-        if not done.rest:  # an overlaid answer is not kept: a fold (here or elsewhere) extracts its events
+        if not pending:  # else not kept: a fold (here or in another process) adds the pending facts
             self._states = {key: state}
         return state
 
