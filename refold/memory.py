@@ -466,6 +466,8 @@ class Memory:
         ``as_of`` is record time (the fold of the log as it stood then); ``valid_at`` is valid time.
         ``principal``: only facts whose every source event the principal may read, and a fact
         closed by something the principal may not see shows as open (see refold.fold.scoping).
+        A read: writes nothing, calls no model; facts of events no fold has extracted yet are
+        absent (see :meth:`state`, :meth:`pending`), ``memory_written`` facts and retractions not.
         """
         from refold.fold.queries import fact_rows, facts_frame
         from refold.folding import parse_time_or_none
