@@ -317,6 +317,7 @@ def open_index(mem: "Memory", *, embedder: str | Embedder | None = None, as_of: 
         if store is not None and save and not pending:
             store.save(spec.hash, emb.model_id, indexes, last_seq=head.seq, link=head.link)
             stored = True
+            epoch = _epoch(mem, spec.hash, emb.model_id, persist, erasure)  # a first save writes the manifest
     report = IndexReport(spec_hash=spec.hash, model_id=emb.model_id, backend=want, last_seq=head.seq,
                          facts=len(indexes["facts"]), events=len(indexes["events"]), **totals,
                          path=str(store.folder(spec.hash, emb.model_id)) if store else None)
@@ -347,6 +348,7 @@ def _moved_by_reads_only(mem: "Memory", cached: Retriever, head) -> Retriever | 
     moved = Retriever(embedder=cached.embedder, indexes=cached.indexes, link=rows["link"][-1].as_py(),
                       report=report)
     moved._candidates = cached._candidates  # same items: the filters' candidate sets still hold
+    moved.stored = getattr(cached, "stored", False)  # same items as the one stored (if it was)
     return moved
 
 
