@@ -150,3 +150,8 @@ def test_cli_facts_reports_pending_and_writes_nothing(tmp_path):
     assert {r["object"] for r in rows if r["derivation"] == "extracted"} == {"Acme", "Berlin"}
     assert {r["pending_extraction"] for r in rows} == {1}
     assert _files(tmp_path / "store") == before
+    table = subprocess.run([sys.executable, "-c", "from refold.cli import main; main()", "facts",
+                            str(tmp_path / "store")], capture_output=True, text=True, env=os.environ)
+    assert table.returncode == 0 and "1 newer event(s) await extraction" in table.stdout
+    assert "--extractor tiny" in table.stdout  # the fold that extracts them is the model spec's
+    assert _files(tmp_path / "store") == before

@@ -109,7 +109,8 @@ def facts(store: str, subject, relation, as_of, valid_at, tenant, current_only, 
     Console().print(table)
     click.echo(f"{frame.height} fact(s)")
     if pending:
-        click.echo(f"{pending} newer event(s) await extraction: run `refold fold {store}` to add their facts")
+        click.echo(f"{pending} newer event(s) await extraction: run `refold fold {store} --extractor "
+                   f"{mem.current_spec().extractor}` to add their facts")
 
 
 def _t(value) -> str:
