@@ -43,6 +43,9 @@ class FoldState:
     graph: nx.MultiDiGraph
     last_seq: int
     stats: dict[str, int] = field(default_factory=dict)
+    #: extractable events up to ``last_seq`` whose facts need an extraction no fold has made yet:
+    #: a read merges them with no facts (docs/fold.md, "Reads"); ``refold fold`` extracts them
+    pending: int = 0
 
     @property
     def spec_hash(self) -> str:

@@ -377,31 +377,44 @@ class Memory:
         cached = self._cached("_states", key)
         if cached is not None:
             return cached
-        with self.advanced_fold(spec, extractor=extractor, full=full, source=source, at_most=key[1]) as done:
-            live = done.live
-            stats = stats_to_json(live.builder.stats)
-            stats.update(derived=live.derived_count, resumed_from=done.resumed_from)
+        with self.advanced_fold(spec, extractor=extractor, full=full, source=source, at_most=key[1],
+                                read_only=extractor is None) as done:
+            live, pending = done.live, 0
             with paused_gc():
-                graph = live.detached_graph()
-            state = FoldState(spec=spec, graph=graph, last_seq=live.last_seq, stats=stats)
-        self._states = {key: state}
+                if done.rest:  # past the last cached extraction: the read's overlay (never kept)
+                    from refold.read_overlay import overlay
+
+                    graph, live, pending = overlay(live, done.rest, spec)
+                else:
+                    graph = live.detached_graph()
+            stats = stats_to_json(live.builder.stats)
+            stats.update(derived=live.derived_count, resumed_from=done.resumed_from, overlaid=len(done.rest))
+            state = FoldState(spec=spec, graph=graph, last_seq=live.last_seq, stats=stats, pending=pending)
+        if not pending:  # else not kept: a fold (here or in another process) adds the pending facts
+            self._states = {key: state}
         return state
 
     def state(self, *, as_of: int | str | datetime | None = None, spec: FoldSpec | None = None) -> "FoldState":
         """Folded state of the log (as it stood at ``as_of``, record time) under ``spec``.
 
-        Events with no cached extraction are extracted with the rules extractor when the spec is
-        the rules spec; for model specs run :meth:`fold` first. Resumes from the newest valid
-        state at or before that position (see :meth:`fold`); never writes snapshots.
+        A read: it writes nothing and calls no model. Resumes from the newest valid state at or
+        before that position (see :meth:`fold`) and merges the cached extractions; past the first
+        event with none, it merges what needs no model (``memory_written`` facts, retractions;
+        under the rules spec, the rules extractor in memory) and counts the rest in
+        ``FoldState.pending`` (docs/fold.md, "Reads"): :meth:`fold` extracts them.
         """
-        from refold.extractors import get_extractor
-
         epoch = self.erasure_epoch()  # before any read: see refold.storage.epoch
         spec = spec or self.current_spec()
-        extractor = get_extractor("rules") if spec.extractor == "rules" else None
         if as_of is None and self.mode != "shred":
-            return self._fold_state(spec, None, extractor=extractor, epoch=epoch)
-        return self._fold_state(spec, self.events(as_of=as_of), extractor=extractor, epoch=epoch)
+            return self._fold_state(spec, None, epoch=epoch)
+        return self._fold_state(spec, self.events(as_of=as_of), epoch=epoch)
+
+    def pending(self, *, as_of: int | str | datetime | None = None) -> int:
+        """How many events up to the head (or ``as_of``) await an extraction under the current
+        spec: reads answer without their facts until :meth:`fold` extracts them."""
+        if self._readable_tables(as_of, None) is not None:
+            return 0  # the partitioned engine's tables: brought up to date by the rules fold (or it raised)
+        return self.state(as_of=as_of).pending
 
     def graph(self, *, as_of: int | str | datetime | None = None, subject: str | None = None, depth: int = 1,
               tenant: str | None = None, valid_at: str | datetime | None = None,
@@ -453,6 +466,8 @@ class Memory:
         ``as_of`` is record time (the fold of the log as it stood then); ``valid_at`` is valid time.
         ``principal``: only facts whose every source event the principal may read, and a fact
         closed by something the principal may not see shows as open (see refold.fold.scoping).
+        A read: writes nothing, calls no model; facts of events no fold has extracted yet are
+        absent (see :meth:`state`, :meth:`pending`), ``memory_written`` facts and retractions not.
         """
         from refold.fold.queries import fact_rows, facts_frame
         from refold.folding import parse_time_or_none

@@ -114,6 +114,9 @@ class Projection:
     applied: int
     resumed_from: int  # seq of the state resumed from (-1: the beginning of the log)
     snapshots_written: tuple[int, ...] = ()
+    #: ``read_only`` projections: the events from the first one with no cached extraction on,
+    #: not applied (a read answers them through refold.read_overlay)
+    rest: tuple[Event, ...] = ()
     #: seconds per phase (resume, extract, cache_read, merge, snapshot_write, rollups)
     timings: dict[str, float] = field(default_factory=dict)
 
@@ -220,19 +223,21 @@ def snapshot_points(after: int, until: int, *, every: int, keep: int) -> set[int
 def project(mem: "Memory", spec: FoldSpec, *, extractor: Extractor | None, full: bool = False,
             source=None, live: LiveFold | None = None, at_most: int | None = None,
             progress: bool = False, runner=None, snapshot_every: int = 0, keep: int = 4,
-            batch_size: int = 16) -> Projection:
+            batch_size: int = 16, read_only: bool = False) -> Projection:
     """Bring a fold of ``spec`` up to ``at_most`` (default: the end of ``source``).
 
     ``source``: a :class:`ListSource` or :class:`DeltaSource` (default: the log's head).
-    ``extractor`` None means every needed extraction must already be cached (checked by the caller).
+    ``extractor`` None means every needed extraction must already be cached (else ExtractionError),
+    unless ``read_only``: then the fold stops before the first event with no cached extraction and
+    the events from it on are returned as ``rest`` (nothing is extracted or written).
     """
     return _project(mem, spec, extractor=extractor, full=full, source=source, live=live,
                     at_most=at_most, progress=progress, runner=runner, snapshot_every=snapshot_every,
-                    keep=keep, batch_size=batch_size)
+                    keep=keep, batch_size=batch_size, read_only=read_only)
 
 
 def _project(mem, spec, *, extractor, full, source, live, at_most, progress, runner, snapshot_every, keep,
-             batch_size) -> Projection:
+             batch_size, read_only=False) -> Projection:
     clock = _Clock()
     store = SnapshotStore(mem.layout, storage_options=mem.storage_options)
     if source is None:
@@ -247,6 +252,7 @@ def _project(mem, spec, *, extractor, full, source, live, at_most, progress, run
     resumed_from = current.last_seq
     clock.lap("resume")
     calls = rejected = 0
+    rest: list[Event] = []
     wanted = [e.event_id for e in tail if needs_extraction(e)]
     extractions: dict[str, Extraction] = {}
     known = None
@@ -262,7 +268,12 @@ def _project(mem, spec, *, extractor, full, source, live, at_most, progress, run
     if extractor is None and wanted:
         missing = [i for i in wanted if i not in extractions] if known is not None else \
             cache.missing(spec.hash, wanted)
-        if missing:
+        if missing and read_only:
+            absent = set(missing)
+            cut = next(i for i, e in enumerate(tail) if e.event_id in absent)
+            tail, rest = tail[:cut], tail[cut:]
+            wanted = [e.event_id for e in tail if needs_extraction(e)]
+        elif missing:
             raise ExtractionError(
                 f"{len(missing)} event(s) have no {spec.extractor} extraction yet; run `refold fold "
                 f"{mem.root} --extractor {spec.extractor}` first"
@@ -290,7 +301,8 @@ def _project(mem, spec, *, extractor, full, source, live, at_most, progress, run
     if written:
         store.prune(spec.hash, keep=keep)
     return Projection(live=current, extraction_calls=calls, rejected=rejected, applied=len(tail),
-                      resumed_from=resumed_from, snapshots_written=tuple(written), timings=clock.laps)
+                      resumed_from=resumed_from, snapshots_written=tuple(written), timings=clock.laps,
+                      rest=tuple(rest))
 
 
 class _Clock:

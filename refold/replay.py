@@ -175,7 +175,7 @@ def traced_search(mem: "Memory", text: str, *, trace_id: str, k: int = 5, tenant
 
     if not isinstance(trace_id, str) or not trace_id.strip():
         raise ValidationError(f"trace_id must be a non-empty string, got {trace_id!r}")
-    retriever = open_index(mem, embedder=embedder, as_of=as_of)
+    retriever = open_index(mem, embedder=embedder, as_of=as_of, save=False)  # a read stores no index
     frame = retriever.search(text, k=k, kind=kind, tenant=tenant, principal=principal,
                              valid_at=valid_at, history=history)
     id_column = "fact_id" if kind == "facts" else "event_id"

@@ -260,14 +260,17 @@ def forget_views(mem: "Memory") -> None:
 
 def open_index(mem: "Memory", *, embedder: str | Embedder | None = None, as_of: int | str | datetime | None = None,
                backend: str | None = None, persist: bool = True, tuning: Tuning | None = None,
-               spec: FoldSpec | None = None) -> Retriever:
+               spec: FoldSpec | None = None, save: bool = True) -> Retriever:
     """A :class:`Retriever` over the log's head (brought up to date) or as it stood at ``as_of``.
 
     ``backend`` ("flat", exact, the default for a new index; or "hnsw") rebuilds the head index
     when it differs from the stored one. ``persist=False`` keeps everything in memory (the
     default for stores on object storage: the index is kept on local disk only). ``spec`` (with
     ``as_of`` only): fold the past under this spec instead of the current one (decision replay
-    answers a read under the spec it was answered with).
+    answers a read under the spec it was answered with). ``save=False`` (a read: :func:`search`)
+    loads the stored index but never writes it. An index over a state with events awaiting
+    extraction (``FoldState.pending``) is neither stored nor kept in this process: the next fold
+    adds their facts (docs/fold.md, "Reads").
     """
     emb = get_embedder(embedder)
     tuning = tuning or Tuning()
@@ -281,6 +284,8 @@ def open_index(mem: "Memory", *, embedder: str | Embedder | None = None, as_of: 
     head = mem.head()
     epoch = _epoch(mem, spec.hash, emb.model_id, persist, erasure)
     cached_epoch, cached = svc.head.get((spec.hash, emb.model_id), (None, None))
+    if cached is not None and save and persist and not getattr(cached, "stored", False):
+        cached = None  # a read's view, never stored: this call stores it
     if (cached is not None and cached_epoch == epoch and (cached.last_seq, cached.link) == (head.seq, head.link)
             and backend in (None, cached.backend)):
         return cached
@@ -294,6 +299,7 @@ def open_index(mem: "Memory", *, embedder: str | Embedder | None = None, as_of: 
     if loaded is not None and loaded[0]["dim"] != emb.dim:
         loaded = None
     want = backend or (loaded[0]["backend"] if loaded else "flat")
+    pending, stored = 0, True  # stored: the index on disk is this one
     if loaded is not None and (loaded[0]["last_seq"], loaded[0]["link"]) == (head.seq, head.link) \
             and loaded[0]["backend"] == want:
         indexes = loaded[1]
@@ -307,13 +313,18 @@ def open_index(mem: "Memory", *, embedder: str | Embedder | None = None, as_of: 
         if any(ix.backend != want for ix in indexes.values()):
             indexes = {k: ix.rebuilt(want) for k, ix in indexes.items()}
         totals = _sync(indexes, state, events, emb)
-        if store is not None:
+        pending, stored = state.pending, False
+        if store is not None and save and not pending:
             store.save(spec.hash, emb.model_id, indexes, last_seq=head.seq, link=head.link)
+            stored = True
+            epoch = _epoch(mem, spec.hash, emb.model_id, persist, erasure)  # a first save writes the manifest
     report = IndexReport(spec_hash=spec.hash, model_id=emb.model_id, backend=want, last_seq=head.seq,
                          facts=len(indexes["facts"]), events=len(indexes["events"]), **totals,
                          path=str(store.folder(spec.hash, emb.model_id)) if store else None)
     retriever = Retriever(embedder=emb, indexes=indexes, link=head.link, report=report)
-    svc.head[(spec.hash, emb.model_id)] = (epoch, retriever)
+    retriever.stored = stored
+    if not pending:  # the next read after a fold must see the extracted facts
+        svc.head[(spec.hash, emb.model_id)] = (epoch, retriever)
     return retriever
 
 
@@ -337,6 +348,7 @@ def _moved_by_reads_only(mem: "Memory", cached: Retriever, head) -> Retriever | 
     moved = Retriever(embedder=cached.embedder, indexes=cached.indexes, link=rows["link"][-1].as_py(),
                       report=report)
     moved._candidates = cached._candidates  # same items: the filters' candidate sets still hold
+    moved.stored = getattr(cached, "stored", False)  # same items as the one stored (if it was)
     return moved
 
 
@@ -369,7 +381,7 @@ def search(mem: "Memory", text: str, *, k: int = 5, tenant: str | None = None, p
            as_of: int | str | datetime | None = None, valid_at: str | datetime | None = None,
            kind: Kind = "facts", history: bool = False, embedder: str | Embedder | None = None) -> pl.DataFrame:
     """Search memory; see the module docstring for the filters. Returns a polars DataFrame."""
-    retriever = open_index(mem, embedder=embedder, as_of=as_of)
+    retriever = open_index(mem, embedder=embedder, as_of=as_of, save=False)  # a read writes nothing
     return retriever.search(text, k=k, kind=kind, tenant=tenant, principal=principal,
                             valid_at=valid_at, history=history)
 

@@ -19,7 +19,7 @@ agent run that made it; the schemas mark both required. Input is validated again
 schema (JSON Schema 2020-12) and every problem is listed in one :class:`refold.ValidationError`.
 A write appends a ``memory_written`` event to the log and a retraction a ``retraction`` event
 (which closes the fact: it gets a ``valid_to`` and stays in history); like everything derived,
-they show in the folded state from the next projection (fold).
+every read sees them at once (they state their fact: no extraction needed; docs/fold.md, "Reads").
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
         "Record one fact in long-term memory as (subject, relation, object), e.g. ('Alice', 'lives_in', "
         "'Berlin'). A justification is required: say why you believe it (who said it, where you read it); "
         "so is trace_id, the id of your run. The write is appended to the memory log at once, and it "
-        "becomes visible to search_memory from the next projection (fold) of the log. For single-valued "
+        "is visible to the next search_memory call at once. For single-valued "
         "relations such as lives_in or works_at a newer fact supersedes the older one; the old one stays "
         "in history.",
         {
@@ -102,7 +102,8 @@ TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
     "search_memory": (
         "Search long-term memory for facts (or raw events) similar to a query. Returns current facts "
         "unless valid_at asks for another time; each result has a fact_id you can pass to why. Facts "
-        "written with write_memory appear from the next projection (fold).",
+        "written with write_memory appear at once; pending_extraction counts newer log events whose "
+        "facts await extraction by the next fold.",
         {
             "type": "object",
             "properties": {
@@ -311,7 +312,7 @@ def _write(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
         event["valid_from"] = args["valid_from"].isoformat()
     new, seq = _append("write_memory", event, ctx)
     return {"status": "recorded", "event_id": new.event_id, "seq": seq, "trace_id": new.trace_id,
-            "note": "searchable from the next projection (fold)"}
+            "note": "visible to the next search_memory; its fact needs no extraction"}
 
 
 def _visible_facts(ctx: ToolContext, **filters: Any) -> Any:
@@ -352,7 +353,7 @@ def _retract(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
     new, seq = _append("retract_memory", event, ctx)
     return {"status": "recorded", "event_id": new.event_id, "seq": seq, "trace_id": new.trace_id,
             "retracts": sorted(match["fact_id"].to_list()),
-            "note": "the fact is closed from the next projection (fold); it stays in history"}
+            "note": "the fact is closed for the next search_memory; it stays in history"}
 
 
 def _search(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
@@ -362,7 +363,8 @@ def _search(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
                               trace_id=args.get("trace_id"))  # a traced search is recorded (refold.replay)
     keep = ([*_FACT_RESULT[:4], "score", *_FACT_RESULT[4:]] if kind == "facts"
             else ["event_id", "kind", "source", "seq", "score", "text"])
-    return {"kind": kind, "results": _json(frame.select(keep).to_dicts())}
+    return {"kind": kind, "results": _json(frame.select(keep).to_dicts()),
+            "pending_extraction": ctx.memory.pending()}
 
 
 def _as_of(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
@@ -372,7 +374,7 @@ def _as_of(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
     facts = frame.sort("recorded_seq", descending=True).select(_FACT_RESULT).to_dicts()
     limit = args.get("limit", 50)
     return {"as_of": when.isoformat(), "count": len(facts), "truncated": len(facts) > limit,
-            "facts": _json(facts[:limit])}
+            "facts": _json(facts[:limit]), "pending_extraction": ctx.memory.pending(as_of=when)}
 
 
 def _why(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
@@ -388,7 +390,7 @@ def _why(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
     # a fact of another tenant, or one the principal may not read, is reported as unknown
     if edge is None or edge["tenant"] != ctx.tenant:
         raise NotFoundError(f"why: no fact with id {fact_id!r} in this memory; use an id returned by search_memory")
-    return _json(ctx.memory.why(fact_id, principal=ctx.principal))
+    return {**_json(ctx.memory.why(fact_id, principal=ctx.principal)), "pending_extraction": ctx.memory.pending()}
 
 
 _HANDLERS = {"write_memory": _write, "retract_memory": _retract, "search_memory": _search,

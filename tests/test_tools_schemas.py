@@ -38,7 +38,7 @@ def test_schemas_meta_validate_in_both_formats():
             schema = tool.get("input_schema") or tool.get("parameters") or tool["inputSchema"]
             if tool["name"] in ("write_memory", "retract_memory"):
                 assert {"justification", "trace_id"} <= set(schema["required"]), tool["name"]
-    assert "next projection" in write["description"] and "justification" in write["description"].lower()
+    assert "next search_memory" in write["description"] and "justification" in write["description"].lower()
     # returned copies: editing one does not change the next
     anthropic[0]["input_schema"]["required"].clear()
     assert "justification" in tools.anthropic_tools()[0]["input_schema"]["required"]
@@ -93,7 +93,7 @@ def test_other_bad_calls(ctx):
 
 def test_write_fold_search_why_round_trip(ctx):
     out = tools.handle("write_memory", {**GOOD, "valid_from": "2024-05-01T00:00:00+00:00"}, ctx)
-    assert out["status"] == "recorded" and "next projection" in out["note"] and out["trace_id"] == "run-1"
+    assert out["status"] == "recorded" and "next search_memory" in out["note"] and out["trace_id"] == "run-1"
     [event] = [e for e in ctx.memory.events() if e.kind == "memory_written"]
     assert (event.tenant, event.justification, event.trace_id, event.content) == \
         ("acme", "Alice said so in chat #7", "run-1", "I moved to Berlin last week")

@@ -85,12 +85,17 @@ def fold(store: str, extractor: str, options: tuple[str, ...], full: bool, use_r
 @click.option("--format", "fmt", type=click.Choice(["table", "jsonl"]), default="table", show_default=True)
 @json_option
 def facts(store: str, subject, relation, as_of, valid_at, tenant, current_only, principal, fmt, as_json) -> None:
-    """List facts (with validity intervals and derivation)."""
-    frame = open_store(store).facts(subject=subject, relation=relation, as_of=as_of,
-                                    valid_at=valid_at, tenant=tenant, current_only=current_only,
-                                    principal=principal)
+    """List facts (with validity intervals and derivation).
+
+    A read: writes nothing, calls no model. Facts of events no fold has extracted yet are absent
+    (``memory_written`` facts and retractions show at once); each JSON line's
+    ``pending_extraction`` counts those events (docs/fold.md, "Reads")."""
+    mem = open_store(store)
+    frame = mem.facts(subject=subject, relation=relation, as_of=as_of, valid_at=valid_at, tenant=tenant,
+                      current_only=current_only, principal=principal)
+    pending = mem.pending(as_of=as_of)
     if as_json or fmt == "jsonl":
-        emit_jsonl(frame.to_dicts())
+        emit_jsonl([{**row, "pending_extraction": pending} for row in frame.to_dicts()])
         return
     from rich.console import Console
     from rich.table import Table
@@ -103,6 +108,9 @@ def facts(store: str, subject, relation, as_of, valid_at, tenant, current_only, 
                       _t(row["valid_from"]), _t(row["valid_to"]) or "(current)", row["derivation"])
     Console().print(table)
     click.echo(f"{frame.height} fact(s)")
+    if pending:
+        click.echo(f"{pending} newer event(s) await extraction: run `refold fold {store} --extractor "
+                   f"{mem.current_spec().extractor}` to add their facts")
 
 
 def _t(value) -> str:
