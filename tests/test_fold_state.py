@@ -183,7 +183,7 @@ def test_a_rerun_after_a_killed_full_fold_redoes_only_the_missing_partitions(mem
     store = mem.state_store(mem.current_spec())
     assert store.tag() is None  # a half-written state is never taken for a complete one
     monkeypatch.setattr(state_fold, "GROUP_ROWS", 20)
-    size = state_fold._group_size(store, 64)
+    size = state_fold.group_size(store, 64)
     assert size < 32
     again = refold.open(mem.root).fold(engine="partitioned")
     assert again.reused_partitions == 2 * size  # the two groups written before the kill
