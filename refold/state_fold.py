@@ -535,8 +535,15 @@ def _incremental(mem, spec, store: StateStore, tag: StateTag, *, extractor, prog
                                    runner=runner, batch_size=batch_size)
     head = _Head(tail[-1].seq, tail[-1].link)
     tenants = set(tag.tenants) | {e.tenant for e in tail if e.tenant is not None}
-    if rows:
-        store.write("items", pa.Table.from_pylist(rows, schema=ITEM_SCHEMA), mode="append")
+    if not rows:
+        # events without facts (an erasure's own record, a spec change): only the position
+        # moves; the stages after the merge would read both layers' files to change nothing
+        entities = store.table("entities")
+        store.set_tag(dataclasses.replace(tag, log_seq=head.seq, log_link=head.link, tenants=tuple(sorted(tenants)),
+                                          entities_version=tag.entities_version if entities is None
+                                          else entities.version()))
+        return _report(store, spec, _current_tag(store), calls=calls, rejected=rejected, started_from=started_from)
+    store.write("items", pa.Table.from_pylist(rows, schema=ITEM_SCHEMA), mode="append")
     subjects = {r["subject_node"] for r in rows}
     nodes = subjects | {r["object_node"] for r in rows}
     # only the touched subjects' rows are read, and only the rows the merge changed are written
