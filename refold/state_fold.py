@@ -49,7 +49,7 @@ from refold.storage.state import StateStore, StateTag
 if TYPE_CHECKING:
     from refold.memory import Memory
 
-__all__ = ["PartitionError", "StatePurger", "fold_state", "local_merger", "merge_buckets"]
+__all__ = ["PartitionError", "StatePurger", "fold_state", "group_size", "local_merger", "merge_buckets"]
 
 #: Log events read (and their items built) per batch of a full fold.
 EVENT_BATCH = 20_000
@@ -208,7 +208,7 @@ def _full(mem, spec, store: StateStore, *, extractor, progress, runner, batch_si
                                                 runner=runner, batch_size=batch_size, buckets=buckets,
                                                 until=log_head.seq, run=run)
         groups_done = set()
-    groups = _groups(buckets, _group_size(store, buckets))
+    groups = _groups(buckets, group_size(store, buckets))
     todo = [g for g in groups if _group_name(g) not in groups_done]
     reused = buckets - sum(len(g) for g in todo)
     if len(todo) == len(groups):  # nothing to reuse: the table is emptied first (old rows, old counts)
@@ -225,7 +225,7 @@ def _full(mem, spec, store: StateStore, *, extractor, progress, runner, batch_si
     return dataclasses.replace(report, reused_partitions=reused)
 
 
-def _group_size(store: StateStore, buckets: int) -> int:
+def group_size(store: StateStore, buckets: int) -> int:
     """Buckets per group: :data:`GROUP_ROWS` item rows each (from the items files' metadata)."""
     dt = store.table("items")
     rows = sum(pa.table(dt.get_add_actions(flatten=True))["num_records"].to_pylist()) if dt is not None else 0
@@ -250,7 +250,7 @@ def _write_items(mem, spec, store: StateStore, *, extractor, progress, runner, b
         rows, c, r = _items(mem, spec, events, extractor=extractor, buckets=buckets, progress=progress,
                             runner=runner, batch_size=batch_size)
         calls, rejected = calls + c, rejected + r
-        tenants.update(e.tenant for e in events)
+        tenants.update(e.tenant for e in events if e.tenant is not None)  # (tombstones: none)
         pending.append(pa.Table.from_pylist(rows, schema=ITEM_SCHEMA))
         if sum(t.num_rows for t in pending) >= ITEM_FLUSH:  # (fewer, larger files per bucket)
             store.write("items", pa.concat_tables(pending), mode="overwrite" if first else "append")
@@ -307,7 +307,7 @@ def _full_entities(spec: FoldSpec, store: StateStore, buckets: int) -> tuple[int
     """The entity stage of a full fold, bucket group by bucket group: first every node's names
     (the items naming a group's nodes: their subjects' or objects' bucket is in the group), then
     the summaries of each group's subjects; returns (entities version, merged row count)."""
-    groups = _groups(buckets, _group_size(store, buckets))
+    groups = _groups(buckets, group_size(store, buckets))
     names = []
     for group in groups:
         wanted = pa.array(group, pa.int32())
@@ -318,7 +318,7 @@ def _full_entities(spec: FoldSpec, store: StateStore, buckets: int) -> tuple[int
     version, merged_rows = -1, 0
     for group, found in zip(groups, names):
         merged = pl.from_arrow(store.read("facts", buckets=group, columns=_SUMMARY_COLUMNS,
-                                          filter=pc.field("layer") == "merged"))
+                                          layer="merged"))
         merged_rows += merged.height
         rows = entities_from_names(found, merged, name_of, buckets=buckets).to_arrow()
         version = store.write("entities", rows) if group is groups[0] else store.write("entities", rows, buckets=group)
@@ -331,14 +331,13 @@ def _full_rollups(spec: FoldSpec, store: StateStore, buckets: int) -> int:
     derived row count."""
     compose_seconds = sorted({r.inputs[1] for r in spec.rollups if r.kind == "compose"})
     firsts = sorted({r.inputs[0] for r in spec.rollups})
-    merged = pc.field("layer") == "merged"
-    seconds = pl.from_arrow(store.read("facts", columns=_BASE_COLUMNS, filter=merged
-                                       & pc.field("relation").isin(compose_seconds))) if compose_seconds else None
+    seconds = pl.from_arrow(store.read("facts", columns=_BASE_COLUMNS, layer="merged",
+                                       filter=pc.field("relation").isin(compose_seconds))) if compose_seconds else None
     store.write("facts", FACT_SCHEMA.empty_table(), layer="derived")  # the layer, emptied
     total = 0
-    for group in _groups(buckets, _group_size(store, buckets)):
-        mine = pl.from_arrow(store.read("facts", buckets=group, columns=_BASE_COLUMNS,
-                                        filter=merged & pc.field("relation").isin(firsts)))
+    for group in _groups(buckets, group_size(store, buckets)):
+        mine = pl.from_arrow(store.read("facts", buckets=group, columns=_BASE_COLUMNS, layer="merged",
+                                        filter=pc.field("relation").isin(firsts)))
         if mine.height == 0:
             continue
         base = mine if seconds is None else pl.concat([mine, seconds]).unique("fact_id", maintain_order=True)
@@ -392,13 +391,13 @@ def _refresh_derived(spec: FoldSpec, store: StateStore, buckets: int, *, before:
     # compose pairs through a changed second input: the first inputs pointing at its subject
     # (the one scan of every bucket, only when such a row changed: an organisation moved)
     middles = set(both.filter(pl.col("relation").is_in(seconds))["subject"].to_list())
-    via = pl.from_arrow(store.read("facts", columns=_BASE_COLUMNS, filter=(pc.field("layer") == "merged")
-                                   & pc.field("relation").isin(firsts) & _isin("object", middles))) \
+    via = pl.from_arrow(store.read("facts", columns=_BASE_COLUMNS, layer="merged",
+                                   filter=pc.field("relation").isin(firsts) & _isin("object", middles))) \
         if middles and firsts else after.select(_BASE_COLUMNS).clear()
     direct = after.select(_BASE_COLUMNS).filter(pl.col("relation").is_in(firsts + inverse) & _among("fact_id", changed))
     heads = set(direct.filter(pl.col("relation").is_in(firsts))["object"].to_list()) | middles
     partners = pl.from_arrow(store.read("facts", buckets=_buckets(heads, buckets), columns=_BASE_COLUMNS,
-                                        filter=(pc.field("layer") == "merged") & pc.field("relation").isin(seconds)
+                                        layer="merged", filter=pc.field("relation").isin(seconds)
                                         & _isin("subject", heads))) if heads and seconds else direct.clear()
     base = pl.concat([direct, via, partners]).unique("fact_id", maintain_order=True)
     new = derive_frame(spec.rollups, base, buckets=buckets, touching=changed)
@@ -423,10 +422,10 @@ def _refresh_derived(spec: FoldSpec, store: StateStore, buckets: int, *, before:
     where = sorted(_buckets(homes, buckets))
     ids = pl.Series(sorted(changed), dtype=pl.Utf8).implode()
     delta = 0
-    size = _group_size(store, buckets)
+    size = group_size(store, buckets)
     for start in range(0, len(where), size):  # (memory follows a group of buckets)
         group = where[start:start + size]
-        old = pl.from_arrow(store.read("facts", buckets=group, filter=pc.field("layer") == "derived"))
+        old = pl.from_arrow(store.read("facts", buckets=group, layer="derived"))
         hit = old["inputs"].list.eval(pl.element().is_in(ids)).list.any()
         mine = new.filter(pl.col("bucket").is_in(pl.Series(group, dtype=pl.Int32).implode()))
         store.write("facts", pl.concat([old.filter(~hit), mine.cast(old.schema)]).to_arrow(), buckets=group,
@@ -461,7 +460,7 @@ def _refresh_entities(spec: FoldSpec, store: StateStore, buckets: int, nodes: se
     summarised = None if merged is None else set(merged["subject"].to_list())
     if merged is None:
         merged = pl.from_arrow(store.read("facts", buckets=_buckets(nodes, buckets), columns=_SUMMARY_COLUMNS,
-                                          filter=(pc.field("layer") == "merged") & _isin("subject", nodes)))
+                                          layer="merged", filter=_isin("subject", nodes)))
     objects = set(merged.filter(pl.col("valid_to").is_null())["object"].to_list()) - nodes
     names = {}
     if objects:
@@ -489,8 +488,8 @@ def _refresh_entities(spec: FoldSpec, store: StateStore, buckets: int, nodes: se
         now = dict(zip(fresh["node"].to_list(), fresh["name"].to_list()))
         changed = {n for n, name in zip(was["node"].to_list(), was["name"].to_list()) if now.get(n) != name}
         if changed:
-            referrers = store.read("facts", columns=["subject", "valid_to"], filter=(pc.field("layer") == "merged")
-                                   & _isin("object", changed))
+            referrers = store.read("facts", columns=["subject", "valid_to"], layer="merged",
+                                   filter=_isin("object", changed))
             more = set(referrers.filter(pc.is_null(referrers["valid_to"]))["subject"].to_pylist()) - nodes
             if more:
                 version = _refresh_entities(spec, store, buckets, more, set())
@@ -535,16 +534,23 @@ def _incremental(mem, spec, store: StateStore, tag: StateTag, *, extractor, prog
     rows, calls, rejected = _items(mem, spec, tail, extractor=extractor, buckets=buckets, progress=progress,
                                    runner=runner, batch_size=batch_size)
     head = _Head(tail[-1].seq, tail[-1].link)
-    tenants = set(tag.tenants) | {e.tenant for e in tail}
-    if rows:
-        store.write("items", pa.Table.from_pylist(rows, schema=ITEM_SCHEMA), mode="append")
+    tenants = set(tag.tenants) | {e.tenant for e in tail if e.tenant is not None}
+    if not rows:
+        # events without facts (an erasure's own record, a spec change): only the position
+        # moves; the stages after the merge would read both layers' files to change nothing
+        entities = store.table("entities")
+        store.set_tag(dataclasses.replace(tag, log_seq=head.seq, log_link=head.link, tenants=tuple(sorted(tenants)),
+                                          entities_version=tag.entities_version if entities is None
+                                          else entities.version()))
+        return _report(store, spec, _current_tag(store), calls=calls, rejected=rejected, started_from=started_from)
+    store.write("items", pa.Table.from_pylist(rows, schema=ITEM_SCHEMA), mode="append")
     subjects = {r["subject_node"] for r in rows}
     nodes = subjects | {r["object_node"] for r in rows}
     # only the touched subjects' rows are read, and only the rows the merge changed are written
     # (as new versions): 1% new events touch nearly every bucket, so rewriting buckets would
     # rewrite the whole state
     current = pl.from_arrow(store.read("facts", buckets=_buckets(subjects, buckets),
-                                       filter=(pc.field("layer") == "merged") & _isin("subject", subjects)))
+                                       layer="merged", filter=_isin("subject", subjects)))
     rows.sort(key=lambda r: (r["seq"], r["ordinal"]))
     fresh, changed = advance_subjects(spec, current.to_dicts(), rows, buckets=buckets)
     after = pl.from_arrow(pa.Table.from_pylist(fresh, schema=FACT_SCHEMA))
@@ -554,7 +560,7 @@ def _incremental(mem, spec, store: StateStore, tag: StateTag, *, extractor, prog
                   new_items=pl.from_arrow(pa.Table.from_pylist(rows, schema=ITEM_SCHEMA)),
                   before=current, after=after, changed=changed, counts=(tag.facts, tag.derived))
     if store.files("facts") > COMPACT_FILES * buckets:
-        size = _group_size(store, buckets)
+        size = group_size(store, buckets)
         store.compact("facts", buckets=buckets, group=size)
         store.compact("entities", buckets=buckets, group=size)
         tag = _retag(store, tag)
@@ -620,7 +626,7 @@ def purge_state(store: StateStore, spec: FoldSpec, event_ids: Sequence[str]) -> 
     store.write("items", surviving, buckets=where)
     mine = surviving.filter(_isin("subject_node", subjects)).sort_by([("seq", "ascending"), ("ordinal", "ascending")])
     fresh = fold_partition(spec, _dicts(mine), buckets=buckets)
-    old = pl.from_arrow(store.read("facts", buckets=_buckets(subjects, buckets), filter=pc.field("layer") == "merged"))
+    old = pl.from_arrow(store.read("facts", buckets=_buckets(subjects, buckets), layer="merged"))
     mask = _among("subject", subjects)
     merged = pl.concat([old.filter(~mask), pl.from_arrow(pa.Table.from_pylist(fresh, schema=FACT_SCHEMA))])
     # rewritten, not appended: every version of these buckets' rows goes, then the vacuum

@@ -183,7 +183,7 @@ def test_a_rerun_after_a_killed_full_fold_redoes_only_the_missing_partitions(mem
     store = mem.state_store(mem.current_spec())
     assert store.tag() is None  # a half-written state is never taken for a complete one
     monkeypatch.setattr(state_fold, "GROUP_ROWS", 20)
-    size = state_fold._group_size(store, 64)
+    size = state_fold.group_size(store, 64)
     assert size < 32
     again = refold.open(mem.root).fold(engine="partitioned")
     assert again.reused_partitions == 2 * size  # the two groups written before the kill
@@ -313,3 +313,25 @@ def test_the_merge_stage_runs_as_ray_tasks(mem, monkeypatch):
     remote = refold.open(mem.root).fold(engine="partitioned", full=True, merger=ray_merger())
     assert (remote.facts, remote.derived_facts) == (local.facts, local.derived_facts)
     assert canonical_graph(_state_graph(refold.open(mem.root))) == expected
+
+
+def test_events_without_facts_only_move_the_tag(mem, monkeypatch):
+    """An incremental fold of events that state no fact (here a chat turn no rule matches; an
+    erasure's own record is another) tags the new position and reads no state table."""
+    from refold.storage.state import StateStore
+
+    mem.append(_log(60))
+    mem.fold(engine="partitioned", full=True, buckets=4)
+    store = mem.state_store(mem.current_spec())
+    before = store.tag()
+    mem.append([{"kind": "chat_turn", "content": "nothing to remember here", "source": "chat#1"}])
+    reads = []
+    original = StateStore.read
+    monkeypatch.setattr(StateStore, "read", lambda self, name, **kw: reads.append(name) or original(self, name, **kw))
+    report = mem.fold(engine="partitioned")
+    after = store.tag()
+    assert reads == [] and report.extraction_calls == 1
+    assert after.log_seq == before.log_seq + 1 and (after.facts, after.derived) == (before.facts, before.derived)
+    assert after.entities_version == before.entities_version
+    monkeypatch.undo()
+    assert canonical_graph(_state_graph(refold.open(mem.root))) == canonical_graph(_reference(Path(mem.root)))

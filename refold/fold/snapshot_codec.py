@@ -345,6 +345,15 @@ def _feed(digest, array: pa.Array) -> None:
         raise StoreError(f"snapshot codec: no digest for a {kind} column")
 
 
+def feed_rows(digest, label: str, table: pa.Table) -> None:
+    """Hash ``table`` as it stands (row order included) into ``digest``: its label and row
+    count, then every column with its name and type, value by value (:func:`_feed`)."""
+    digest.update(f"{label}\0{table.num_rows}\0".encode())
+    for field in table.schema:
+        digest.update(f"{field.name}\0{field.type}\0".encode())
+        _feed(digest, _plain(table[field.name]))
+
+
 def table_digest(nodes: pa.Table, edges: pa.Table) -> str:
     """SHA-256 (hex) of a folded state in its snapshot encoding (:func:`encode_graph`), whatever
     the row order, chunking or dictionary encoding of the tables.

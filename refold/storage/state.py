@@ -163,9 +163,10 @@ class StateStore:
         return found[-1] if found else None
 
     def read(self, name: str, *, buckets: Iterable[int] | None = None, filter: pc.Expression | None = None,
-             columns: list[str] | None = None, version: int | None = None) -> pa.Table:
+             columns: list[str] | None = None, version: int | None = None, layer: str | None = None) -> pa.Table:
         """Rows of ``name`` (of a versioned table: the newest version of each key, deleted ones
-        left out); ``buckets`` prunes partitions (only their files are opened).
+        left out); ``buckets`` and ``layer`` (of ``facts``) prune partitions (only their files
+        are opened: a filter on ``layer`` alone still opened both layers' files).
 
         ``filter`` is applied before the versions are resolved, so on a versioned table it may
         test only columns a row's versions share (its key, subject, relation, object, tenant,
@@ -179,13 +180,16 @@ class StateStore:
         if buckets is not None:
             wanted = pc.field("bucket").isin(pa.array(sorted(set(buckets)), pa.int32()))
             expr = wanted if expr is None else expr & wanted
+        if layer is not None:
+            expr = pc.field("layer") == layer if expr is None else expr & (pc.field("layer") == layer)
         names = list(wanted_schema.names)
         key = KEYS.get(name)
         if key is not None:
             names += [c for c in (key, "seen_at", "deleted") if c not in names]
         # only the wanted partitions' files become dataset fragments (a dataset of every file
         # built a partition expression per file: most of a one-subject read)
-        partitions = None if buckets is None else [("bucket", "in", [str(b) for b in sorted(set(buckets))])]
+        partitions = [] if buckets is None else [("bucket", "in", [str(b) for b in sorted(set(buckets))])]
+        partitions = (partitions + ([] if layer is None else [("layer", "=", layer)])) or None
         table = dt.to_pyarrow_dataset(file_pruning_predicate=partitions).to_table(filter=expr, columns=names)
         if key is not None and table.num_rows:
             table = _newest(table, key)
@@ -205,6 +209,30 @@ class StateStore:
             part = list(range(start, min(start + group, buckets)))
             version = self.write(name, self.read(name, buckets=part), buckets=part, note={"compacted": "1"})
         return version
+
+    def digest(self, *, buckets: int, group: int) -> str:
+        """SHA-256 (hex) of the state as a read sees it: the newest version of every ``facts``
+        and ``entities`` row, bucket by bucket, each bucket's rows in key order (entity
+        summaries as JSON with sorted keys), read ``group`` buckets at a time (memory follows a
+        group). Equal states digest equal whatever their file layout, row versions or grouping."""
+        import hashlib
+
+        from refold.fold.snapshot_codec import feed_rows
+
+        digest = hashlib.sha256(f"state{FORMAT}".encode())
+        for name, order in (("facts", ["layer", "fact_id"]), ("entities", ["node"])):
+            for start in range(0, buckets, group):
+                part = list(range(start, min(start + group, buckets)))
+                rows = self.read(name, buckets=part)
+                if name == "entities" and rows.num_rows:
+                    summaries = [None if s is None else json.dumps(json.loads(s), sort_keys=True, ensure_ascii=False)
+                                 for s in rows["summary"].to_pylist()]
+                    rows = rows.set_column(rows.schema.get_field_index("summary"), "summary",
+                                           pa.array(summaries, pa.string()))
+                rows = rows.sort_by([("bucket", "ascending")] + [(c, "ascending") for c in order])
+                for bucket in part:
+                    feed_rows(digest, f"{name}:{bucket}", rows.filter(pc.equal(rows["bucket"], bucket)))
+        return digest.hexdigest()
 
     # -- writing ---------------------------------------------------------------------------------
 
