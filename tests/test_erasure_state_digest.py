@@ -48,6 +48,22 @@ def test_the_erasure_refolds_with_the_partitioned_engine_only(tmp_path, monkeypa
     assert receipt.state_digest == _digest(refold.open(mem.root))
 
 
+def test_a_process_on_the_graph_engine_erases_a_partitioned_store_by_its_state_tables(tmp_path, monkeypatch):
+    """What the erasure refolds is decided by the store (its state tables), not by the engine
+    the erasing process would fold with: `refold erase` from the CLI runs on the default."""
+    _store(tmp_path)
+    fresh = refold.open(tmp_path / "store")
+    assert fresh.fold_engine == "graph"
+
+    def no_graph_fold(*args, **kwargs):
+        raise AssertionError("the erasure folded the whole graph beside the state tables")
+
+    monkeypatch.setattr(refold.Memory, "advanced_fold", no_graph_fold)
+    receipt = fresh.erase(X)
+    assert receipt.state_digest.startswith(erasing.STATE_SCHEME)
+    assert receipt.state_digest == _digest(refold.open(tmp_path / "store"))
+
+
 def test_the_state_digest_follows_the_state_not_its_files(tmp_path):
     mem = _store(tmp_path)
     receipt = mem.erase(X)

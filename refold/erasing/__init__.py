@@ -144,10 +144,11 @@ def refold_outcome(mem: "Memory", *, scheme: str | None = None) -> RefoldOutcome
     None: the state the store's engine keeps) and the extraction calls the refold made (for the
     receipt; None for the JSON digest, which only re-checks receipts).
 
-    With the partitioned engine (:attr:`Memory.fold_engine`) and its state tables present, the
+    When the store holds state tables for the spec (the partitioned engine folded it), the
     refold is that engine's (the erasure already refolded the touched buckets) and the digest
-    is of the state tables: a whole graph fold beside it cost most of an erasure's time and
-    memory (~80% of it at 100k events).
+    is of the state tables, whatever engine this process would fold with: reads answer from
+    those tables, and a whole graph fold beside them cost most of an erasure's time and memory
+    (~80% of it at 100k events).
 
     The digest reads the Memory's live fold under its fold lock instead of the copy
     :meth:`Memory.state` hands out: the copy cost as much as the digest (~0.2 s at 20k facts),
@@ -156,7 +157,7 @@ def refold_outcome(mem: "Memory", *, scheme: str | None = None) -> RefoldOutcome
     try:
         spec = mem.current_spec()
         if scheme is None:
-            partitioned = mem.fold_engine == "partitioned" and mem.state_store(spec).tag() is not None
+            partitioned = mem.state_store(spec).tag() is not None  # a fact of the store, not of this process
             scheme = STATE_SCHEME if partitioned else DIGEST_SCHEME
         if scheme == STATE_SCHEME:
             return RefoldOutcome(spec.hash, *_state_tables_digest(mem, spec))
