@@ -21,13 +21,10 @@ file (erasure needs a local root) and reads as the constant ``""``.
 
 from __future__ import annotations
 
-import os
 import secrets
-import tempfile
 from pathlib import Path
 
-from .filemodes import file_mode
-from .layout import Layout
+from .layout import Layout, atomic_write_text
 
 __all__ = ["EPOCH_FILE", "bump_epoch", "read_epoch"]
 
@@ -57,15 +54,5 @@ def bump_epoch(layout: Layout, erasure_id: str) -> str:
     return it. Atomic: a reader sees the old value or the new one."""
     value = f"{erasure_id} {secrets.token_hex(8)}"
     path = _path(layout)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-epoch-")
-    os.fchmod(fd, file_mode(path.parent))  # 0600, or 0660 in a group-shared store
-    try:
-        with os.fdopen(fd, "w", encoding="ascii") as fh:
-            fh.write(value)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_text(path, value)
     return value

@@ -89,13 +89,19 @@ class Layout:
 
 def atomic_write_json(path: str | os.PathLike, value: Any) -> None:
     """Write JSON so a reader sees the old file or the new one, never half (temp file, fsync, rename)."""
+    atomic_write_text(path, json.dumps(value, indent=2, sort_keys=True, default=str))
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    """Write ``text`` so a reader sees the old file or the new one, never half (temp file, fsync,
+    rename), with the mode the store's folder calls for (0600, or 0660 in a group-shared store)."""
     path = Path(path)
     make_dirs(path.parent)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")  # 0600
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=path.suffix)  # 0600
     try:
-        os.fchmod(fd, file_mode(path.parent))  # 0660 in a group-shared store
+        os.fchmod(fd, file_mode(path.parent))
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(value, fh, indent=2, sort_keys=True, default=str)
+            fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)

@@ -21,7 +21,7 @@ from refold.fold.errors import StoreError
 from ..delta_io import read_arrow
 from ..erased_ids import pseudonyms
 from ..layout import Layout
-from .receipts import list_receipts
+from .receipts import fields_as_json, list_receipts
 
 #: What refold cannot reach, listed on every plan and receipt.
 OUT_OF_SCOPE = (
@@ -89,14 +89,7 @@ class ErasurePlan:
         return not self.events and not self.key_ids and not self.registered
 
     def as_json(self) -> dict[str, Any]:
-        out = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, tuple):
-                value = [dict(v) if isinstance(v, Mapping) else v for v in value]
-            elif isinstance(value, Mapping):
-                value = dict(value)
-            out[f.name] = value
+        out = fields_as_json(self)
         out["seq_ranges"] = [list(r) for r in self.seq_ranges]
         return out
 

@@ -33,6 +33,20 @@ from ..layout import Layout, atomic_write_json
 FORMAT = "refold-receipt/v1"
 
 
+
+def fields_as_json(value: Any) -> dict[str, Any]:
+    """A frozen dataclass of the erasure (plan, receipt) as JSON values: tuples become lists,
+    mappings (also inside tuples) plain dicts."""
+    out: dict[str, Any] = {}
+    for f in fields(value):
+        item = getattr(value, f.name)
+        if isinstance(item, tuple):
+            item = [dict(v) if isinstance(v, Mapping) else v for v in item]
+        elif isinstance(item, Mapping):
+            item = dict(item)
+        out[f.name] = item
+    return out
+
 @dataclass(frozen=True)
 class Receipt:
     """One erasure's record (see the module docstring for what it may and may not contain)."""
@@ -77,15 +91,7 @@ class Receipt:
         return tuple(e["event_id"] for e in self.events)
 
     def as_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, tuple):
-                value = [dict(v) if isinstance(v, Mapping) else v for v in value]
-            elif isinstance(value, Mapping):
-                value = dict(value)
-            out[f.name] = value
-        return out
+        return fields_as_json(self)
 
     @classmethod
     def from_json(cls, value: Mapping[str, Any]) -> "Receipt":
