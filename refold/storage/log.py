@@ -59,7 +59,7 @@ from .erased_ids import pseudonyms
 from .layout import Layout
 from .log_reader import HEAD_KEY, LogReader
 from .heads import Head, publish_head
-from .filemodes import apply_tree
+from .filemodes import apply_commit, apply_tree
 from .hostlock import host_turn
 from .datafiles import WRITER_PROPERTIES, write_rows
 from .table_handles import commit_file
@@ -324,8 +324,11 @@ class EventLog(LogReader):
         else:  # rebased over a writer that went ahead without the lock: re-read everything
             self._ids, self._indexed, self._ids_version, self._last = set(), set(), -1, None
         self._compacted_files = len(self._indexed)
-        if self._folder is not None and metrics.get("numFilesAdded"):
-            apply_tree(self._folder)  # the files delta-rs wrote (and maybe a checkpoint)
+        if self._folder is not None and metrics.get("numFilesAdded"):  # the files delta-rs wrote
+            if dt.version() == after.table_version:
+                apply_commit(self._folder, after.table_version)
+            else:  # rebased: which version is ours is not known here (rare)
+                apply_tree(self._folder)
         return metrics
 
     def _compact_quietly(self, dt: DeltaTable) -> None:
@@ -380,7 +383,7 @@ class EventLog(LogReader):
             raise CommitFailedError(f"the table is no longer at version {version}")
         write_rows(dt, rows.table, metadata, storage_options=self.storage_options)
         if self._folder is not None:  # a local table delta-rs commits: its files get the store's modes
-            apply_tree(self._folder)
+            apply_commit(self._folder, version + 1)
 
     def _check_existing(self, batch: Sequence[NewEvent], ids: list[str]) -> dict[str, int]:
         """event_id → seq of the ids in ``batch`` (``ids``, in order) the log holds (a conflicting
