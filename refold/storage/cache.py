@@ -26,7 +26,7 @@ from .cache_rows import (CACHE_SCHEMA, FACT_COLUMNS, CachedFacts, _row_to_extrac
                          _to_table, facts_by_id)
 from .delta_io import Bounds, read_arrow, read_files
 from .table_handles import TableHandle, shared_table
-from .filemodes import apply_tree
+from .filemodes import apply_commit, apply_tree
 from .layout import Layout
 
 #: A checkpoint of the cache table every this many commits (see _CONFIG).
@@ -217,7 +217,8 @@ class ExtractionCache:
                                     commit_properties=CommitProperties(max_commit_retries=0),
                                     storage_options=self.storage_options)
                     _checkpoint_older_table(dt)
-                    self._apply_modes()
+                    if "://" not in self.path:  # what this commit wrote, not the whole history
+                        apply_commit(self.path, dt.version())
                     self._absent = None
                     return len(fresh)
             except CommitFailedError:
