@@ -16,7 +16,9 @@ REFOLD_CPUS_PER_ACTOR       CPUs per actor (default 0.5; 1-CPU actors deadlock 2
 REFOLD_GPUS_PER_ACTOR       GPUs per actor (default 0)
 REFOLD_FLUSH_EVENTS         write Ray extractions to the cache every N (default 512) ...
 REFOLD_FLUSH_SECONDS        ... or every S seconds (default 5): a killed job loses at most that
-REFOLD_STORAGE_OPTIONS      JSON object of object-store options for the Delta tables
+REFOLD_STORAGE_OPTIONS      JSON object of object-store options for the store (delta-rs's
+                            keys, e.g. ``AWS_ENDPOINT_URL``; unset ones come from the
+                            ``AWS_*`` environment; defaults: refold.storage.store_options)
 REFOLD_PROGRESS             ``0`` turns progress lines off
 ==========================  ===============================================================
 
@@ -82,19 +84,29 @@ class JobConfig:
 
     def open_store(self):
         """The store; refuses to create one (a job runs against an existing store)."""
-        from refold.memory import Memory
+        from refold.memory import Memory, open as open_memory
         from refold.storage.layout import Layout
 
         layout = Layout(self.store)
-        if layout.is_local and not Path(layout.settings).exists():
+        if not layout.is_local:
+            # refold.open checks the bucket first: a missing bucket, refused credentials or an
+            # unreachable endpoint fail here with one line naming the URI and what to set
+            return open_memory(self.store, storage_options=self.options_for_store())
+        if not Path(layout.settings).exists():
             hint = ""
             if not Path(self.store).is_absolute():
                 hint = (" — a relative path is resolved in the job's working directory, which under "
                         "`ray job submit --working-dir` is a copy of your folder; pass an absolute path")
             raise StoreError(f"no refold store at {self.store}{hint}; create it with "
                              f"`refold init {self.store}`")
-        return Memory(self.store, storage_options=dict(self.storage_options) if self.storage_options
-                      else None)
+        return Memory(self.store, storage_options=self.options_for_store())
+
+    def options_for_store(self) -> dict[str, str] | None:
+        """``storage_options`` with refold's defaults for the store's URI (conditional put on S3,
+        object_store retries: :mod:`refold.storage.store_options`)."""
+        from refold.storage.store_options import with_defaults
+
+        return with_defaults(self.store, self.storage_options)
 
     def runner(self, mem):
         """A Ray extraction runner writing to ``mem``'s cache, or None when Ray is off."""
@@ -196,8 +208,16 @@ def run_job(name: str, body: Callable[[JobConfig, argparse.Namespace], dict[str,
     except RefoldError as exc:
         summary["error"] = f"{type(exc).__name__}: {exc}"
     except Exception as exc:  # noqa: BLE001 - a job reports every failure in its summary
-        summary["error"] = f"{type(exc).__name__}: {exc}"
-        traceback.print_exc(file=sys.stderr)
+        from refold.storage.store_options import store_error
+
+        known = store_error(args.store, exc)  # the object store's failure, said in one line
+        if known is not None:
+            summary["error"] = f"{type(known).__name__}: {known}"
+        else:
+            summary["error"] = f"{type(exc).__name__}: {exc}"
+            traceback.print_exc(file=sys.stderr)
+    if not summary["ok"] and summary.get("error"):
+        print(f"error: {summary['error']}", file=sys.stderr, flush=True)
     summary["seconds"] = round(time.monotonic() - started, 3)
     print(json.dumps(summary, sort_keys=True, default=str), file=stdout, flush=True)
     return status
