@@ -1,0 +1,149 @@
+"""A real local Ray head node for the job tests, and ``ray job submit`` against it.
+
+``head`` (module fixture): ``ray start --head --block`` on 127.0.0.1, free ports, its own temp dir,
+``RAY_AUTH_MODE=disabled`` (Ray 2.60 turns token authentication on whenever a token exists in
+~/.ray, and the loopback test cluster needs none). Teardown stops exactly the processes the
+fixture started (the ``ray start`` process group), never every Ray on the machine as ``ray stop``
+would. A test module uses it with ``from tests.ray_head import head``.
+
+:func:`submit` runs ``ray job submit --working-dir .`` (the checkout): the job runs
+``python -m refold.jobs.…`` in the folder Ray unpacked it to, so the code that runs is the
+checkout's (``.rayignore`` leaves out the top-level symlinks). :func:`summary` picks the job's
+JSON summary line out of the submit's output.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+__all__ = ["Head", "REPO", "api", "free_ports", "head", "ray_cli", "submit", "summary"]
+
+REPO = Path(__file__).resolve().parents[1]
+VENV_BIN = Path(sys.executable).parent
+RAY = str(VENV_BIN / "ray")
+
+
+@dataclass(frozen=True)
+class Head:
+    address: str  # the job API (dashboard) URL
+    env: dict
+    temp: Path  # the node's --temp-dir
+
+    def working_dirs(self) -> list[Path]:
+        """The working dirs this node unpacked for submitted jobs (one per distinct upload)."""
+        files = self.temp / "session_latest" / "runtime_resources" / "working_dir_files"
+        return sorted(p for p in files.glob("_ray_pkg_*") if p.is_dir())  # not the downloaded zips
+
+
+def free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def _stop_group(proc: subprocess.Popen, timeout: float = 10) -> None:
+    """SIGTERM the `ray start --block` process (it shuts its node down), then SIGKILL its group."""
+    pgid = proc.pid  # start_new_session=True: the group is ours alone
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            pass
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+@pytest.fixture(scope="module")
+def head():
+    import ray
+
+    if ray.is_initialized():  # one Ray runtime at a time on this machine
+        ray.shutdown()
+    gcs, dash, client, agent, agent_grpc, env_agent, metrics, node_mgr, obj_mgr = free_ports(9)
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "PATH": f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}",
+           "RAY_USAGE_STATS_ENABLED": "0"}
+    temp = tempfile.mkdtemp(prefix="rj", dir="/tmp")  # short: Ray's socket paths must fit 107 bytes
+    log = open(Path(temp) / "ray-start.log", "w")
+    proc = subprocess.Popen(
+        [RAY, "start", "--head", "--block", "--node-ip-address", "127.0.0.1", "--port", str(gcs),
+         "--num-cpus", "2", "--include-dashboard", "true", "--dashboard-host", "127.0.0.1",
+         "--dashboard-port", str(dash), "--ray-client-server-port", str(client),
+         "--dashboard-agent-listen-port", str(agent), "--dashboard-agent-grpc-port", str(agent_grpc),
+         "--runtime-env-agent-port", str(env_agent), "--metrics-export-port", str(metrics),
+         "--node-manager-port", str(node_mgr), "--object-manager-port", str(obj_mgr),
+         "--temp-dir", temp, "--disable-usage-stats"],
+        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert proc.poll() is None, (Path(temp) / "ray-start.log").read_text()[-3000:]
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{dash}/api/version", timeout=2):
+                    break
+            except OSError:
+                assert time.monotonic() < deadline, "the head node's dashboard never came up"
+                time.sleep(0.5)
+        yield Head(address=f"http://127.0.0.1:{dash}", env=env, temp=Path(temp))
+    finally:
+        _stop_group(proc)
+        log.close()
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def ray_cli(head: Head, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([RAY, *args], env=head.env, cwd=REPO, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def submit(head: Head, module: str, *args: str, wait: bool = True,
+           submission_id: str | None = None, runtime_env: dict | None = None) -> subprocess.CompletedProcess:
+    cmd = ["job", "submit", "--address", head.address, "--working-dir", "."]
+    if not wait:
+        cmd.append("--no-wait")
+    if submission_id:
+        cmd += ["--submission-id", submission_id]
+    if runtime_env:  # (e.g. {"env_vars": {...}}: the job's driver and every worker get them)
+        cmd += ["--runtime-env-json", json.dumps(runtime_env)]
+    return ray_cli(head, *cmd, "--", "python", "-m", module, *args)
+
+
+def api(head: Head, path: str, *, post: bool = False) -> dict:
+    """The job REST API that `ray job stop/status` call (without a CLI start-up per call, which
+    takes seconds on a loaded 2-core machine: the stop would land after the job finished)."""
+    request = urllib.request.Request(f"{head.address}{path}", method="POST" if post else "GET")
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.loads(response.read() or b"{}")
+
+
+def summary(done: subprocess.CompletedProcess) -> dict:
+    """The job's JSON summary line out of `ray job submit`'s output (the driver's log)."""
+    for line in reversed(done.stdout.splitlines()):
+        line = line.strip()
+        if line.startswith("{") and '"job"' in line:
+            return json.loads(line)
+    raise AssertionError(f"no JSON summary in the job output:\n{done.stdout[-4000:]}\n{done.stderr[-2000:]}")
+
+

@@ -1,0 +1,232 @@
+"""The jobs against a store in a bucket: ``s3://BUCKET/store`` on a local S3 API, no local store.
+
+The S3 API is moto's server run as its own process (``moto_server`` on a free port), not the
+in-process threaded server of :mod:`tests.object_store`: this test's process opens the store with
+delta-rs too, and a delta-rs call that holds the GIL while it waits for an answer would wait for
+a server thread of the same process forever. The jobs (Ray drivers and workers, other processes)
+reach it on 127.0.0.1 like any endpoint.
+
+Two submits to one local Ray head (:mod:`tests.ray_head`), the two documented ways of giving a
+job its store's endpoint and credentials: a projection with them in the job's runtime env
+(``--runtime-env-json '{"env_vars": {...}}'``: the driver and every worker read the usual AWS
+variables), then a full refold with the partitioned engine with them in ``--storage-options``.
+The cheaper cases run the job module as a plain process (``--no-ray``): the same job body and
+the same error handling, without a cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+import refold
+from refold.fold.spec import FoldSpec
+from refold.storage.store_options import RETRY_DEFAULTS, arrow_filesystem, with_defaults
+from tests.object_store import MotoServer
+from tests.ray_head import REPO, head, submit, summary  # noqa: F401 - head: the fixture
+
+N_EVENTS = 120
+_PEOPLE = ("Ana", "Ben", "Chloe", "Dev", "Eli")
+_CITIES = ("Lisbon", "Porto", "Berlin", "Oslo", "Quito")
+MOTO = str(Path(sys.executable).parent / "moto_server")
+
+
+def _events() -> list[dict]:
+    start = datetime(2024, 1, 1, tzinfo=timezone.utc)
+    return [{"kind": "chat_turn", "source": f"chat#{i}", "event_id": f"ev-{i:04d}",
+             "content": f"{_PEOPLE[i % 5]}: I live in {_CITIES[(i // 5) % 5]}.",
+             "subjects": [f"s-{_PEOPLE[i % 5].lower()}"],
+             "valid_from": (start + timedelta(days=i)).isoformat()} for i in range(N_EVENTS)]
+
+
+def _start_moto(env: dict[str, str] | None = None) -> tuple[subprocess.Popen, MotoServer]:
+    from tests.ray_head import free_ports
+
+    (port,) = free_ports(1)
+    proc = subprocess.Popen([MOTO, "-H", "127.0.0.1", "-p", str(port)], env={**os.environ, **(env or {})},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    server = MotoServer(endpoint=f"http://127.0.0.1:{port}")
+    deadline = time.monotonic() + 60
+    while True:
+        assert proc.poll() is None, "moto_server exited"
+        try:
+            with urllib.request.urlopen(f"{server.endpoint}/moto-api/", timeout=2):
+                break
+        except OSError:
+            assert time.monotonic() < deadline, "moto_server never answered"
+            time.sleep(0.2)
+    return proc, server
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture(scope="module")
+def s3() -> Iterator[MotoServer]:
+    proc, server = _start_moto()
+    try:
+        yield server
+    finally:
+        _stop(proc)
+
+
+@pytest.fixture
+def bucket(s3) -> str:
+    name = f"refold-jobs-{uuid.uuid4().hex[:12]}"
+    s3.client("s3").create_bucket(Bucket=name)
+    return name
+
+
+def _run_job(module: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """``python -m refold.jobs.<module> ...`` as its own process, without the caller's AWS settings."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("AWS_") and k != "RAY_ADDRESS"}
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=REPO, capture_output=True, text=True,
+                          env={**clean, "PYTHONPATH": str(REPO), **(env or {})}, timeout=300)
+
+
+def _one_line_error(done: subprocess.CompletedProcess) -> str:
+    """The job failed with exit 1, a summary naming the error, and no traceback."""
+    assert done.returncode == 1, (done.stdout, done.stderr[-3000:])
+    (line,) = [x for x in done.stdout.splitlines() if x.startswith("{")]
+    out = json.loads(line)
+    assert out["ok"] is False
+    assert "Traceback" not in done.stderr and "\u21b3" not in out["error"], done.stderr[-3000:]
+    assert "\n" not in out["error"]
+    return out["error"]
+
+
+# -- the options refold adds, and pyarrow's view of them ------------------------------------------
+
+def test_object_store_options_get_conditional_put_and_retries_unless_set():
+    assert with_defaults("/tmp/x", None) is None and with_defaults("/tmp/x", {"a": "1"}) == {"a": "1"}
+    opts = with_defaults("s3://b/store", {"AWS_REGION": "eu-west-1", "max_retries": "9"})
+    assert opts["conditional_put"] == "etag"  # the log's compare-and-append on S3 (DESIGN.md)
+    assert opts["max_retries"] == "9" and opts["AWS_REGION"] == "eu-west-1"  # the caller's wins
+    assert opts["retry_timeout"] == RETRY_DEFAULTS["retry_timeout"]
+    assert "conditional_put" not in with_defaults("gs://b/store", {})
+
+
+def test_pyarrow_reads_s3_with_the_endpoint_region_and_credentials_of_the_storage_options():
+    fs = arrow_filesystem("s3://b/store", {"AWS_ENDPOINT_URL": "http://127.0.0.1:9000", "AWS_REGION": "eu-west-1",
+                                           "AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s"}, env={})
+    assert fs.type_name == "s3" and fs.region == "eu-west-1"
+    # what the filesystem was built with (pyarrow pickles S3FileSystem by these arguments)
+    built = fs.__reduce__()[1][0]
+    assert built["endpoint_override"] == "127.0.0.1:9000" and built["scheme"] == "http"
+    assert built["access_key"] == "k" and built["secret_key"] == "s"
+    # options left out come from the environment, as delta-rs reads them
+    fs = arrow_filesystem("s3://b/store", {}, env={"AWS_ENDPOINT_URL": "https://s3.example", "AWS_REGION": "us-west-2"})
+    assert fs.region == "us-west-2" and fs.__reduce__()[1][0]["endpoint_override"] == "s3.example"
+    assert arrow_filesystem("/tmp/store", None) is None
+
+
+# -- a job without a cluster: the same body, the same errors --------------------------------------
+
+def test_a_projection_job_folds_a_store_in_a_bucket(s3, bucket):
+    uri = f"s3://{bucket}/store"
+    opts = s3.storage_options()
+    mem = refold.init(uri, storage_options=opts)
+    mem.append(_events()[:20])
+    done = _run_job("refold.jobs.project", uri, "--no-ray", "--no-progress",
+                    "--storage-options", json.dumps(opts))
+    out = json.loads(done.stdout.splitlines()[-1])
+    assert done.returncode == 0 and out["ok"], (out, done.stderr[-3000:])
+    assert out["fold"]["extraction_calls"] == 20
+    assert refold.open(uri, storage_options=opts).facts().height == 20
+
+
+def test_a_job_names_the_missing_bucket(s3):
+    uri = f"s3://refold-no-such-bucket-{uuid.uuid4().hex[:8]}/store"
+    error = _one_line_error(_run_job("refold.jobs.project", uri, "--no-ray", "--storage-options",
+                                     json.dumps(s3.storage_options())))
+    assert uri in error and "the bucket does not exist" in error and "NoSuchBucket" in error
+
+
+def test_a_job_names_an_endpoint_it_cannot_reach(bucket):
+    uri = f"s3://{bucket}/store"
+    unreachable = {"AWS_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s",
+                   "AWS_ENDPOINT_URL": "http://127.0.0.1:9"}  # (the discard port: nothing listens)
+    error = _one_line_error(_run_job("refold.jobs.refold", uri, "--no-ray", "--storage-options",
+                                     json.dumps({**unreachable, "AWS_ALLOW_HTTP": "true"})))
+    assert uri in error and "the endpoint cannot be reached" in error and "AWS_ENDPOINT_URL" in error
+    # an http:// endpoint without AWS_ALLOW_HTTP: object_store refuses the scheme
+    error = _one_line_error(_run_job("refold.jobs.refold", uri, "--no-ray", "--storage-options",
+                                     json.dumps(unreachable)))
+    assert uri in error and "AWS_ALLOW_HTTP=true" in error
+
+
+def test_a_job_names_refused_credentials():
+    proc, server = _start_moto({"INITIAL_NO_AUTH_ACTION_COUNT": "0"})  # a server that checks keys
+    try:
+        uri = "s3://refold-locked/store"
+        # the credentials reach the job through its environment (the runtime-env way), not a flag
+        error = _one_line_error(_run_job("refold.jobs.erase", uri, "--subject", "s-x",
+                                         env={**server.env(), "AWS_ACCESS_KEY_ID": "unknown"}))
+    finally:
+        _stop(proc)
+    assert uri in error and "credentials were refused" in error and "InvalidAccessKeyId" in error
+
+
+# -- on a Ray head node ----------------------------------------------------------------------------
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_project_and_refold_jobs_on_a_head_node_with_the_store_in_a_bucket(head, s3, bucket, tmp_path):
+    uri = f"s3://{bucket}/store"
+    opts = s3.storage_options()
+    mem = refold.init(uri, storage_options=opts)
+    mem.append(_events())
+    reference = refold.init(tmp_path / "reference")
+    reference.append(_events())
+    reference.fold()
+    expected = reference.facts().sort("fact_id")
+
+    # 1. a projection whose endpoint and credentials come from the job's runtime env
+    env_vars = {**s3.env()}
+    done = submit(head, "refold.jobs.project", uri, "--batch-size", "16", "--no-progress",
+                  runtime_env={"env_vars": env_vars})
+    out = summary(done)
+    assert done.returncode == 0 and out["ok"], (out, done.stderr[-3000:])
+    assert out["config"]["ray"] is True and out["ray_extraction"]["events"] == N_EVENTS
+    assert out["fold"]["extraction_calls"] == N_EVENTS
+
+    # 2. a full refold, partitioned engine, options as a flag (merge tasks get them from the driver)
+    done = submit(head, "refold.jobs.refold", uri, "--engine", "partitioned", "--no-progress",
+                  "--storage-options", json.dumps(opts))
+    out = summary(done)
+    assert done.returncode == 0 and out["ok"] and out["job"] == "refold", (out, done.stderr[-3000:])
+    assert out["fold"]["extraction_calls"] == 0  # every extraction is in the bucket's cache
+
+    after = refold.open(uri, storage_options=opts)
+    cache = after.cache.frame()
+    assert cache.height == cache["event_id"].n_unique() == N_EVENTS
+    assert set(cache["spec_hash"].to_list()) == {FoldSpec().hash}
+    assert after.facts().sort("fact_id").select(expected.columns).equals(expected)
+    # the partitioned refold's facts are what a fold of the same events on a local disk gives
+    assert out["fold"]["facts"] == expected.filter(pl.col("derivation") == "extracted").height
+    # the store is in the bucket: no Delta table was written on the node's or the test's disk
+    assert not [p for p in [*head.temp.rglob("_delta_log"), *tmp_path.rglob("_delta_log")]
+                if (tmp_path / "reference") not in p.parents]
+    assert any(k.startswith("store/extractions/_delta_log/") for k in _keys(s3, bucket))
+
+
+def _keys(s3: MotoServer, bucket: str) -> list[str]:
+    pages = s3.client("s3").get_paginator("list_objects_v2").paginate(Bucket=bucket)
+    return [obj["Key"] for page in pages for obj in page.get("Contents", ())]
