@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import subprocess
 import sys
 import time
@@ -205,6 +206,7 @@ def test_project_and_refold_jobs_on_a_head_node_with_the_store_in_a_bucket(head,
     out = summary(done)
     assert done.returncode == 0 and out["ok"], (out, done.stderr[-3000:])
     assert out["config"]["ray"] is True and out["ray_extraction"]["events"] == N_EVENTS
+    assert out["ray_extraction"]["events_from"] == "store"  # the actors read their events by seq
     assert out["fold"]["extraction_calls"] == N_EVENTS
 
     # 2. a full refold, partitioned engine, options as a flag (merge tasks get them from the driver)
@@ -230,3 +232,24 @@ def test_project_and_refold_jobs_on_a_head_node_with_the_store_in_a_bucket(head,
 def _keys(s3: MotoServer, bucket: str) -> list[str]:
     pages = s3.client("s3").get_paginator("list_objects_v2").paginate(Bucket=bucket)
     return [obj["Key"] for page in pages for obj in page.get("Contents", ())]
+
+
+def test_an_extraction_actor_reads_its_batch_from_the_bucket_by_seq(s3, bucket):
+    """The actor class behind ``map_batches``, called as Ray Data calls it (no cluster needed)."""
+    import pyarrow as pa
+
+    from refold.jobs.ray_extract import _ExtractBatch
+
+    uri = f"s3://{bucket}/store"
+    mem = refold.init(uri, storage_options=s3.storage_options())
+    mem.append(_events()[:10])
+    actor = _ExtractBatch(extractor="rules", options={}, spec=FoldSpec(),
+                          events_from=(uri, mem.storage_options))
+    out = actor(pa.table({"seq": [7, 2, 3]}))
+    assert out["error"].null_count == 3 and out["seq"].to_pylist() == [7, 2, 3]
+    stored = {e.seq: e.event_id for e in mem.events()}
+    assert [pickle.loads(b).event_id for b in out["extraction"].to_pylist()] == [stored[7], stored[2], stored[3]]
+    # seqs the log does not hold (it changed under the fold): the batch fails, as data
+    out = actor(pa.table({"seq": [3, 50]}))
+    assert out["seq"].to_pylist() == [-1] and out["error"][0].as_py().startswith("ExtractionError\n")
+    assert "seq 50" in out["error"][0].as_py() and uri in out["error"][0].as_py()

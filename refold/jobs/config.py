@@ -109,16 +109,23 @@ class JobConfig:
         return with_defaults(self.store, self.storage_options)
 
     def runner(self, mem):
-        """A Ray extraction runner writing to ``mem``'s cache, or None when Ray is off."""
+        """A Ray extraction runner writing to ``mem``'s cache, or None when Ray is off.
+
+        In a delete-mode store its actors read their events from the log through the store URI
+        (only seqs leave the driver); a shred-mode store's events are decrypted by the driver and
+        sent to the actors, which then need no keys."""
         if not self.use_ray:
             return None
         from refold.jobs.ray_extract import ray_runner
+
+        events_from = (mem.layout.root, mem.storage_options) if mem.mode == "delete" else None
 
         return ray_runner(self.extractor, self.options, address=self.address, progress=self.progress,
                           batch_size=self.batch_size, num_actors=self.num_actors,
                           num_cpus_per_actor=self.cpus_per_actor,
                           num_gpus_per_actor=self.gpus_per_actor, cache=mem.cache,
-                          flush_events=self.flush_events, flush_seconds=self.flush_seconds)
+                          flush_events=self.flush_events, flush_seconds=self.flush_seconds,
+                          events_from=events_from)
 
     def as_json(self) -> dict[str, Any]:
         return {"store": self.store, "extractor": self.extractor, "options": sorted(self.options),

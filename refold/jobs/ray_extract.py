@@ -14,8 +14,15 @@ keys), so
 * killing the whole run keeps everything cached up to the last flush, and the next run extracts
   only the rest.
 
-Events travel as pickled :class:`~refold.fold.events.Event` values in an Arrow binary column;
-extractions come back the same way, and the runner returns them in input order.
+Where the workers get their events: with ``events_from`` (the store's root URI and storage
+options: what a job passes for a delete-mode store) a batch carries only the events' seqs, and
+each actor reads its batch's rows from the log table itself (a pruned read of those seqs through
+the URI, so a store on object storage is read from the bucket on whatever node the actor runs;
+an actor finding other rows than the driver asked for fails the batch). Without it (a shred-mode
+store, whose content the driver decrypts with keys workers should not need, or a caller with no
+store) events travel as pickled :class:`~refold.fold.events.Event` values in an Arrow binary
+column. Extractions come back to the driver as pickled values either way; the driver writes them
+to the cache (one writer: see :class:`CacheWriter`) and returns them in input order.
 
 Actors ask for a fraction of a CPU (``num_cpus_per_actor=0.5`` by default): on a 2-core machine
 an actor pool of two 1-CPU actors leaves no CPU for Ray Data's read task and the pool deadlocks.
@@ -59,19 +66,45 @@ class _ExtractBatch:
     per event with the pickled extraction.
     """
 
-    def __init__(self, *, extractor: str | Extractor, options: Mapping[str, Any], spec: FoldSpec):
+    def __init__(self, *, extractor: str | Extractor, options: Mapping[str, Any], spec: FoldSpec,
+                 events_from: tuple[str, Mapping[str, str] | None] | None = None):
         if isinstance(extractor, str):
             from refold.extractors import get_extractor
 
             extractor = get_extractor(extractor, **dict(options))
         self.extractor = extractor
         self.spec = spec
+        self.events_from = events_from
+        self._log = None
+
+    def _read(self, seqs: list[int]) -> list[Event]:
+        """The log's events at ``seqs`` (in that order), read from the store by this actor."""
+        import pyarrow.compute as pc
+
+        from refold.storage.layout import Layout
+        from refold.storage.log import EventLog
+        from refold.storage.schema import table_to_events
+
+        if self._log is None:  # (its table handle is the process's, brought up to date per read)
+            root, storage_options = self.events_from
+            self._log = EventLog(Layout(root), storage_options=dict(storage_options or {}) or None)
+        rows = self._log.arrow(filter=pc.field("seq").isin(seqs), prune=[{"seq": (min(seqs), max(seqs))}])
+        by_seq = {e.seq: e for e in table_to_events(rows)}
+        missing = [s for s in seqs if s not in by_seq]
+        if missing:
+            raise ExtractionError(f"the log at {self.events_from[0]} holds no event at seq {missing[0]} "
+                                  f"({len(missing)} missing of {len(seqs)}): it changed while the fold ran "
+                                  "(an erasure?); run the fold again")
+        return [by_seq[s] for s in seqs]
 
     def __call__(self, batch):
         import pyarrow as pa
 
-        events: list[Event] = [pickle.loads(b) for b in batch.column("event").to_pylist()]
         try:
+            if "seq" in batch.column_names:
+                events: list[Event] = self._read(batch.column("seq").to_pylist())
+            else:
+                events = [pickle.loads(b) for b in batch.column("event").to_pylist()]
             results = self.extractor.extract(events, self.spec)
             if len(results) != len(events):
                 raise ExtractionError(
@@ -111,6 +144,7 @@ class RayRunner:
     spec: FoldSpec | None = None
     flush_events: int = 512
     flush_seconds: float = 5.0
+    events_from: tuple[str, Mapping[str, str] | None] | None = None
     last: RunStats = field(default_factory=RunStats)
 
     def resolved_spec(self) -> FoldSpec:
@@ -135,14 +169,17 @@ class RayRunner:
         ensure_ray(self.address)
         ray = _import_ray()
         started = time.monotonic()
-        rows = [{"event": pickle.dumps(e)} for e in events]
+        if self.events_from is not None:  # the actors read their events from the store
+            rows: list[dict[str, Any]] = [{"seq": e.seq} for e in events]
+        else:
+            rows = [{"event": pickle.dumps(e)} for e in events]
         # a block per batch, so every actor of the pool has work from the start
         blocks = max(1, min(-(-len(rows) // self.batch_size), 200))
         ds = ray.data.from_items(rows, override_num_blocks=blocks)
         ds = ds.map_batches(
             _ExtractBatch,
             fn_constructor_kwargs={"extractor": self.extractor, "options": dict(self.options),
-                                   "spec": spec},
+                                   "spec": spec, "events_from": self.events_from},
             batch_size=self.batch_size,
             batch_format="pyarrow",
             compute=ray.data.ActorPoolStrategy(size=self.num_actors),
@@ -151,7 +188,7 @@ class RayRunner:
             # Ray Data's actor pools default to max_restarts=-1 and max_task_retries=-1: a dead
             # actor is restarted and its batch retried (passing them here is deprecated in 2.60)
         )
-        stats = RunStats(events=len(events))
+        stats = RunStats(events=len(events), events_from="store" if self.events_from else "driver")
         writer = CacheWriter(self.cache, every_events=self.flush_events, every_seconds=self.flush_seconds)
         found = drain(ds, total=len(events), label="extracting on ray", progress=self.progress,
                       writer=writer, stats=stats)
@@ -168,13 +205,17 @@ def ray_runner(extractor_name: str | Extractor, options: Mapping[str, Any] | Non
                address: str | None = None, progress: bool = True, batch_size: int = 8,
                num_actors: int = 2, num_cpus_per_actor: float = 0.5, num_gpus_per_actor: float = 0.0,
                cache: Any | None = None, spec: FoldSpec | None = None, flush_events: int = 512,
-               flush_seconds: float = 5.0) -> Callable[[list[Event]], list[Extraction]]:
+               flush_seconds: float = 5.0, events_from: tuple[str, Mapping[str, str] | None] | None = None
+               ) -> Callable[[list[Event]], list[Extraction]]:
     """A runner that extracts events on a Ray actor pool (see the module docstring).
 
     ``extractor_name`` is a registry name (built in each actor with ``options``) or a picklable
     extractor instance. Pass ``cache`` (the store's :class:`ExtractionCache`) so extractions are
     cached while the run goes (every ``flush_events`` or ``flush_seconds``); pass ``spec`` when the fold is given one (otherwise the
-    extractor's default spec is used, as ``Memory.fold`` does). Ray is started on first call.
+    extractor's default spec is used, as ``Memory.fold`` does). ``events_from``: the store's
+    (root URI, storage options), so each actor reads its batch's events from the log itself and
+    only seqs travel (for a store whose stored content is what the extractor reads: delete mode).
+    Ray is started on first call.
     """
     if extractor_name == "vllm":
         # vLLM engines are Ray Data LLM stages themselves: one processor over all events, not an
@@ -194,4 +235,5 @@ def ray_runner(extractor_name: str | Extractor, options: Mapping[str, Any] | Non
     return RayRunner(extractor=extractor_name, options=dict(options or {}), address=address,
                      progress=progress, batch_size=batch_size, num_actors=num_actors,
                      num_cpus_per_actor=num_cpus_per_actor, num_gpus_per_actor=num_gpus_per_actor,
-                     cache=cache, spec=spec, flush_events=flush_events, flush_seconds=flush_seconds)
+                     cache=cache, spec=spec, flush_events=flush_events, flush_seconds=flush_seconds,
+                     events_from=events_from)

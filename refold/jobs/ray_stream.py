@@ -80,6 +80,8 @@ class RunStats:
     rows_inserted: int = 0
     cache_writes: int = 0
     seconds: float = 0.0
+    #: where the workers got their events: "store" (read by seq from the log table) or "driver"
+    events_from: str = "driver"
 
     @property
     def events_per_s(self) -> float:
