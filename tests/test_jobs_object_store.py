@@ -185,6 +185,26 @@ def test_a_job_names_refused_credentials():
     assert uri in error and "credentials were refused" in error and "InvalidAccessKeyId" in error
 
 
+def test_an_erase_job_on_a_bucket_is_refused_in_one_line_while_erasure_needs_a_local_root(s3, bucket):
+    """Erasure keeps its journal, keys and receipts as local files for now (the object-store port
+    of those side files is separate work); until it lands, an erase job against a bucket fails
+    per subject with one line and exit 1, and changes nothing in the bucket."""
+    uri = f"s3://{bucket}/store"
+    opts = s3.storage_options()
+    mem = refold.init(uri, storage_options=opts)
+    mem.append(_events()[:10])
+    before = sorted(_keys(s3, bucket))
+    done = _run_job("refold.jobs.erase", uri, "--subject", "s-ana", "--no-ray", "--storage-options",
+                    json.dumps(opts))
+    assert done.returncode == 1, done.stderr[-3000:]
+    out = json.loads(done.stdout.splitlines()[-1])
+    assert out["ok"] is False and out["failed"] == ["s-ana"] and out["config"]["store"] == uri
+    (subject,) = out["subjects"]
+    assert subject["error"].startswith("StoreError: ") and "local store root" in subject["error"]
+    assert "\n" not in subject["error"] and "Traceback" not in done.stderr
+    assert sorted(_keys(s3, bucket)) == before
+
+
 # -- on a Ray head node ----------------------------------------------------------------------------
 
 @pytest.mark.ray
