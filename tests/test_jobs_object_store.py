@@ -116,7 +116,7 @@ def _one_line_error(done: subprocess.CompletedProcess) -> str:
 # -- the options refold adds, and pyarrow's view of them ------------------------------------------
 
 def test_object_store_options_get_conditional_put_and_retries_unless_set():
-    assert with_defaults("/tmp/x", None) is None and with_defaults("/tmp/x", {"a": "1"}) == {"a": "1"}
+    assert with_defaults("memory", None) is None and with_defaults("memory", {"a": "1"}) == {"a": "1"}
     opts = with_defaults("s3://b/store", {"AWS_REGION": "eu-west-1", "max_retries": "9"})
     assert opts["conditional_put"] == "etag"  # the log's compare-and-append on S3 (DESIGN.md)
     assert opts["max_retries"] == "9" and opts["AWS_REGION"] == "eu-west-1"  # the caller's wins
@@ -135,7 +135,7 @@ def test_pyarrow_reads_s3_with_the_endpoint_region_and_credentials_of_the_storag
     # options left out come from the environment, as delta-rs reads them
     fs = arrow_filesystem("s3://b/store", {}, env={"AWS_ENDPOINT_URL": "https://s3.example", "AWS_REGION": "us-west-2"})
     assert fs.region == "us-west-2" and fs.__reduce__()[1][0]["endpoint_override"] == "s3.example"
-    assert arrow_filesystem("/tmp/store", None) is None
+    assert arrow_filesystem("memory", None) is None and arrow_filesystem("file://memory", None) is None
 
 
 # -- a job without a cluster: the same body, the same errors --------------------------------------
