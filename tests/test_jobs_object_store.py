@@ -205,6 +205,89 @@ def test_an_erase_job_on_a_bucket_is_refused_in_one_line_while_erasure_needs_a_l
     assert sorted(_keys(s3, bucket)) == before
 
 
+class _FlakyProxy:
+    """An HTTP proxy in front of the S3 API that answers every ``every``-th request with 503 Slow
+    Down without passing it on (a transient object-store failure), and forwards the rest."""
+
+    def __init__(self, target: str, every: int):
+        import http.client
+        import http.server
+        import threading
+        from urllib.parse import urlsplit
+
+        host, port = urlsplit(target).hostname, urlsplit(target).port
+        proxy = self
+        self.requests = self.failed = 0
+        lock = threading.Lock()
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):  # quiet
+                pass
+
+            def _relay(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                with lock:
+                    proxy.requests += 1
+                    fail = proxy.requests % every == 0
+                    proxy.failed += fail
+                if fail:
+                    self.send_response(503)
+                    payload = b"<Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>"
+                    self.send_header("Content-Length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload)
+                    return
+                conn = http.client.HTTPConnection(host, port, timeout=30)
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("connection",)}
+                conn.request(self.command, self.path, body=body or None, headers=headers)
+                answer = conn.getresponse()
+                data = answer.read()
+                self.send_response(answer.status)
+                length = answer.getheader("Content-Length") if self.command == "HEAD" else str(len(data))
+                for k, v in answer.getheaders():
+                    if k.lower() not in ("transfer-encoding", "connection", "content-length", "server", "date"):
+                        self.send_header(k, v)
+                self.send_header("Content-Length", length or "0")
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(data)
+                conn.close()
+
+            do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _relay
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_a_job_rides_out_transient_object_store_errors_with_the_default_retries(s3, bucket):
+    uri = f"s3://{bucket}/store"
+    mem = refold.init(uri, storage_options=s3.storage_options())
+    mem.append(_events()[:30])
+    proxy = _FlakyProxy(s3.endpoint, every=4)  # every 4th request of the job answers 503
+    try:
+        flaky = {**s3.storage_options(), "AWS_ENDPOINT_URL": proxy.endpoint}
+        done = _run_job("refold.jobs.project", uri, "--no-ray", "--no-progress", "--storage-options",
+                        json.dumps(flaky))
+        out = json.loads(done.stdout.splitlines()[-1])
+        assert done.returncode == 0 and out["ok"], (out, done.stderr[-3000:])
+        assert proxy.failed >= 3  # (the job's reads and commits all went through the proxy)
+        # the same job with the library's retries turned off fails on the first 503
+        done = _run_job("refold.jobs.refold", uri, "--no-ray", "--no-progress", "--storage-options",
+                        json.dumps({**flaky, "max_retries": "0"}))
+    finally:
+        proxy.close()
+    assert done.returncode == 1
+    assert refold.open(uri, storage_options=s3.storage_options()).facts().height == 30
+
+
 # -- on a Ray head node ----------------------------------------------------------------------------
 
 @pytest.mark.ray
@@ -246,6 +329,8 @@ def test_project_and_refold_jobs_on_a_head_node_with_the_store_in_a_bucket(head,
     # the store is in the bucket: no Delta table was written on the node's or the test's disk
     assert not [p for p in [*head.temp.rglob("_delta_log"), *tmp_path.rglob("_delta_log")]
                 if (tmp_path / "reference") not in p.parents]
+    # nor a side file under a local folder named after the URI (an s3:// string taken for a path)
+    assert not [*head.temp.rglob("s3:"), *tmp_path.rglob("s3:"), *REPO.glob("s3:")]
     assert any(k.startswith("store/extractions/_delta_log/") for k in _keys(s3, bucket))
 
 
