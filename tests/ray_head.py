@@ -9,7 +9,7 @@ would. A test module uses it with ``from tests.ray_head import head``.
 :func:`submit` runs ``ray job submit --working-dir .`` (the checkout): the job runs
 ``python -m refold.jobs.…`` in the folder Ray unpacked it to, so the code that runs is the
 checkout's (``.rayignore`` leaves out the top-level symlinks). :func:`summary` picks the job's
-JSON summary line out of the submit's output.
+JSON summary line out of the submit's output. :func:`chat_events` is the log the job tests fold.
 """
 
 from __future__ import annotations
@@ -25,11 +25,13 @@ import tempfile
 import time
 import urllib.request
 from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 
-__all__ = ["Head", "REPO", "api", "free_ports", "head", "ray_cli", "submit", "summary"]
+__all__ = ["Head", "REPO", "api", "chat_events", "free_ports", "head", "ray_cli", "submit", "summary",
+           "wait_for_http"]
 
 REPO = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent
@@ -97,20 +99,37 @@ def head():
         env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert proc.poll() is None, (Path(temp) / "ray-start.log").read_text()[-3000:]
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{dash}/api/version", timeout=2):
-                    break
-            except OSError:
-                assert time.monotonic() < deadline, "the head node's dashboard never came up"
-                time.sleep(0.5)
+        wait_for_http(f"http://127.0.0.1:{dash}/api/version", proc, what="the head node's dashboard",
+                      log=Path(temp) / "ray-start.log", seconds=120)
         yield Head(address=f"http://127.0.0.1:{dash}", env=env, temp=Path(temp))
     finally:
         _stop_group(proc)
         log.close()
         shutil.rmtree(temp, ignore_errors=True)
+
+
+def wait_for_http(url: str, proc: subprocess.Popen, *, what: str, log: Path | None = None,
+                  seconds: float = 60) -> None:
+    """Return once ``url`` answers; fail if ``proc`` (the server) exits or ``seconds`` pass."""
+    deadline = time.monotonic() + seconds
+    while True:
+        assert proc.poll() is None, f"{what} exited: " + (log.read_text()[-3000:] if log else "")
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return
+        except OSError:
+            assert time.monotonic() < deadline, f"{what} never came up"
+            time.sleep(0.3)
+
+
+def chat_events(n: int) -> list[dict]:
+    """``n`` chat turns of five people stating where they live (the job tests' log)."""
+    people, cities = ("Ana", "Ben", "Chloe", "Dev", "Eli"), ("Lisbon", "Porto", "Berlin", "Oslo", "Quito")
+    start = datetime(2024, 1, 1, tzinfo=timezone.utc)
+    return [{"kind": "chat_turn", "source": f"chat#{i}", "event_id": f"ev-{i:04d}",
+             "content": f"{people[i % 5]}: I live in {cities[(i // 5) % 5]}.",
+             "subjects": [f"s-{people[i % 5].lower()}"],
+             "valid_from": (start + timedelta(days=i)).isoformat()} for i in range(n)]
 
 
 def ray_cli(head: Head, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:

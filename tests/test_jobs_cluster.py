@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import time
-from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import polars as pl
@@ -27,22 +26,16 @@ from refold.fold.spec import FoldSpec
 from refold.storage.cache import ExtractionCache
 from refold.storage.layout import Layout
 
-from tests.ray_head import REPO, Head, api, head, ray_cli, submit  # noqa: F401 - head: the fixture
+from tests.ray_head import REPO, Head, api, chat_events, head, ray_cli, submit  # noqa: F401 - head: the fixture
 from tests.ray_head import summary as job_summary
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 N_EVENTS = 400
-_PEOPLE = ("Ana", "Ben", "Chloe", "Dev", "Eli")
-_CITIES = ("Lisbon", "Porto", "Berlin", "Oslo", "Quito")
 
 
 def _events() -> list[dict]:
-    start = datetime(2024, 1, 1, tzinfo=timezone.utc)
-    return [{"kind": "chat_turn", "source": f"chat#{i}", "event_id": f"ev-{i:04d}",
-             "content": f"{_PEOPLE[i % 5]}: I live in {_CITIES[(i // 5) % 5]}.",
-             "subjects": [f"s-{_PEOPLE[i % 5].lower()}"],
-             "valid_from": (start + timedelta(days=i)).isoformat()} for i in range(N_EVENTS)]
+    return chat_events(N_EVENTS)
 
 
 def _rows(path: Path) -> int:

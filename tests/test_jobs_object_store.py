@@ -21,11 +21,8 @@ import os
 import pickle
 import subprocess
 import sys
-import time
-import urllib.request
 import uuid
 from collections.abc import Iterator
-from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import polars as pl
@@ -35,20 +32,14 @@ import refold
 from refold.fold.spec import FoldSpec
 from refold.storage.store_options import RETRY_DEFAULTS, arrow_filesystem, with_defaults
 from tests.object_store import MotoServer
-from tests.ray_head import REPO, head, submit, summary  # noqa: F401 - head: the fixture
+from tests.ray_head import REPO, chat_events, head, submit, summary, wait_for_http  # noqa: F401 - head: the fixture
 
 N_EVENTS = 120
-_PEOPLE = ("Ana", "Ben", "Chloe", "Dev", "Eli")
-_CITIES = ("Lisbon", "Porto", "Berlin", "Oslo", "Quito")
 MOTO = str(Path(sys.executable).parent / "moto_server")
 
 
-def _events() -> list[dict]:
-    start = datetime(2024, 1, 1, tzinfo=timezone.utc)
-    return [{"kind": "chat_turn", "source": f"chat#{i}", "event_id": f"ev-{i:04d}",
-             "content": f"{_PEOPLE[i % 5]}: I live in {_CITIES[(i // 5) % 5]}.",
-             "subjects": [f"s-{_PEOPLE[i % 5].lower()}"],
-             "valid_from": (start + timedelta(days=i)).isoformat()} for i in range(N_EVENTS)]
+def _events(n: int = N_EVENTS) -> list[dict]:
+    return chat_events(n)
 
 
 def _start_moto(env: dict[str, str] | None = None) -> tuple[subprocess.Popen, MotoServer]:
@@ -58,15 +49,7 @@ def _start_moto(env: dict[str, str] | None = None) -> tuple[subprocess.Popen, Mo
     proc = subprocess.Popen([MOTO, "-H", "127.0.0.1", "-p", str(port)], env={**os.environ, **(env or {})},
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     server = MotoServer(endpoint=f"http://127.0.0.1:{port}")
-    deadline = time.monotonic() + 60
-    while True:
-        assert proc.poll() is None, "moto_server exited"
-        try:
-            with urllib.request.urlopen(f"{server.endpoint}/moto-api/", timeout=2):
-                break
-        except OSError:
-            assert time.monotonic() < deadline, "moto_server never answered"
-            time.sleep(0.2)
+    wait_for_http(f"{server.endpoint}/moto-api/", proc, what="moto_server")
     return proc, server
 
 
