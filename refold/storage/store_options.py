@@ -53,7 +53,8 @@ RETRY_DEFAULTS: Mapping[str, str] = {
 
 #: delta-rs's S3 option names (lower-cased) → the setting they give (aliases object_store accepts)
 _S3_KEYS = {
-    "aws_endpoint_url": "endpoint", "aws_endpoint": "endpoint", "endpoint_url": "endpoint",
+    "aws_endpoint_url": "endpoint", "aws_endpoint_url_s3": "endpoint", "aws_endpoint": "endpoint",
+    "endpoint_url": "endpoint",
     "endpoint": "endpoint",
     "aws_region": "region", "region": "region", "aws_default_region": "region",
     "aws_access_key_id": "access_key", "access_key_id": "access_key",
