@@ -75,10 +75,6 @@ class _Head:
     link: str
 
 
-def _rollup_relations(spec: FoldSpec) -> set[str]:
-    return {r for rule in spec.rollups for r in rule.inputs}
-
-
 # -- reading the log -----------------------------------------------------------------------------
 
 
