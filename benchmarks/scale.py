@@ -11,7 +11,9 @@ moving and changing jobs, organisations located in cities; rules extractor; appe
 * erasure          ``erase("s-x")`` in a fresh process (0.1% of the log): the whole procedure, and
                    its refold step where the receipt times it; then a fold makes 0 extraction calls
 * read             one subject's current facts (``facts(subject=…, current_only=True)``) in a warm
-                   process: the first read, then the median of 20
+                   process: the first read, then the median of 20; then, in the same process, the
+                   whole state's facts (``facts()``) and ``why`` of one roll-up (``works_in``)
+                   fact (the partitioned engine derives compose roll-ups when read)
 * floor            what any merge must at least do: polars reading the cached extractions and
                    sorting their facts by (tenant, subject, relation, seq)
 
@@ -145,6 +147,14 @@ def step(name: str, root: Path, n: int, use_ray: bool, engine: str = "partitione
             mem.facts(subject=name_, current_only=True)
             times.append(time.perf_counter() - t0)
         out.update(median=statistics.median(times), rows=first.height)
+        t0 = time.perf_counter()
+        whole = mem.facts()
+        out.update(whole_s=time.perf_counter() - t0, whole_rows=whole.height)
+        derived = whole.filter(whole["derivation"] == "works_in")["fact_id"].to_list()
+        if derived:
+            t0 = time.perf_counter()
+            mem.why(derived[len(derived) // 2])
+            out["why_s"] = time.perf_counter() - t0
     elif name == "floor":
         out["rows"] = floor(root)
     else:
@@ -250,6 +260,8 @@ def report(label: str, results: dict[int, dict]) -> bool:
               f"(target <= 50 ms)")
         print("  peak RSS GiB per step: " + ", ".join(
             f"{step_} {r[step_]['rss'] / gib:.2f}" for step_ in ("append", "fold", "refold", "incremental", "erase", "read")))
+        print(f"  reads: whole state facts() {r['read']['whole_s']:.2f} s ({r['read']['whole_rows']} rows)"
+              + (f", why of a works_in fact {r['read']['why_s']:.2f} s" if "why_s" in r["read"] else ""))
         print("  checks: " + ", ".join(f"{k}: {'yes' if v else 'NO'}" for k, v in checks.items()))
     return ok
 

@@ -2,17 +2,18 @@
 
     full         log (in batches) → extraction cache (extract what is missing) → items table
                  → per bucket group: read its items, fold each bucket alone → merged rows
-                 → entities (names from items, summaries) → roll-up join stage → derived rows
+                 → entities (names from items, summaries) → stored roll-ups (inverse rules)
                  → the last commit is tagged with the log position (the snapshot)
     incremental  the events after the tag → their items (appended) → only the subjects they touch
                  are advanced from their current rows, the buckets holding them rewritten, and the
-                 roll-ups and entities that depend on those subjects refreshed
+                 stored roll-ups and entities that depend on those subjects refreshed
     erasure      :class:`StatePurger`: the buckets that held the erased events' items are refolded
                  from the surviving items (cached extractions: no model call), the dependent
                  roll-ups and entities refreshed, and old versions vacuumed
 
-Peak memory of a full fold follows the largest bucket group plus the roll-up stage's columns, not
-the whole graph. :func:`merge_buckets` reads a bucket group's items from the store itself and
+Compose roll-ups are not stored: a read derives them for what it reads (refold.state_rollups),
+so no stage here costs in proportion to (moves × staff). Peak memory of a full fold follows the
+largest bucket group, not the whole graph. :func:`merge_buckets` reads a bucket group's items from the store itself and
 returns its rows, so the same function can run as a remote task (e.g. a Ray task given the store
 URI); locally the groups run one after another in this process.
 """
@@ -36,7 +37,7 @@ from refold.fold.events import Event
 from refold.fold.extract import Extractor
 from refold.fold.partition import (
     DEFAULT_BUCKETS, FACT_SCHEMA, ITEM_SCHEMA, advance_subjects, bucket_of, derive_frame, entities_from_names,
-    entity_names, entity_rows, fold_partition, items_of,
+    entity_names, entity_rows, fold_partition, items_of, read_time_rules, stored_rules,
 )
 from refold.fold.spec import FoldSpec
 from refold.folding import FoldReport, extract_missing, needs_extraction
@@ -72,10 +73,6 @@ class PartitionError(RefoldError):
 class _Head:
     seq: int
     link: str
-
-
-def _rollup_relations(spec: FoldSpec) -> set[str]:
-    return {r for rule in spec.rollups for r in rule.inputs}
 
 
 # -- reading the log -----------------------------------------------------------------------------
@@ -286,7 +283,8 @@ def _finish(mem, spec, store: StateStore, *, head: _Head, tenants: Iterable[str]
         entities_version, facts_count = _full_entities(spec, store, buckets)
         derived = _full_rollups(spec, store, buckets)
         tag = StateTag(log_seq=head.seq, log_link=head.link, buckets=buckets, tenants=tenants,
-                       entities_version=entities_version, facts=facts_count, derived=derived)
+                       entities_version=entities_version, facts=facts_count, derived=derived,
+                       rollups=_read_rollups(spec))
     else:
         append = new_items is not None
         seen = head.seq if append else -1
@@ -298,7 +296,7 @@ def _finish(mem, spec, store: StateStore, *, head: _Head, tenants: Iterable[str]
                                  append=append, seen_at=seen)
         tag = StateTag(log_seq=head.seq, log_link=head.link, buckets=buckets, tenants=tenants,
                        entities_version=entities_version, facts=counts[0] + after.height - before.height,
-                       derived=counts[1] + delta)
+                       derived=counts[1] + delta, rollups=_read_rollups(spec))
     store.set_tag(tag)
     return _current_tag(store)
 
@@ -325,25 +323,25 @@ def _full_entities(spec: FoldSpec, store: StateStore, buckets: int) -> tuple[int
     return version, merged_rows
 
 
+def _read_rollups(spec: FoldSpec) -> tuple:
+    """The rules a read of this state derives (named by its tag, see StateTag.rollups)."""
+    return tuple((r.name, r.kind, tuple(r.inputs), r.output) for r in read_time_rules(spec.rollups))
+
+
 def _full_rollups(spec: FoldSpec, store: StateStore, buckets: int) -> int:
-    """The roll-up stage of a full fold, bucket group by bucket group of the rows' first inputs
-    (memory follows a group plus the compose rules' second inputs, not the store); returns the
-    derived row count."""
-    compose_seconds = sorted({r.inputs[1] for r in spec.rollups if r.kind == "compose"})
-    firsts = sorted({r.inputs[0] for r in spec.rollups})
-    seconds = pl.from_arrow(store.read("facts", columns=_BASE_COLUMNS, layer="merged",
-                                       filter=pc.field("relation").isin(compose_seconds))) if compose_seconds else None
+    """The stored roll-ups of a full fold (inverse rules: one row per input row), bucket group by
+    bucket group of their inputs; returns the derived row count. Compose rules are derived when
+    read (their rows grow with moves × staff)."""
+    rules = stored_rules(spec.rollups)
+    firsts = sorted({r.inputs[0] for r in rules})
     store.write("facts", FACT_SCHEMA.empty_table(), layer="derived")  # the layer, emptied
     total = 0
-    for group in _groups(buckets, group_size(store, buckets)):
+    for group in _groups(buckets, group_size(store, buckets)) if firsts else []:
         mine = pl.from_arrow(store.read("facts", buckets=group, columns=_BASE_COLUMNS, layer="merged",
                                         filter=pc.field("relation").isin(firsts)))
         if mine.height == 0:
             continue
-        base = mine if seconds is None else pl.concat([mine, seconds]).unique("fact_id", maintain_order=True)
-        ids = pl.Series(mine["fact_id"]).implode()
-        derived = derive_frame(spec.rollups, base, buckets=buckets, touching=mine["fact_id"].to_list())
-        derived = derived.filter(pl.col("inputs").list.first().is_in(ids))  # each row once: by its first input
+        derived = derive_frame(rules, mine, buckets=buckets)
         if derived.height:
             store.write("facts", derived.to_arrow(), mode="append")
             total += derived.height
@@ -382,42 +380,33 @@ def _refresh_derived(spec: FoldSpec, store: StateStore, buckets: int, *, before:
     """Recompute the derived rows with an input among ``changed`` merged rows (``before``: old
     versions of merged rows, or rows now gone; ``after``: current rows; the merged layer is
     already up to date). ``append``: write new versions and deletion markers; else rewrite the
-    buckets holding such rows. Returns the change in the derived row count."""
-    compose = [r for r in spec.rollups if r.kind == "compose"]
-    firsts = sorted({r.inputs[0] for r in compose})
-    seconds = sorted({r.inputs[1] for r in compose})
-    inverse = sorted({r.inputs[0] for r in spec.rollups if r.kind == "inverse"})
+    buckets holding such rows. Returns the change in the derived row count.
+
+    Only the stored rules (inverse: a row per input row) are refreshed: compose roll-ups are
+    derived when read, so a moved organisation re-derives nothing here."""
+    rules = stored_rules(spec.rollups)
+    inverse = sorted({r.inputs[0] for r in rules})
+    if not inverse:
+        return 0
     both = pl.concat([before.select(_BASE_COLUMNS), after.select(_BASE_COLUMNS)]).filter(_among("fact_id", changed))
-    # compose pairs through a changed second input: the first inputs pointing at its subject
-    # (the one scan of every bucket, only when such a row changed: an organisation moved)
-    middles = set(both.filter(pl.col("relation").is_in(seconds))["subject"].to_list())
-    via = pl.from_arrow(store.read("facts", columns=_BASE_COLUMNS, layer="merged",
-                                   filter=pc.field("relation").isin(firsts) & _isin("object", middles))) \
-        if middles and firsts else after.select(_BASE_COLUMNS).clear()
-    direct = after.select(_BASE_COLUMNS).filter(pl.col("relation").is_in(firsts + inverse) & _among("fact_id", changed))
-    heads = set(direct.filter(pl.col("relation").is_in(firsts))["object"].to_list()) | middles
-    partners = pl.from_arrow(store.read("facts", buckets=_buckets(heads, buckets), columns=_BASE_COLUMNS,
-                                        layer="merged", filter=pc.field("relation").isin(seconds)
-                                        & _isin("subject", heads))) if heads and seconds else direct.clear()
-    base = pl.concat([direct, via, partners]).unique("fact_id", maintain_order=True)
-    new = derive_frame(spec.rollups, base, buckets=buckets, touching=changed)
+    base = after.select(_BASE_COLUMNS).filter(pl.col("relation").is_in(inverse) & _among("fact_id", changed))
+    new = derive_frame(rules, base, buckets=buckets, touching=changed)
     fresh_ids = set(new["fact_id"].to_list())
     if append:
         # the derived rows the state holds with a changed input are what the rules gave over
         # the inputs' previous versions: derived again from those, not read back
         previous = before.select(_BASE_COLUMNS).filter(_among("fact_id", changed))
         prior_base = pl.concat([base.filter(~_among("fact_id", changed)), previous])
-        old = derive_frame(spec.rollups, prior_base, buckets=buckets, touching=changed)
+        old = derive_frame(rules, prior_base, buckets=buckets, touching=changed)
         gone = old.filter(~_among("fact_id", fresh_ids))
         rows = pl.concat([new, gone])
         if rows.height:
             flags = pa.array([False] * new.height + [True] * gone.height, pa.bool_())
             store.write("facts", rows.to_arrow(), mode="append", seen_at=seen_at, deleted=flags)
         return len(fresh_ids - set(old["fact_id"].to_list())) - gone.height
-    # where the rows to replace live: a compose row in its first input's subject's bucket, an
-    # inverse row in its input's object's (old versions too: an erased input's rows must go)
-    homes = set(both.filter(pl.col("relation").is_in(firsts))["subject"].to_list()) | set(via["subject"].to_list())
-    homes |= set(both.filter(pl.col("relation").is_in(inverse))["object"].to_list())
+    # where the rows to replace live: an inverse row in its input's object's bucket (old
+    # versions too: an erased input's rows must go)
+    homes = set(both.filter(pl.col("relation").is_in(inverse))["object"].to_list())
     homes |= set(new["subject"].to_list())
     where = sorted(_buckets(homes, buckets))
     ids = pl.Series(sorted(changed), dtype=pl.Utf8).implode()

@@ -2,7 +2,8 @@
 
 A read of one subject opens only the buckets that can hold it (one per tenant); a graph is a
 *view* built for what the caller asks (a subject's neighbourhood to a depth, a tenant, a time),
-never the whole state unless asked for.
+never the whole state unless asked for. Compose roll-ups are not stored: each read derives
+those of what it reads (:mod:`refold.state_rollups`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from refold.fold.entities import entity_key
 from refold.fold.merge import node_id
 from refold.fold.partition import bucket_of
 from refold.fold.queries import FACT_COLUMNS
+from refold.state_rollups import find_derived, input_relations, with_rollups
 from refold.storage.state import StateStore, StateTag
 
 __all__ = ["facts_from_state", "graph_view", "lineage_view", "neighbourhood"]
@@ -39,14 +41,18 @@ def _names(store: StateStore, tag: StateTag, nodes: set[str]) -> dict[str, str]:
     return dict(zip(rows["node"].to_pylist(), rows["name"].to_pylist()))
 
 
-def _rows(store: StateStore, tag: StateTag, *, nodes: list[str] | None, relation: str | None,
+def _rows(store: StateStore, tag: StateTag, *, nodes: list[str] | None, relation: str | set[str] | None,
           tenant: str | None) -> pl.DataFrame:
     expr = None
     buckets = None
     if nodes is not None:
         buckets = {bucket_of(n, tag.buckets) for n in nodes}
         expr = pc.field("subject").isin(pa.array(nodes, pa.string()))
-    for extra in ([pc.field("relation") == relation] if relation else []) + \
+    if isinstance(relation, set):
+        relation = pc.field("relation").isin(pa.array(sorted(relation), pa.string()))
+    elif relation:
+        relation = pc.field("relation") == relation
+    for extra in ([relation] if relation is not None else []) + \
                  ([pc.field("tenant") == tenant] if tenant is not None else []):
         expr = extra if expr is None else expr & extra
     return pl.from_arrow(store.read("facts", buckets=buckets, filter=expr, version=tag.facts_version))
@@ -60,7 +66,10 @@ def facts_from_state(store: StateStore, tag: StateTag, *, subject: str | None = 
     if subject is not None and not entity_key(subject):
         return pl.DataFrame(schema=FACT_COLUMNS)
     nodes = _subject_nodes(tag, subject, tenant) if subject is not None else None
-    df = _rows(store, tag, nodes=nodes, relation=relation, tenant=tenant)
+    df = _rows(store, tag, nodes=nodes, relation=input_relations(tag, relation), tenant=tenant)
+    df = with_rollups(store, tag, df, subjects=nodes)
+    if relation is not None:
+        df = df.filter(pl.col("relation") == relation)
     if valid_at is not None:
         df = df.filter((pl.col("valid_from") <= valid_at)
                        & (pl.col("valid_to").is_null() | (pl.col("valid_to") > valid_at)))
@@ -89,7 +98,8 @@ def graph_view(store: StateStore, tag: StateTag, *, subject: str | None = None, 
     state, or a tenant's), keeping facts valid at ``valid_at`` when given."""
     graph = nx.MultiDiGraph()
     if subject is None:
-        frames = [_rows(store, tag, nodes=None, relation=None, tenant=tenant)]
+        frames = [with_rollups(store, tag, _rows(store, tag, nodes=None, relation=None, tenant=tenant),
+                               subjects=None)]
     else:
         frontier, seen, frames = set(_subject_nodes(tag, subject, tenant)), set(), []
         for _ in range(max(depth, 1)):
@@ -98,6 +108,7 @@ def graph_view(store: StateStore, tag: StateTag, *, subject: str | None = None, 
                 break
             seen |= frontier
             df = _rows(store, tag, nodes=sorted(frontier), relation=None, tenant=tenant)
+            df = with_rollups(store, tag, df, subjects=frontier)
             frames.append(df)
             frontier = set(df["object"].to_list())
     df = pl.concat(frames) if frames else pl.DataFrame()
@@ -133,6 +144,11 @@ def lineage_view(store: StateStore, tag: StateTag, fact_id: str) -> nx.MultiDiGr
         seen |= wanted
         df = pl.from_arrow(store.read("facts", version=tag.facts_version,
                                       filter=pc.field("fact_id").isin(pa.array(sorted(wanted), pa.string()))))
+        missing = wanted - set(df["fact_id"].to_list())
+        if missing and tag.rollups:  # a compose roll-up: derived when read, not stored
+            derived = find_derived(store, tag, missing)
+            if derived.height:
+                df = pl.concat([df, derived.select(df.columns).cast(df.schema)])
         frames.append(df)
         wanted = {i for ids in df["inputs"].to_list() for i in ids} - seen
     rows = pl.concat(frames).to_dicts()

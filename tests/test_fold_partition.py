@@ -113,3 +113,22 @@ def test_compose_rollup_crosses_partitions():
     assert works_in["object"].to_list() == ["t1/paris", "t1/rome"]
     assert works_in["sources"].to_list() == [["e0", "e1"], ["e0", "e2"]]
     check(pairs, 64)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(raw=st.lists(event_st, min_size=0, max_size=25))
+def test_compose_rows_of_one_subject_equal_the_full_join(raw):
+    """What a read derives for one subject (its rows, and its objects' rows: two pruned reads)
+    is exactly the full join's rows of that subject (ids, validity, lineage)."""
+    import polars as pl
+
+    from refold.fold.partition import derive_for_subjects, derive_frame, read_time_rules
+
+    merged, _, _ = fold_pairs(SPEC, build_log(raw), buckets=7)
+    full = derive_frame(read_time_rules(SPEC.rollups), merged, buckets=7)
+    for subject in sorted(set(merged["subject"].to_list())):
+        rows = merged.filter(pl.col("subject") == subject)
+        partners = merged.filter(pl.col("subject").is_in(rows["object"].implode()))
+        got = derive_for_subjects(SPEC.rollups, rows, partners, [subject], buckets=7)
+        assert edge_set(got.to_dicts()) == edge_set(full.filter(pl.col("subject") == subject).to_dicts())
+        assert got["bucket"].to_list() == full.filter(pl.col("subject") == subject)["bucket"].to_list()

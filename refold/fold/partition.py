@@ -10,6 +10,7 @@ memory bounded by the bucket:
     items of one bucket, in log order ──► merged fact rows                         fold_partition
     merged rows of changed subjects + new items ──► their new merged rows          advance_subjects
     merged rows (all buckets) ──► derived rows (compose/inverse, polars joins)     derive_frame
+    a subject's rows + its objects' rows ──► its compose rows (at read time)       derive_for_subjects
     items (surface names) + merged rows ──► entity rows (name, aliases, summary)   entity_rows
 
 Each step's output equals, row for row, what the reference fold (:func:`refold.fold.merge.merge`
@@ -17,6 +18,11 @@ Each step's output equals, row for row, what the reference fold (:func:`refold.f
 merge of a partition *is* :class:`~refold.fold.merge.GraphBuilder` fed that partition's items,
 and the roll-up stage applies :mod:`refold.fold.rollups`' rules (property-tested in
 tests/test_fold_partition.py).
+
+The state tables keep only the roll-ups whose rows are linear in the log (:func:`stored_rules`:
+inverse rules, one row per input row); compose rules (:func:`read_time_rules`) would keep a
+closed copy of every member's row at each move of what they point at (rows ∝ moves × staff),
+so they are derived when read, for exactly the subjects read (:func:`derive_for_subjects`).
 """
 
 from __future__ import annotations
@@ -39,8 +45,8 @@ from .spec import FoldSpec
 
 __all__ = [
     "DEFAULT_BUCKETS", "ENTITY_SCHEMA", "FACT_SCHEMA", "ITEM_SCHEMA", "advance_subjects", "bucket_of",
-    "derive_frame", "entities_from_names", "entity_names", "entity_rows", "fold_pairs", "fold_partition",
-    "items_frame", "items_of", "merged_frame", "subject_buckets",
+    "derive_for_subjects", "derive_frame", "entities_from_names", "entity_names", "entity_rows", "fold_pairs", "fold_partition",
+    "items_frame", "items_of", "merged_frame", "read_time_rules", "stored_rules", "subject_buckets",
 ]
 
 #: Buckets of a new state: a full fold's peak memory follows the largest bucket (~1/64 of the
@@ -211,6 +217,44 @@ def _merged_rows(graph: nx.MultiDiGraph, buckets: int) -> list[dict[str, Any]]:
 # -- the roll-up stage (across partitions) ---------------------------------------------------------
 
 
+def stored_rules(rules) -> tuple:
+    """The roll-up rules whose rows the state tables keep: inverse rules (one row per input)."""
+    return tuple(r for r in rules if r.kind == "inverse")
+
+
+def read_time_rules(rules) -> tuple:
+    """The roll-up rules derived when read: compose rules (their rows grow with moves × staff)."""
+    return tuple(r for r in rules if r.kind != "inverse")
+
+
+def derive_for_subjects(rules, rows: pl.DataFrame, partners: pl.DataFrame, subjects: Iterable[str], *,
+                        buckets: int) -> pl.DataFrame:
+    """The compose-derived rows (:data:`FACT_SCHEMA`, by fact id) whose subject is one of
+    ``subjects``: exactly the rows :func:`derive_frame` gives over every merged row.
+
+    ``rows``: merged rows holding at least every first input (``rule.inputs[0]``) of
+    ``subjects``; ``partners``: merged rows holding at least every second input whose subject is
+    an object of those (the subjects' objects' rows). Other rows may be present: a pair whose
+    first input is not a subject's is left out."""
+    rules = read_time_rules(rules)
+    wanted = pl.Series(sorted(set(subjects)), dtype=pl.Utf8).implode()
+    firsts = {r.inputs[0] for r in rules}
+    seconds = {r.inputs[1] for r in rules}
+    a = rows.filter(pl.col("subject").is_in(wanted) & pl.col("relation").is_in(sorted(firsts)))
+    b = partners.filter(pl.col("relation").is_in(sorted(seconds)))
+    if not rules or a.height == 0 or b.height == 0:
+        return pl.DataFrame(schema=FACT_POLARS)
+    base = pl.concat([a.select(_BASE), b.select(_BASE)]).unique("fact_id", maintain_order=True)
+    out = derive_frame(rules, base, buckets=buckets)
+    # (a partner that is also a first input, e.g. a rule over one relation, derives rows of its own)
+    return out.filter(pl.col("subject").is_in(wanted))
+
+
+#: the columns of a merged row that the roll-up rules read
+_BASE = ["fact_id", "tenant", "subject", "relation", "object", "valid_from", "valid_to", "recorded_seq",
+         "recorded_at", "sources", "source_seqs", "source_principals", "confidence"]
+
+
 def derive_frame(rules, merged: pl.DataFrame, *, buckets: int,
                  touching: Iterable[str] | None = None) -> pl.DataFrame:
     """Derived fact rows (:data:`FACT_SCHEMA`) that ``rules`` give over ``merged`` rows (polars
@@ -220,9 +264,7 @@ def derive_frame(rules, merged: pl.DataFrame, *, buckets: int,
     union of its inputs' lineage, as :func:`refold.fold.rollups.derive` does.
     """
     want = None if touching is None else pl.Series(sorted(set(touching)), dtype=pl.Utf8).implode()
-    base = merged.select(["fact_id", "tenant", "subject", "relation", "object", "valid_from", "valid_to",
-                          "recorded_seq", "recorded_at", "sources", "source_seqs", "source_principals",
-                          "confidence"])
+    base = merged.select(_BASE)
     parts: list[pl.DataFrame] = []
     for rule in rules:
         if rule.kind == "inverse":

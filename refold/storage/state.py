@@ -2,8 +2,9 @@
 
     items     one row per extracted fact (or retraction) of a surviving event, with its bucket:
               what a partition's merge reads (:data:`refold.fold.partition.ITEM_SCHEMA`)
-    facts     merged and derived facts (``layer`` "merged"/"derived"), partitioned by
-              (layer, bucket) (:data:`refold.fold.partition.FACT_SCHEMA`)
+    facts     merged facts and the stored roll-ups (``layer`` "merged"/"derived": inverse rules
+              only; compose roll-ups are derived when read, see refold.state_rollups),
+              partitioned by (layer, bucket) (:data:`refold.fold.partition.FACT_SCHEMA`)
     entities  names, aliases, summaries, partitioned by bucket (:data:`~refold.fold.partition.ENTITY_SCHEMA`)
 
 ``bucket`` is the hash bucket of the subject's node id (tenant + entity key), so a partition
@@ -59,9 +60,10 @@ def _stored(name: str) -> pa.Schema:
     schema = TABLES[name][0]
     return pa.schema(list(schema) + _VERSION_FIELDS) if name in KEYS else schema
 _PREFIX = "refold."
-#: the state tables' format: a tag of another format is not a state this code can read (the next
-#: fold refolds in full, replacing the tables' schemas)
-FORMAT = "1"
+#: the state tables' format: a tag of another format is not a state this code can read (reads
+#: answer the graph engine's way, and the next partitioned fold refolds in full, replacing the
+#: tables). "2": compose roll-ups are no longer stored (derived when read, named by the tag).
+FORMAT = "2"
 
 
 @dataclass(frozen=True)
@@ -77,9 +79,12 @@ class StateTag:
     facts: int = 0
     derived: int = 0
     facts_version: int = -1
+    #: the roll-up rules a read derives (compose rules: their rows are not stored), as
+    #: (name, kind, inputs, output)
+    rollups: tuple[tuple[str, str, tuple[str, ...], str], ...] = ()
 
     def metadata(self) -> dict[str, str]:
-        return {_PREFIX + "log_seq": str(self.log_seq), _PREFIX + "log_link": self.log_link,
+        return {_PREFIX + "read_rollups": json.dumps([list(r) for r in self.rollups]),_PREFIX + "log_seq": str(self.log_seq), _PREFIX + "log_link": self.log_link,
                 _PREFIX + "buckets": str(self.buckets), _PREFIX + "tenants": json.dumps(list(self.tenants)),
                 _PREFIX + "entities_version": str(self.entities_version),
                 _PREFIX + "counts": f"{self.facts},{self.derived}", _PREFIX + "state_format": FORMAT}
@@ -94,7 +99,9 @@ class StateTag:
         return cls(log_seq=int(info[_PREFIX + "log_seq"]), log_link=info[_PREFIX + "log_link"],
                    buckets=int(info[_PREFIX + "buckets"]), tenants=tuple(json.loads(info[_PREFIX + "tenants"])),
                    entities_version=int(info[_PREFIX + "entities_version"]), facts=facts, derived=derived,
-                   facts_version=version)
+                   facts_version=version,
+                   rollups=tuple((n, k, tuple(i), o) for n, k, i, o in json.loads(info.get(_PREFIX + "read_rollups",
+                                                                                          "[]"))))
 
 
 class StateStore:

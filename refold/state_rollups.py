@@ -1,0 +1,123 @@
+"""Compose roll-ups of the state tables, derived when read (the tables do not store them).
+
+A compose rule (a, r1, b) ∘ (b, r2, c) ⇒ (a, out, c) kept a closed copy of every derived row each
+time an input changed, so an organisation that moved re-derived a row per member of its staff:
+the stored rows grew with (moves × staff). The state tables keep the merged rows (and the inverse
+roll-ups, one row per input row); a read derives the compose rows of exactly what it reads, with
+:func:`refold.fold.partition.derive_for_subjects` (the join the full fold ran, on the restricted
+inputs: the same fact ids, validity, lineage):
+
+* subjects' rows (their buckets, already read) ⇒ the objects b of their r1 rows ⇒ one pruned read
+  of b's buckets for their r2 rows ⇒ the subjects' derived rows (:func:`with_rollups`);
+* a whole-state read joins the whole merged layer in polars (:func:`with_rollups`, no subjects);
+* ``why`` of a derived id: a fact id names neither its bucket nor its inputs, so the r1 and r2
+  rows' ids and intervals are joined bucket group by bucket group until a pair's id is the one
+  asked for (:func:`find_derived`).
+
+The tag names the rules a read derives (:attr:`refold.storage.state.StateTag.rollups`), so a
+read needs no spec. A derived row cannot outlive an erased input: it is computed from the rows
+the tables hold now.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from refold.fold.merge import fact_id_of
+from refold.fold.partition import bucket_of, derive_for_subjects, derive_frame
+from refold.fold.spec import RollupRule
+from refold.storage.state import StateStore, StateTag
+
+__all__ = ["find_derived", "input_relations", "rules_of", "with_rollups"]
+
+#: buckets a derived-id search reads at a time (memory follows a group's r1 rows and their pairs)
+SEARCH_GROUP = 8
+
+
+def rules_of(tag: StateTag) -> tuple[RollupRule, ...]:
+    """The roll-up rules a read of ``tag``'s state derives."""
+    return tuple(RollupRule(name, kind, tuple(inputs), output) for name, kind, inputs, output in tag.rollups)
+
+
+def input_relations(tag: StateTag, relation: str | None) -> set[str] | None:
+    """The relations a read of ``relation`` must read (None: all): the relation itself plus the
+    inputs of the rules that derive it (filter the answer on ``relation`` afterwards)."""
+    if relation is None:
+        return None
+    return {relation} | {i for r in rules_of(tag) if r.output == relation for i in r.inputs}
+
+
+def with_rollups(store: StateStore, tag: StateTag, rows: pl.DataFrame, *,
+                 subjects: Iterable[str] | None) -> pl.DataFrame:
+    """``rows`` (facts rows as read from the tables) plus the compose-derived rows of
+    ``subjects`` (None: of every subject; ``rows`` then holds the whole merged layer, or a
+    tenant's). ``rows`` must hold every first-input row of ``subjects``; their partners are
+    read from their own buckets (one pruned read)."""
+    rules = rules_of(tag)
+    if not rules or rows.height == 0:
+        return rows
+    merged = rows.filter(pl.col("layer") == "merged")
+    if subjects is None:
+        derived = derive_frame(rules, merged, buckets=tag.buckets)
+    else:
+        subjects = sorted(set(subjects))
+        firsts = sorted({r.inputs[0] for r in rules})
+        seconds = sorted({r.inputs[1] for r in rules})
+        heads = merged.filter(pl.col("subject").is_in(pl.Series(subjects, dtype=pl.Utf8).implode())
+                              & pl.col("relation").is_in(firsts))
+        objects = sorted(set(heads["object"].to_list()))
+        if not objects:
+            return rows
+        partners = pl.from_arrow(store.read(
+            "facts", version=tag.facts_version, layer="merged", buckets={bucket_of(o, tag.buckets) for o in objects},
+            filter=pc.field("subject").isin(pa.array(objects, pa.string())) & pc.field("relation").isin(seconds)))
+        derived = derive_for_subjects(rules, heads, partners, subjects, buckets=tag.buckets)
+    if derived.height == 0:
+        return rows
+    return pl.concat([rows, derived.select(rows.columns).cast(rows.schema)])
+
+
+def find_derived(store: StateStore, tag: StateTag, fact_ids: Iterable[str]) -> pl.DataFrame:
+    """The compose-derived rows among ``fact_ids`` (ids no stored row has), found by joining the
+    rules' inputs' ids and intervals a bucket group at a time; the rows are then derived from
+    their two inputs exactly as a read derives them."""
+    wanted = set(fact_ids)
+    found: list[pl.DataFrame] = []
+    narrow = ["fact_id", "subject", "relation", "object", "valid_from", "valid_to"]
+    for rule in rules_of(tag):
+        if not wanted:
+            break
+        first, second = rule.inputs
+        seconds = pl.from_arrow(store.read("facts", version=tag.facts_version, layer="merged", columns=narrow,
+                                           filter=pc.field("relation") == second))
+        if seconds.height == 0:
+            continue
+        for start in range(0, tag.buckets, SEARCH_GROUP):
+            group = range(start, min(start + SEARCH_GROUP, tag.buckets))
+            firsts = pl.from_arrow(store.read("facts", version=tag.facts_version, layer="merged", columns=narrow,
+                                              buckets=group, filter=pc.field("relation") == first))
+            j = firsts.join(seconds, left_on="object", right_on="subject", suffix="_b")
+            # the overlap test of refold.fold.rollups (pairs that do not overlap derive nothing)
+            start_t = pl.max_horizontal("valid_from", "valid_from_b")
+            end_t = pl.when(pl.col("valid_to").is_null()).then(pl.col("valid_to_b")) \
+                .when(pl.col("valid_to_b").is_null()).then(pl.col("valid_to")) \
+                .otherwise(pl.min_horizontal("valid_to", "valid_to_b"))
+            j = j.filter(end_t.is_null() | (end_t > start_t))
+            pairs = [(a, b) for a, b in zip(j["fact_id"].to_list(), j["fact_id_b"].to_list())
+                     if fact_id_of("rollup", rule.name, a, b) in wanted]
+            if not pairs:
+                continue
+            ids = sorted({i for p in pairs for i in p})
+            inputs = pl.from_arrow(store.read("facts", version=tag.facts_version, layer="merged",
+                                              filter=pc.field("fact_id").isin(pa.array(ids, pa.string()))))
+            rows = derive_frame((rule,), inputs, buckets=tag.buckets)
+            rows = rows.filter(pl.col("fact_id").is_in(pl.Series(sorted(wanted), dtype=pl.Utf8).implode()))
+            found.append(rows)
+            wanted -= set(rows["fact_id"].to_list())
+            if not wanted:
+                break
+    return pl.concat(found) if found else pl.DataFrame()
