@@ -44,7 +44,7 @@ class Memory:
         is in flight) — the lever for many single-event writers. A lone caller leads a group of
         one at once, so a single-threaded writer pays nothing for it; False appends each call on
         its own commit. See docs/log.md."""
-        self.layout = Layout(str(root))
+        self.layout = Layout(str(root), storage_options)
         self.storage_options = storage_options
         self.max_content_bytes = max_content_bytes
         self.settings = read_settings(self.layout)
@@ -600,9 +600,14 @@ class Memory:
 
 
 def _exists(layout: Layout, storage_options: dict[str, str] | None) -> bool:
-    """Whether ``layout`` holds a refold store: its settings file (local) or its log table."""
+    """Whether ``layout`` holds a refold store: its settings file, or (object storage, a store
+    made before its settings moved there) its log table."""
+    from refold.storage.layout import SETTINGS
+
+    if layout.files().exists(SETTINGS):
+        return True
     if layout.is_local:
-        return Path(layout.settings).exists()
+        return False
     from deltalake import DeltaTable
 
     return DeltaTable.is_deltatable(layout.events, storage_options=storage_options)
@@ -624,7 +629,7 @@ def init(root: str | Path, *, mode: Mode = "delete", storage_options: dict[str, 
     """
     from refold.storage.key_stores import key_settings
 
-    layout = Layout(str(root))
+    layout = Layout(str(root), storage_options)
     if _exists(layout, storage_options):
         raise StoreError(f"{root} is already a refold store; open it with refold.open({str(root)!r})",
                          cli=f"{root} is already a refold store; use it as it is (e.g. `refold log {root}`)")
@@ -648,7 +653,7 @@ def open(root: str | Path, *, create: bool = False, mode: Mode = "delete",  # no
     empty memory); create one with :func:`init`, or pass ``create=True`` to create it (with
     ``mode``) when absent. ``mode`` is used only when this call creates the store.
     """
-    layout = Layout(str(root))
+    layout = Layout(str(root), storage_options)
     if not _exists(layout, storage_options):
         if not create:
             raise NotFoundError(

@@ -12,8 +12,9 @@
       subjects.json   subject registry (names and aliases per opaque subject id; erasable)
       retention.json  retention rules and legal holds (refold.retention)
 
-Only local paths get the side files (heads, keys, receipts); the Delta tables also accept object
-store URIs with ``storage_options``.
+The root is a local path, ``file://`` or an object-store URI (``s3://bucket/prefix``, ``gs://``,
+``az://``); ``storage_options`` (as deltalake names them) reach the Delta tables and, through
+:meth:`Layout.files`, the side files (:mod:`refold.storage.objects`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -30,14 +31,22 @@ from refold.fold.errors import StoreError
 from .filemodes import file_mode, make_dirs
 
 FORMAT_VERSION = 1
+SETTINGS = "store.json"
 Mode = Literal["delete", "shred"]
 
 
 @dataclass(frozen=True)
 class Layout:
-    """Paths of one store."""
+    """Paths of one store, and the ``storage_options`` that reach it (not part of its identity)."""
 
     root: str
+    storage_options: dict[str, str] | None = field(default=None, compare=False, hash=False, repr=False)
+
+    def files(self):
+        """The side files of this store (:class:`refold.storage.objects.StoreFiles`)."""
+        from .objects import store_files
+
+        return store_files(self.root, self.storage_options)
 
     def _join(self, *parts: str) -> str:
         return "/".join([self.root.rstrip("/"), *parts])
@@ -72,7 +81,7 @@ class Layout:
 
     @property
     def settings(self) -> str:
-        return self._join("store.json")
+        return self._join(SETTINGS)
 
     @property
     def subjects(self) -> str:
@@ -117,19 +126,24 @@ def write_settings(layout: Layout, mode: Mode, *, keys: dict[str, Any] | None = 
     settings: dict[str, Any] = {"format_version": FORMAT_VERSION, "mode": mode}
     if keys:
         settings["keys"] = keys
-    if layout.is_local:
-        atomic_write_json(layout.settings, settings)
+    layout.files().put_json(SETTINGS, settings)
     return settings
 
 
 def read_settings(layout: Layout) -> dict[str, Any]:
-    if not layout.is_local:
+    """The store's settings (store.json). A store on object storage made before its side files moved
+    there has none: it was a delete-mode store."""
+    settings = layout.files().get_json(SETTINGS)
+    if settings is None and not layout.is_local and _has_log(layout):
         return {"format_version": FORMAT_VERSION, "mode": "delete"}
-    try:
-        with open(layout.settings, encoding="utf-8") as fh:
-            return json.load(fh)
-    except FileNotFoundError:
+    if settings is None:
         raise StoreError(
             f"{layout.root} is not a refold store (no store.json); create one with refold.init({layout.root!r})",
             cli=f"{layout.root} is not a refold store (no store.json); create one with `refold init {layout.root}`",
         ) from None
+
+
+def _has_log(layout: Layout) -> bool:
+    from deltalake import DeltaTable
+
+    return DeltaTable.is_deltatable(layout.events, storage_options=layout.storage_options)

@@ -184,7 +184,7 @@ def verify_receipt(root: str | Path, receipt: str | Path | Receipt, *,
     from ..verify import verify
 
     rec = receipt if isinstance(receipt, Receipt) else load_receipt(receipt)
-    layout = Layout(str(root))
+    layout = Layout(str(root), storage_options)
     log = EventLog(layout, storage_options=storage_options)
     checks: list[Check] = []
     report = verify(log)
