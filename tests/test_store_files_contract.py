@@ -7,6 +7,7 @@ store lives.
 
 from __future__ import annotations
 
+import json
 import stat
 from concurrent.futures import ThreadPoolExecutor
 
@@ -55,6 +56,16 @@ class StoreFilesContract:
             winners = [w for w in pool.map(attempt, range(6)) if w is not None]
         assert len(winners) == 1
         assert files.get("heads/race.json") == str(winners[0]).encode()
+
+    def test_concurrent_updates_lose_nothing(self, files):
+        def add(i):
+            files.update("subjects.json", lambda old: json.dumps([*json.loads(old or b"[]"), i]).encode())
+
+        with ThreadPoolExecutor(4) as pool:
+            list(pool.map(add, range(8)))
+        assert sorted(files.get_json("subjects.json")) == list(range(8))
+        files.update("subjects.json", lambda old: None)  # None: leave it
+        assert len(files.get_json("subjects.json")) == 8
 
     def test_list_is_recursive_sorted_and_limited_to_the_prefix(self, files):
         for key in ("receipts/b.json", "receipts/heads/2.json", "receipts/a.json", "receiptsX/z", "keys/k"):

@@ -46,7 +46,7 @@ __all__ = [
 
 
 def registry(mem: "Memory") -> SubjectRegistry:
-    return SubjectRegistry(mem.layout.subjects)
+    return SubjectRegistry.of(mem.layout)
 
 
 def register_subject(mem: "Memory", subject_id: str, name: str, *, aliases: Sequence[str] = (),
@@ -283,7 +283,7 @@ def verify_receipt(mem: "Memory", receipt: Receipt | str | Path, *, needles: Ite
     """Re-check a receipt (a Receipt, a path, or an erasure id) against the store."""
     if isinstance(receipt, str) and not receipt.endswith(".json") and not Path(receipt).exists():
         receipt = receipt_path(mem.layout, receipt)
-    rec = receipt if isinstance(receipt, Receipt) else load_receipt(receipt)
+    rec = receipt if isinstance(receipt, Receipt) else load_receipt(receipt, layout=mem.layout)
     # the refold digests the way the receipt did (receipts made before DIGEST_SCHEME hold a JSON digest)
     recorded = rec.state_digest or ""
     scheme = next((p for p in (DIGEST_SCHEME, STATE_SCHEME) if recorded.startswith(p)), "")

@@ -140,7 +140,8 @@ def read_settings(layout: Layout) -> dict[str, Any]:
         raise StoreError(
             f"{layout.root} is not a refold store (no store.json); create one with refold.init({layout.root!r})",
             cli=f"{layout.root} is not a refold store (no store.json); create one with `refold init {layout.root}`",
-        ) from None
+        )
+    return settings
 
 
 def _has_log(layout: Layout) -> bool:

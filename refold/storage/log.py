@@ -36,6 +36,7 @@ rows by seq, time or id) lives in :mod:`refold.storage.log_reader`, which :class
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -107,6 +108,8 @@ class EventLog(LogReader):
 
     def __init__(self, layout: Layout, *, storage_options: dict[str, str] | None = None,
                  protector: Protector = _plain):
+        if storage_options is not None and layout.storage_options is None:  # the side files need them too
+            layout = dataclasses.replace(layout, storage_options=storage_options)
         self.layout = layout
         self.storage_options = storage_options
         self.protector = protector
@@ -412,7 +415,7 @@ class EventLog(LogReader):
         if not self._erased_seen:
             return {}
         if self._pseudonyms is None:
-            self._pseudonyms = pseudonyms(self.layout.root)
+            self._pseudonyms = pseudonyms(self.layout.root, files=self.layout.files())
             if self._pseudonyms is None:
                 return {}
         return {p: i for p, i in self._pseudonyms.of(ids).items() if p in self._ids}

@@ -27,8 +27,10 @@ import json
 import os
 import tempfile
 import threading
+import time
 from datetime import timedelta
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
 from refold.fold.errors import StoreError
@@ -42,6 +44,9 @@ __all__ = ["LocalFiles", "ObjectExistsError", "ObjectFiles", "RETRY", "StoreFile
 RETRY: dict[str, Any] = {"max_retries": 5, "retry_timeout": timedelta(seconds=60),
                          "backoff": {"init_backoff": timedelta(milliseconds=100),
                                      "max_backoff": timedelta(seconds=5), "base": 2}}
+
+
+_UPDATE_ATTEMPTS = 50
 
 
 class ObjectExistsError(StoreError):
@@ -76,6 +81,13 @@ class StoreFiles(Protocol):
 
     def exists(self, key: str) -> bool:
         """Whether ``key`` holds an object."""
+
+    def update(self, key: str, change: Callable[[bytes | None], bytes | None], *, lock: str | None = None) -> None:
+        """Read-modify-write ``key`` with no lost update: ``change`` gets the current bytes (None:
+        absent) and returns the new ones (None: leave it as it is). Locally under an exclusive
+        ``flock`` on ``lock`` (default ``KEY.lock``); on object storage a conditional put
+        (If-Match on the ETag read, If-None-Match when absent), retried with a fresh read when
+        another writer changed the object in between — ``change`` may run more than once."""
 
 
 class _Helpers:
@@ -166,6 +178,20 @@ class LocalFiles(_Helpers):
 
     def exists(self, key: str) -> bool:
         return self.path(key).is_file()
+
+    def update(self, key: str, change: Callable[[bytes | None], bytes | None], *, lock: str | None = None) -> None:
+        import fcntl
+
+        lock_path = self.path(lock or f"{key}.lock")
+        make_dirs(lock_path.parent)
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, file_mode(lock_path.parent))
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            new = change(self.get(key))
+            if new is not None:
+                self.put(key, new)
+        finally:
+            os.close(fd)  # closing releases the flock
 
 
 def _local_error(url: str, action: str, exc: OSError) -> StoreError:
@@ -281,6 +307,30 @@ class ObjectFiles(_Helpers):
             return False
         except Exception as exc:
             raise _object_error(self.url(key), "read", exc) from None
+
+    def update(self, key: str, change: Callable[[bytes | None], bytes | None], *, lock: str | None = None) -> None:
+        import obstore
+        from obstore.exceptions import AlreadyExistsError, NotFoundError, PreconditionError
+
+        for attempt in range(_UPDATE_ATTEMPTS):
+            try:
+                got = obstore.get(self.store, key)
+                current, mode = bytes(got.bytes()), {"e_tag": got.meta["e_tag"]}
+            except (NotFoundError, FileNotFoundError):
+                current, mode = None, "create"
+            except Exception as exc:
+                raise _object_error(self.url(key), "read", exc) from None
+            new = change(current)
+            if new is None:
+                return
+            try:
+                obstore.put(self.store, key, new, mode=mode)  # type: ignore[arg-type]
+                return
+            except (PreconditionError, AlreadyExistsError, FileExistsError):
+                time.sleep(0.01 * (attempt + 1))  # another writer changed it: read again
+            except Exception as exc:
+                raise _object_error(self.url(key), "write", exc) from None
+        raise StoreError(f"{self.url(key)} kept changing under {_UPDATE_ATTEMPTS} attempts to update it; try again")
 
 
 def _first_line(exc: BaseException) -> str:

@@ -62,10 +62,10 @@ from typing import Any
 from deltalake import CommitProperties
 from deltalake.exceptions import CommitFailedError
 
-from refold.fold.errors import ErasureError, StoreError
+from refold.fold.errors import ErasureError
 from refold.fold.events import NewEvent, new_event_id
 from ..erased_ids import pseudonyms
-from ..layout import atomic_write_json, read_settings
+from ..layout import read_settings
 from ..log import EventLog
 from ..scan import scan_report
 from ..schema import EVENTS_SCHEMA
@@ -95,8 +95,8 @@ def _resolve(source, mode, keystore, registry):
         from ..key_stores import open_keystore
 
         keystore = getattr(source, "key_store", None) or open_keystore(log.layout, read_settings(log.layout))
-    if registry is None and log.layout.is_local:
-        registry = SubjectRegistry(log.layout.subjects)
+    if registry is None:
+        registry = SubjectRegistry.of(log.layout)
     return log, mode, keystore, registry
 
 
@@ -139,8 +139,6 @@ def erase(source, subject_id: str, *, mode: str | None = None, keystore=None,
     """
     log, mode, keystore, registry = _resolve(source, mode, keystore, registry)
     layout = log.layout
-    if not layout.is_local:
-        raise StoreError("erasure needs a local store root (journal, keys and receipts are files)")
     subject = registry.get(subject_id) if registry is not None else None
     # names and aliases match as whole words; identifiers (e-mails, phone numbers) and the
     # caller's canaries as substrings (see refold.storage.scan)
@@ -169,12 +167,12 @@ def erase(source, subject_id: str, *, mode: str | None = None, keystore=None,
     return run.execute()
 
 
-def _journal_path(layout, erasure_id: str) -> Path:
-    return Path(layout.receipts) / f"{erasure_id}.pending.json"
+def _journal_key(erasure_id: str) -> str:
+    return f"receipts/{erasure_id}.pending.json"
 
 
 def _save(layout, journal: dict) -> None:
-    atomic_write_json(_journal_path(layout, journal["erasure_id"]), journal)
+    layout.files().put_json(_journal_key(journal["erasure_id"]), journal)
 
 
 def _noop(layout, the_plan: ErasurePlan, erasure_id: str | None) -> Receipt:
@@ -216,7 +214,7 @@ class _Run:
             result = getattr(self, f"_{step}")()
             _crash_point(step)
             if step == "receipt":
-                _journal_path(self.layout, self.erasure_id).unlink(missing_ok=True)
+                self.layout.files().delete(_journal_key(self.erasure_id))
                 return result
             self.journal["results"][step] = result
             self.journal["done"].append(step)
@@ -238,7 +236,7 @@ class _Run:
         # by their ids' pseudonyms, as the tombstones will (a caller's id may be personal data)
         record = record_for(self.log, eid, self.plan.tombstone_seqs,
                             {e["seq"]: e["commitment"] for e in self.plan.events},
-                            pseudonym=pseudonyms(self.layout.root, create=True))
+                            pseudonym=pseudonyms(self.layout.root, create=True, files=self.layout.files()))
         (seq,) = system.append([NewEvent(kind="erasure", content=record.content(),
                                          source="refold:erasure", event_id=eid)])
         return {"seq": seq}
@@ -266,7 +264,7 @@ class _Run:
             return self._commit_tombstones(seqs, expected)
 
     def _commit_tombstones(self, seqs: set[int], expected: dict[int, str]) -> dict:
-        pseudonym = pseudonyms(self.layout.root, create=True)
+        pseudonym = pseudonyms(self.layout.root, create=True, files=self.layout.files())
         for attempt in range(50):
             dt = self.log._table()
             staged = stage(dt, self.layout.events, seqs, erasure_id=self.erasure_id, pseudonym=pseudonym,
@@ -337,7 +335,7 @@ class _Run:
         """From here on the journal names the erased events by their ids' pseudonyms: every
         step that needed the ids (tombstones, purges, refold) is done, and the scan that
         follows reads the journal too."""
-        pseudonym = pseudonyms(self.layout.root, create=True)
+        pseudonym = pseudonyms(self.layout.root, create=True, files=self.layout.files())
         plan = self.journal["plan"]
         events = [{**e, "event_id": pseudonym(e["event_id"])} for e in plan["events"]]
         if events != plan["events"]:
