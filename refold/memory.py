@@ -604,13 +604,8 @@ def _exists(layout: Layout, storage_options: dict[str, str] | None) -> bool:
     made before its settings moved there) its log table."""
     from refold.storage.layout import SETTINGS
 
-    if layout.files().exists(SETTINGS):
-        return True
-    if layout.is_local:
-        return False
-    from deltalake import DeltaTable
-
-    return DeltaTable.is_deltatable(layout.events, storage_options=storage_options)
+    files = layout.files()
+    return files.exists(SETTINGS) or (not layout.is_local and bool(files.list("events/_delta_log")))
 
 
 def init(root: str | Path, *, mode: Mode = "delete", storage_options: dict[str, str] | None = None,

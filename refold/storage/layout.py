@@ -134,7 +134,7 @@ def read_settings(layout: Layout) -> dict[str, Any]:
     """The store's settings (store.json). A store on object storage made before its side files moved
     there has none: it was a delete-mode store."""
     settings = layout.files().get_json(SETTINGS)
-    if settings is None and not layout.is_local and _has_log(layout):
+    if settings is None and not layout.is_local and layout.files().list("events/_delta_log"):
         return {"format_version": FORMAT_VERSION, "mode": "delete"}
     if settings is None:
         raise StoreError(
@@ -142,9 +142,3 @@ def read_settings(layout: Layout) -> dict[str, Any]:
             cli=f"{layout.root} is not a refold store (no store.json); create one with `refold init {layout.root}`",
         )
     return settings
-
-
-def _has_log(layout: Layout) -> bool:
-    from deltalake import DeltaTable
-
-    return DeltaTable.is_deltatable(layout.events, storage_options=layout.storage_options)

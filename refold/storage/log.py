@@ -59,7 +59,7 @@ from refold.fold.events import ERASED_ID_PREFIX, Event, NewEvent, check_times
 from .erased_ids import pseudonyms
 from .layout import Layout
 from .log_reader import HEAD_KEY, LogReader
-from .heads import Head, publish_head
+from .heads import Head, publish_store_head
 from .filemodes import apply_commit, apply_tree
 from .hostlock import host_turn
 from .datafiles import WRITER_PROPERTIES, write_rows
@@ -163,8 +163,10 @@ class EventLog(LogReader):
                 # append finds it in the history instead of scanning the (empty) table
                 commit_properties=CommitProperties(custom_metadata={HEAD_KEY: json.dumps(_EMPTY_HEAD.as_json())}),
             )
-            if layout.is_local:  # the heads folder and journal exist from the start: the first
-                publish_head(layout.heads, _EMPTY_HEAD)  # append only opens them (~1.3 ms less)
+            # the heads folder and journal exist from the start: the first append only opens them
+            # (~1.3 ms less); on object storage the empty log's head is its first head object
+            publish_store_head(dataclasses.replace(layout, storage_options=storage_options), _EMPTY_HEAD)
+            if layout.is_local:
                 apply_tree(layout.events)  # delta-rs wrote it with the umask: the store's modes
             return
         raise StoreError(f"{layout.events} already holds an event log")
@@ -440,5 +442,4 @@ class EventLog(LogReader):
     # -- published heads ------------------------------------------------------------------------
 
     def _publish_head(self, head: Head, keep: int = 16) -> None:
-        if self.layout.is_local:
-            publish_head(self.layout.heads, head, keep=keep, signer=self._signer)
+        publish_store_head(self.layout, head, keep=keep, signer=self._signer)
