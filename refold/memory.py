@@ -25,6 +25,7 @@ from refold.storage.layout import Layout, Mode, read_settings, write_settings
 from refold.storage.log import EventLog, Head
 from refold.storage.signing import load_public_key
 from refold.storage.verify import VerifyReport, verify
+from refold.storage.store_options import with_defaults
 
 if TYPE_CHECKING:
     from refold.folding import FoldReport, FoldState
@@ -44,6 +45,7 @@ class Memory:
         is in flight) — the lever for many single-event writers. A lone caller leads a group of
         one at once, so a single-threaded writer pays nothing for it; False appends each call on
         its own commit. See docs/log.md."""
+        storage_options = with_defaults(str(root), storage_options)  # (conditional put, retries)
         self.layout = Layout(str(root), storage_options)
         self.storage_options = storage_options
         self.max_content_bytes = max_content_bytes
@@ -624,6 +626,7 @@ def init(root: str | Path, *, mode: Mode = "delete", storage_options: dict[str, 
     """
     from refold.storage.key_stores import key_settings
 
+    storage_options = with_defaults(str(root), storage_options)
     layout = Layout(str(root), storage_options)
     if _exists(layout, storage_options):
         raise StoreError(f"{root} is already a refold store; open it with refold.open({str(root)!r})",
@@ -648,6 +651,7 @@ def open(root: str | Path, *, create: bool = False, mode: Mode = "delete",  # no
     empty memory); create one with :func:`init`, or pass ``create=True`` to create it (with
     ``mode``) when absent. ``mode`` is used only when this call creates the store.
     """
+    storage_options = with_defaults(str(root), storage_options)
     layout = Layout(str(root), storage_options)
     if not _exists(layout, storage_options):
         if not create:

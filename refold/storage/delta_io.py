@@ -30,7 +30,9 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
-__all__ = ["Bounds", "read_arrow", "read_files"]
+from .store_options import arrow_filesystem, arrow_paths
+
+__all__ = ["Bounds", "parquet_dataset", "read_arrow", "read_files"]
 
 
 #: One pruning alternative: column → (low, high), inclusive; None leaves that end open (a null
@@ -56,7 +58,7 @@ def read_arrow(dt: DeltaTable, schema: pa.Schema, *, columns: Sequence[str] | No
     if not uris:  # (no filter to run: nothing to keep, and a plan over no rows costs ~0.3 ms)
         table = schema.empty_table()
         return table.select(wanted) if wanted else table
-    dataset = ds.dataset(uris, schema=schema, format="parquet")
+    dataset = parquet_dataset(dt, uris, schema)
     try:
         return dataset.to_table(columns=wanted, filter=filter)
     except (pa.ArrowNotImplementedError, pa.ArrowTypeError):
@@ -66,6 +68,16 @@ def read_arrow(dt: DeltaTable, schema: pa.Schema, *, columns: Sequence[str] | No
         if filter is not None:
             table = table.filter(filter)
         return table.select(wanted) if wanted else table
+
+
+def parquet_dataset(dt: DeltaTable, uris: Sequence[str], schema: pa.Schema) -> ds.Dataset:
+    """A pyarrow dataset over ``uris`` (data files of ``dt``), read through the filesystem that
+    ``dt``'s storage options describe (:func:`refold.storage.store_options.arrow_filesystem`):
+    every pyarrow read of a table's files goes through here, so a store on object storage is read
+    with the endpoint, credentials and retries its Delta table was opened with."""
+    # deltalake keeps the options the table was opened with; there is no public getter
+    fs = arrow_filesystem(dt.table_uri, getattr(dt, "_storage_options", None))
+    return ds.dataset(arrow_paths(uris, fs), schema=schema, format="parquet", filesystem=fs)
 
 
 def read_files(dt: DeltaTable, schema: pa.Schema, *, columns: Sequence[str] | None = None,

@@ -49,13 +49,13 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 from deltalake import CommitProperties, DeltaTable
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
 from refold.fold.chain import GENESIS
 from refold.fold.errors import ConflictError, IntegrityError, StoreError
 from refold.fold.events import ERASED_ID_PREFIX, Event, NewEvent, check_times
+from .delta_io import parquet_dataset
 from .erased_ids import pseudonyms
 from .layout import Layout
 from .log_reader import HEAD_KEY, LogReader
@@ -185,7 +185,7 @@ class EventLog(LogReader):
             self._ids, self._indexed, self._erased_seen = set(), set(), False
         new = [u for u in uris if u not in self._indexed]
         if new:
-            rows = ds.dataset(new, schema=EVENTS_SCHEMA, format="parquet").to_table(columns=["event_id"])
+            rows = parquet_dataset(dt, new, EVENTS_SCHEMA).to_table(columns=["event_id"])
             self._ids.update(rows["event_id"].to_pylist())
             self._indexed.update(new)
             if not self._erased_seen:

@@ -10,13 +10,12 @@ from datetime import datetime, timezone
 import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 from deltalake import DeltaTable
 
 from refold.fold.chain import GENESIS
 from refold.fold.errors import IntegrityError
 from refold.fold.events import Event
-from .delta_io import Bounds, read_arrow, read_files
+from .delta_io import Bounds, parquet_dataset, read_arrow, read_files
 from .table_handles import shared_table
 from .heads import Head, read_published_head
 from .layout import Layout
@@ -105,7 +104,7 @@ class LogReader:
         if uri is None:
             data = read_arrow(dt, EVENTS_SCHEMA, columns=["seq", "link", "recorded_at"])
             return self._last_row(dt, data, data.num_rows, None)
-        data = ds.dataset([uri], schema=EVENTS_SCHEMA, format="parquet").to_table(
+        data = parquet_dataset(dt, [uri], EVENTS_SCHEMA).to_table(
             columns=["seq", "link", "recorded_at"])
         return self._last_row(dt, data, pc.sum(actions["num_records"]).as_py(),
                               (path, actions["max.seq"][i].as_py()))
