@@ -126,7 +126,9 @@ class TestObjectFiles(StoreFilesContract):
     def test_delta_only_and_client_settings_are_accepted(self, s3_bucket):
         """deltalake's storage_options mix store, HTTP-client and commit-locking keys: the same
         dict must configure the side files (the client keys go to obstore's client options)."""
-        opts = {**s3_bucket.storage_options, "AWS_S3_LOCKING_PROVIDER": "dynamodb", "timeout": "30s"}
+        opts = {**s3_bucket.storage_options, "AWS_S3_LOCKING_PROVIDER": "dynamodb", "timeout": "30s",
+                "max_retries": "4", "retry_timeout": "60s", "backoff_config.init_backoff": "200ms",
+                "connect_timeout": "10s"}
         files = ObjectFiles(f"{s3_bucket.uri}/p", opts)
         files.put("x", b"1")
         assert files.get("x") == b"1"

@@ -275,7 +275,7 @@ def erase(mem: "Memory", subject_id: str, *, dry_run: bool = False, canaries: It
 def scan(mem: "Memory", needles: Iterable[str] = (), *, canaries: Iterable[str] = ()) -> ScanReport:
     """Residue scan of every file under the store (see :mod:`refold.storage.scan`): ``needles``
     (names) match as whole words, ``canaries`` as substrings."""
-    return scan_report(mem.root, needles, canaries=canaries)
+    return scan_report(mem.root, needles, canaries=canaries, storage_options=mem.storage_options)
 
 
 def verify_receipt(mem: "Memory", receipt: Receipt | str | Path, *, needles: Iterable[str] = (),

@@ -214,20 +214,49 @@ _BOOLEAN = frozenset({"allow_http", "allow_invalid_certificates", "http1_only", 
                       "randomize_addresses"})
 
 
-def _split_options(options: dict[str, str] | None) -> tuple[dict[str, Any], dict[str, Any]]:
-    """deltalake ``storage_options`` as obstore's (store config, client options)."""
+def _split_options(scheme: str, options: dict[str, str] | None
+                   ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """deltalake ``storage_options`` as obstore's (store config, client options, retry config).
+
+    Retry keys (``max_retries``, ``retry_timeout``, ``backoff_config.*``) set obstore's retry
+    config, over :data:`RETRY`, so one set of options bounds the retries of both libraries.
+    Store keys are given their scheme's prefix (``conditional_put`` → ``aws_conditional_put``):
+    obstore rejects an unknown prefixed key with an error, where a bare one aborts."""
+    prefix = {"s3": "aws_", "s3a": "aws_", "gs": "google_"}.get(scheme, "azure_")
     config: dict[str, Any] = {}
     client: dict[str, Any] = {}
+    retry: dict[str, Any] = {**RETRY, "backoff": dict(RETRY["backoff"])}
     for key, value in (options or {}).items():
         low = key.lower()
         bare = low
-        for prefix in ("aws_", "google_", "azure_"):
-            bare = bare.removeprefix(prefix)
+        for known in ("aws_", "google_", "azure_"):
+            bare = bare.removeprefix(known)
         if bare in _CLIENT_KEYS:
             client[bare] = (str(value).lower() == "true") if bare in _BOOLEAN else value
+        elif bare == "max_retries":
+            retry["max_retries"] = int(value)
+        elif bare == "retry_timeout":
+            retry["retry_timeout"] = _duration(value)
+        elif bare.startswith("backoff_config."):
+            name = bare.removeprefix("backoff_config.")
+            retry["backoff"][name] = float(value) if name == "base" else _duration(value)
         elif not low.startswith(_DELTA_ONLY):
-            config[low] = value
-    return config, client
+            config[low if low.startswith(prefix) else prefix + low] = value
+    return config, client, retry
+
+
+def _duration(value: Any) -> timedelta:
+    """``"200ms"``, ``"10s"``, ``"2m"`` (object_store's notation) or seconds as a number."""
+    if isinstance(value, timedelta):
+        return value
+    text = str(value).strip().lower()
+    for unit, scale in (("ms", 0.001), ("s", 1), ("m", 60), ("h", 3600)):
+        if text.endswith(unit) and text[:-len(unit)].replace(".", "", 1).isdigit():
+            return timedelta(seconds=float(text[:-len(unit)]) * scale)
+    try:
+        return timedelta(seconds=float(text))
+    except ValueError:
+        raise StoreError(f"storage option duration {value!r} is not a duration; write e.g. 200ms, 10s or 2m") from None
 
 
 class ObjectFiles(_Helpers):
@@ -238,10 +267,10 @@ class ObjectFiles(_Helpers):
         from obstore.store import from_url
 
         self.uri = uri.rstrip("/")
-        config, client = _split_options(storage_options)
+        config, client, retry = _split_options(uri.split("://", 1)[0].lower(), storage_options)
         try:
             self.store = from_url(self.uri, config=config or None, client_options=client or None,
-                                  retry_config=RETRY)  # type: ignore[arg-type]
+                                  retry_config=retry)  # type: ignore[arg-type]
         except BaseError as exc:
             raise StoreError(f"cannot open {self.uri}: {_first_line(exc)}; check the URI and its storage_options "
                              "(the keys deltalake documents, e.g. AWS_REGION, AWS_ENDPOINT_URL)") from None

@@ -305,12 +305,14 @@ class _Run:
 
     def _scrub_derived(self) -> dict:
         out = {}
-        events = Path(self.layout.events).resolve()
-        for table in delta_tables(self.layout.root):
-            if table.resolve() == events:
+        local = self.layout.is_local
+        events = Path(self.layout.events).resolve() if local else self.layout.events
+        for table in delta_tables(self.layout.root, files=self.layout.files()):
+            if (table.resolve() if local else table) == events:
                 continue
             out[_rel(self.layout.root, str(table))] = scrub_table(
-                table, erased_ids=self.plan.event_ids, orphan_grace_hours=self.grace)
+                table, erased_ids=self.plan.event_ids, orphan_grace_hours=self.grace,
+                storage_options=self.log.storage_options)
         return out
 
     def _epoch(self) -> dict:
@@ -348,11 +350,32 @@ class _Run:
         if not self.needles:
             return {"needles": 0, "hits": [], "files": None,
                     "note": "no needles: the subject has no registry entry and no canaries were given"}
-        report = scan_report(self.layout.root, self.names, canaries=self.canaries)
+        versions = self._old_versions()
+        report = scan_report(self.layout.root, self.names, canaries=self.canaries,
+                             storage_options=self.log.storage_options)
         out = report.as_json(include_needles=False)
+        if versions is not None:
+            out["old_versions"] = versions
         out["registry_needles"] = self.registry_needles
         out["caller_needles"] = len(self.needles) - self.registry_needles
         return out
+
+    def _old_versions(self) -> dict | None:
+        """On a versioned bucket: delete every old object version under the store (the old
+        copies of what this erasure rewrote or deleted: log files, commits, the registry…), or
+        record why not. None for a store without versions."""
+        if self.layout.is_local:
+            return None
+        from refold.fold.errors import StoreError
+
+        from ..object_versions import delete_old_versions, versioning
+
+        try:
+            if versioning(self.layout.root, self.log.storage_options) is None:
+                return None
+            return {"removed": delete_old_versions(self.layout.root, self.log.storage_options)}
+        except StoreError as exc:
+            return {"removed": 0, "error": str(exc)}
 
     def _receipt(self) -> Receipt:
         self._forget_ids()
@@ -367,6 +390,9 @@ class _Run:
             removed += [f"{table}/{f}" for f in info["removed"]]
             delta[table] = _delta_summary(info)
         notes = list(j.get("notes", ()))
+        if res.get("scan", {}).get("old_versions", {}).get("error"):
+            notes.append("old object versions under the store could not be deleted: "
+                         + res["scan"]["old_versions"]["error"])
         if self.plan.registered and not self.registry_needles:
             notes.append("the registry entry was removed before a crash; the resumed run scanned only "
                          "for caller canaries")
@@ -399,6 +425,8 @@ def _delta_summary(info: dict) -> dict:
 
 
 def _rel(base: str, uri: str) -> str:
+    if "://" in base and not base.startswith("file://"):  # an object store: a key under the root
+        return uri.removeprefix(base.rstrip("/") + "/")
     path = uri[len("file://"):] if uri.startswith("file://") else uri
     try:
         return Path(path).resolve().relative_to(Path(base).resolve()).as_posix()

@@ -266,7 +266,7 @@ def verify_receipt(root: str | Path, receipt: str | Path | Receipt, *,
     needles = [n for n in needles if n]
     canaries = [c for c in canaries if c]
     if needles or canaries:
-        scan = scan_report(root, needles, canaries=canaries)
+        scan = scan_report(root, needles, canaries=canaries, storage_options=storage_options)
         where = ", ".join(f"{h.file} @ {h.location}" for h in scan.hits[:5])
         checks.append(Check("residue scan", not scan.hits,
                             f"{len(scan.hits)} hit(s) in {scan.files} files" + (f": {where}" if where else "")))
