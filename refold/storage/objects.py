@@ -242,6 +242,12 @@ def _split_options(scheme: str, options: dict[str, str] | None
             retry["backoff"][name] = float(value) if name == "base" else _duration(value)
         elif not low.startswith(_DELTA_ONLY):
             config[low if low.startswith(prefix) else prefix + low] = value
+    # obstore reads the store's settings (AWS_ENDPOINT_URL, credentials…) from the environment,
+    # but not its HTTP client's, which delta-rs does read (AWS_ALLOW_HTTP=true for an http:// endpoint)
+    for bare in sorted(_CLIENT_KEYS - client.keys()):
+        value = os.environ.get(f"{prefix}{bare}".upper())
+        if value is not None:
+            client[bare] = (value.lower() == "true") if bare in _BOOLEAN else value
     return config, client, retry
 
 
