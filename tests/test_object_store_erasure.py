@@ -114,3 +114,20 @@ def test_verify_from_the_cli_finds_a_truncated_tail_from_the_published_heads(sto
     bad = subprocess.run(cli, env=env, capture_output=True, text=True, timeout=120)
     assert bad.returncode != 0 and "Traceback" not in bad.stderr
     assert "receipts/heads/" in bad.stdout + bad.stderr
+
+
+def test_shred_mode_erasure_in_a_bucket_deletes_the_key_objects(moto_process):
+    bucket = new_bucket(moto_process)
+    mem = refold.init(f"{bucket.uri}/shred", mode="shred", storage_options=bucket.storage_options)
+    mem.append(H.events())
+    erasing.register_subject(mem, H.X, H.X_NAME, aliases=[H.X_ALIAS], identifiers=[H.X_EMAIL])
+    mem.fold()
+    keys_before = {k for k in bucket.keys() if k.startswith("shred/keys/ids/")}
+    assert keys_before
+    receipt = erasing.erase(mem, H.X, canaries=H.CANARIES, include_mentions=True)
+    assert receipt.status == "erased" and receipt.destroyed_key_ids
+    assert receipt.scan["hits"] == [] and "old_versions" not in receipt.scan  # (no versioning here)
+    gone = {f"shred/keys/ids/{k}" for k in receipt.destroyed_key_ids}
+    assert gone <= keys_before and not gone & set(bucket.keys())
+    assert mem.verify().ok
+    assert erasing.verify_receipt(mem, receipt, needles=H.NEEDLES).ok
