@@ -62,6 +62,10 @@ def open_keystore(layout: Layout, settings: Mapping[str, Any]) -> KeyStore:
     if keys.get("adapter") == "kms":
         from .kms_keys import KmsKeyStore, KmsSettings
 
+        if not layout.is_local:  # it keeps the wrapped keys in files under keys/
+            raise StoreError(f"{layout.root}: a KMS key store needs a local store root for now; on object "
+                             "storage use the default key store (key objects under keys/)")
+
         return KmsKeyStore(layout.keys, KmsSettings.from_json(keys))
     raise StoreError(f"{layout.root}/store.json names an unknown key store {keys.get('adapter')!r}; "
                      "this refold knows 'kms' (and the file store, when no key store is named)")
