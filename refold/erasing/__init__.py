@@ -82,10 +82,10 @@ def derived_stores(mem: "Memory", *, decremental: bool = True) -> list[Any]:
 
     # the patcher first: it needs the erased events' cache rows, which the cache purge removes
     stores: list[Any] = [SnapshotPatcher(mem), mem.cache] if decremental else [mem.cache]
-    if Path(mem.layout.index).exists():
-        from refold.storage.index import IndexStore
+    if Path(mem.layout.index).exists() if mem.layout.is_local else mem.layout.files().list("index"):
+        from refold.storage.index import index_store
 
-        stores.append(IndexStore(mem.layout))
+        stores.append(index_store(mem.layout))
     extra = getattr(mem, "derived_stores", None)
     if callable(extra):
         stores += [s for s in extra() if type(s) not in {type(x) for x in stores}]
