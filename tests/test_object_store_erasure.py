@@ -87,6 +87,7 @@ def receipt(store):
 
 def test_delete_mode_erasure_leaves_no_residue_in_objects_or_old_versions(store, bucket, receipt):
     assert receipt.status == "erased" and receipt.mode == "delete"
+    assert receipt.engines, "the model engines that saw X's events are named, as locally"
     assert receipt.scan["hits"] == [] and receipt.scan["errors"] == []
     assert receipt.scan["old_versions"]["removed"] > 0 and "error" not in receipt.scan["old_versions"]
     # a fresh scan of every object and every old version finds nothing of X

@@ -134,7 +134,7 @@ def _cache_impact(layout: Layout, ids: set[str]) -> tuple[int, tuple[dict, ...]]
 
     if not ids:
         return 0, ()
-    with shared_table(layout.extractions).view() as view:
+    with shared_table(layout.extractions, layout.storage_options).view() as view:
         if view is None:
             return 0, ()
         data = read_arrow(view, CACHE_SCHEMA, columns=["event_id", "request_event_ids", "model_id", "engine", "host"])
@@ -206,7 +206,7 @@ def make_plan(log, subject_id: str, *, mode: str, keystore=None, registry=None,
     if missing:
         raise StoreError(f"extra event id(s) not in the log (or already erased): {sorted(missing)[:5]}")
     ids = {e["event_id"] for e in events}
-    cache_rows, engines = _cache_impact(log.layout, ids) if log.layout.is_local else (0, ())
+    cache_rows, engines = _cache_impact(log.layout, ids)
     previews = []
     for store in derived:
         preview = getattr(store, "preview", None)
