@@ -21,14 +21,12 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from refold.fold.errors import StoreError
 
-from .filemodes import file_mode, make_dirs
 
 FORMAT_VERSION = 1
 SETTINGS = "store.json"
@@ -104,19 +102,10 @@ def atomic_write_json(path: str | os.PathLike, value: Any) -> None:
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     """Write ``text`` so a reader sees the old file or the new one, never half (temp file, fsync,
     rename), with the mode the store's folder calls for (0600, or 0660 in a group-shared store)."""
+    from .objects import LocalFiles
+
     path = Path(path)
-    make_dirs(path.parent)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=path.suffix)  # 0600
-    try:
-        os.fchmod(fd, file_mode(path.parent))
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    LocalFiles(path.parent).put(path.name, text.encode("utf-8"))
 
 
 def write_settings(layout: Layout, mode: Mode, *, keys: dict[str, Any] | None = None) -> dict[str, Any]:

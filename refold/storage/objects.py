@@ -126,7 +126,9 @@ class LocalFiles(_Helpers):
         except OSError as exc:
             raise _local_error(self.url(key), "read", exc) from None
 
-    def put(self, key: str, data: bytes) -> None:
+    def _staged(self, key: str, data: bytes) -> tuple[Path, Path]:
+        """``data`` in a fsynced temporary file beside ``key``'s path, with the folder's mode;
+        returns (path, temporary file)."""
         path = self.path(key)
         try:
             make_dirs(path.parent)
@@ -139,28 +141,28 @@ class LocalFiles(_Helpers):
                 fh.write(data)
                 fh.flush()
                 os.fsync(fh.fileno())
-            os.replace(tmp, path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
+        return path, Path(tmp)
+
+    def put(self, key: str, data: bytes) -> None:
+        path, tmp = self._staged(key, data)
+        try:
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
 
     def create(self, key: str, data: bytes) -> None:
-        path = self.path(key)
-        make_dirs(path.parent)
         # stage then link: O_EXCL alone would let a reader see the file before its bytes
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=path.suffix)
+        path, tmp = self._staged(key, data)
         try:
-            os.fchmod(fd, file_mode(path.parent))
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
-            try:
-                os.link(tmp, path)  # fails when the name exists: the local put-if-absent
-            except FileExistsError:
-                raise ObjectExistsError(f"{self.url(key)} already exists") from None
+            os.link(tmp, path)  # fails when the name exists: the local put-if-absent
+        except FileExistsError:
+            raise ObjectExistsError(f"{self.url(key)} already exists") from None
         finally:
-            Path(tmp).unlink(missing_ok=True)
+            tmp.unlink(missing_ok=True)
 
     def list(self, prefix: str = "") -> list[str]:
         base = self.path(prefix) if prefix else self.root
