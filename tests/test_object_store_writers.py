@@ -60,3 +60,23 @@ def test_concurrent_writers_on_a_bucket_lose_nothing_and_overwrite_no_head(moto_
     assert [int(line.where[:20]) for line in lines] == [line.head.table_version for line in lines]
     assert len(lines) == WRITERS * BATCHES + 1
     assert max(line.head.seq for line in lines) == len(acked) - 1
+
+
+def test_signed_heads_on_a_bucket(moto_process, tmp_path, monkeypatch):
+    """Signing set up for a store in a bucket: appends publish signed head objects, and verify
+    checks their signatures against the public key recorded in the bucket."""
+    from refold.storage.signing import KEY_ENV, PUBLIC_KEY_FILE, set_up_signing
+
+    bucket = new_bucket(moto_process)
+    root, options = f"{bucket.uri}/signed", bucket.storage_options
+    mem = refold.init(root, storage_options=options)
+    key = tmp_path / "head-signing.pem"
+    set_up_signing(mem.layout, key)
+    assert f"signed/receipts/heads/{PUBLIC_KEY_FILE}" in bucket.keys()  # the public key, in the bucket
+    monkeypatch.setenv(KEY_ENV, str(key))
+    mem = refold.open(root, storage_options=options)
+    mem.append({"kind": "chat_turn", "content": "signed words", "source": "chat#1"})
+    signed = [line for line in store_head_lines(mem.layout) if line.signature]
+    assert len(signed) == 1
+    report = mem.verify(signed_heads=True)
+    assert report.ok, report.problems

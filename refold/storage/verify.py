@@ -34,7 +34,7 @@ from refold.fold.errors import IntegrityError, ValidationError
 from refold.fold.chain import GENESIS, commitment_of, link_of
 from refold.fold.erasure_record import Erased, ErasureRecord, tombstone_problem
 from refold.fold.events import MAX_TIME, MIN_TIME, Event
-from .heads import publish_head, store_head_lines
+from .heads import publish_store_head, store_head_lines
 from .log import EventLog, Head
 from .log_reader import HEAD_KEY
 from .schema import EVENTS_SCHEMA, stored_time_texts, table_to_events
@@ -471,5 +471,5 @@ def sign_current_head(log, key_path: str | os.PathLike | None = None) -> Head:
         raise IntegrityError(f"the log does not verify, so its head is not signed: {report.problems[0]}",
                              first_bad_seq=report.first_bad_seq)
     head = log.head()
-    publish_head(log.layout.heads, head, signer=HeadSigner(private, key))
+    publish_store_head(log.layout, head, signer=HeadSigner(private, key))
     return head
