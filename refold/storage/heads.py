@@ -260,7 +260,8 @@ def _journal_tail(path: Path, *, raw: bool = False) -> list:
 # A bucket has no append: there, each published head is its own object, named by its table
 # version (the format of the per-head files older local stores hold) and written with a
 # conditional put (If-None-Match: *), so two writers can never overwrite each other's head —
-# and they never try to: delta-rs gives each commit its own version.
+# and they never try to: delta-rs gives each commit its own version. Like the journal's rotation,
+# each publication removes the head ``keep`` versions older, so about ``keep`` heads stay.
 
 HEADS = "receipts/heads"  # the heads' prefix under the store root
 
@@ -279,6 +280,8 @@ def publish_store_head(layout, head: Head, *, keep: int = 16, signer=None) -> No
     key = f"{HEADS}/{head.table_version:020d}.json"
     try:
         layout.files().create(key, json.dumps(value).encode())
+        if head.table_version >= keep:
+            layout.files().delete(f"{HEADS}/{head.table_version - keep:020d}.json")
     except StoreError as exc:  # ObjectExistsError included: the object that is there stays
         warnings.warn(f"refold: could not publish the chain head of version {head.table_version} "
                       f"under {layout.heads}: {exc}", RuntimeWarning, stacklevel=3)
