@@ -25,7 +25,7 @@ from refold.storage.layout import Layout, Mode, read_settings, write_settings
 from refold.storage.log import EventLog, Head
 from refold.storage.signing import load_public_key
 from refold.storage.verify import VerifyReport, verify
-from refold.storage.store_options import store_error, with_defaults
+from refold.storage.store_options import with_defaults
 
 if TYPE_CHECKING:
     from refold.folding import FoldReport, FoldState
@@ -45,8 +45,8 @@ class Memory:
         is in flight) — the lever for many single-event writers. A lone caller leads a group of
         one at once, so a single-threaded writer pays nothing for it; False appends each call on
         its own commit. See docs/log.md."""
-        self.layout = Layout(str(root))
-        storage_options = with_defaults(self.layout.root, storage_options)  # (conditional put, retries)
+        storage_options = with_defaults(str(root), storage_options)  # (conditional put, retries)
+        self.layout = Layout(str(root), storage_options)
         self.storage_options = storage_options
         self.max_content_bytes = max_content_bytes
         self.settings = read_settings(self.layout)
@@ -602,21 +602,12 @@ class Memory:
 
 
 def _exists(layout: Layout, storage_options: dict[str, str] | None) -> bool:
-    """Whether ``layout`` holds a refold store: its settings file (local) or its log table.
+    """Whether ``layout`` holds a refold store: its settings file, or (object storage, a store
+    made before its settings moved there) its log table."""
+    from refold.storage.layout import SETTINGS
 
-    A store that cannot be reached (no bucket, refused credentials, no region or endpoint) raises
-    a one-line :class:`StoreError` naming the URI and what is missing."""
-    if layout.is_local:
-        return Path(layout.settings).exists()
-    from deltalake import DeltaTable
-
-    try:
-        return DeltaTable.is_deltatable(layout.events, storage_options=storage_options)
-    except OSError as exc:
-        error = store_error(layout.root, exc)
-        if error is None:
-            raise
-        raise error from None  # (the object store's own message is in the error; no Rust chain)
+    files = layout.files()
+    return files.exists(SETTINGS) or (not layout.is_local and bool(files.list("events/_delta_log")))
 
 
 def init(root: str | Path, *, mode: Mode = "delete", storage_options: dict[str, str] | None = None,
@@ -635,8 +626,8 @@ def init(root: str | Path, *, mode: Mode = "delete", storage_options: dict[str, 
     """
     from refold.storage.key_stores import key_settings
 
-    layout = Layout(str(root))
-    storage_options = with_defaults(layout.root, storage_options)
+    storage_options = with_defaults(str(root), storage_options)
+    layout = Layout(str(root), storage_options)
     if _exists(layout, storage_options):
         raise StoreError(f"{root} is already a refold store; open it with refold.open({str(root)!r})",
                          cli=f"{root} is already a refold store; use it as it is (e.g. `refold log {root}`)")
@@ -660,8 +651,8 @@ def open(root: str | Path, *, create: bool = False, mode: Mode = "delete",  # no
     empty memory); create one with :func:`init`, or pass ``create=True`` to create it (with
     ``mode``) when absent. ``mode`` is used only when this call creates the store.
     """
-    layout = Layout(str(root))
-    storage_options = with_defaults(layout.root, storage_options)
+    storage_options = with_defaults(str(root), storage_options)
+    layout = Layout(str(root), storage_options)
     if not _exists(layout, storage_options):
         if not create:
             raise NotFoundError(

@@ -28,19 +28,15 @@ crash is resumed by the next run (the erasure journal), which then erases what i
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from refold.fold.errors import LegalHoldError, NotFoundError, StoreError, ValidationError
 from refold.fold.events import USER_KINDS, parse_time
-from refold.storage.filemodes import file_mode
-from refold.storage.layout import Layout, atomic_write_json
+from refold.storage.layout import Layout
 
 if TYPE_CHECKING:
     from refold.memory import Memory
@@ -55,6 +51,7 @@ __all__ = [
 POLICY_FORMAT = "refold-retention/v1"
 #: the subject id retention erasures are recorded under (their receipts name it)
 RETENTION_SUBJECT = "refold:retention"
+RETENTION = "retention.json"  # the policy's key under the store root
 #: kinds a rule may expire: what users and agents write, and the reads refold records
 RETAINABLE_KINDS = USER_KINDS | {"memory_read"}
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400, "y": 365 * 86400}
@@ -159,22 +156,18 @@ class Policy:
 
 
 def _layout(target: "Memory | Layout") -> Layout:
-    layout = target if isinstance(target, Layout) else target.layout
-    if not layout.is_local:
-        raise StoreError("retention rules and legal holds need a local store root (they are a file)")
-    return layout
+    return target if isinstance(target, Layout) else target.layout
 
 
 def read_policy(target: "Memory | Layout") -> Policy:
     """The store's policy (empty when no rule or hold was ever set)."""
-    layout = target if isinstance(target, Layout) else target.layout
-    if not layout.is_local:
-        return Policy()
+    return _parse_policy(_layout(target), _layout(target).files().get(RETENTION))
+
+
+def _parse_policy(layout: Layout, text: bytes | None) -> Policy:
     import json
 
-    try:
-        text = Path(layout.retention).read_text(encoding="utf-8")
-    except FileNotFoundError:
+    if text is None:
         return Policy()
     try:
         return Policy.from_json(json.loads(text))
@@ -183,26 +176,20 @@ def read_policy(target: "Memory | Layout") -> Policy:
                          "from a backup or remove it and set the rules again") from exc
 
 
-@contextlib.contextmanager
-def _changing(layout: Layout) -> Iterator[list[Policy]]:
-    """Read-modify-write of the policy under an exclusive lock: yields ``[policy]``; the caller
-    replaces the item, and the new policy is written atomically when the block ends."""
-    lock = Path(layout.root) / ".retention.lock"
-    try:
-        import fcntl
-    except ImportError:  # Windows: no flock; changes are rare and made by an operator
-        fcntl = None  # type: ignore[assignment]
-    fd = os.open(lock, os.O_RDWR | os.O_CREAT, file_mode(Path(lock).parent))
-    try:
-        if fcntl is not None:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        box = [read_policy(layout)]
-        before = box[0]
-        yield box
-        if box[0] != before:
-            atomic_write_json(layout.retention, box[0].as_json())
-    finally:
-        os.close(fd)  # closing releases the flock
+def _change(layout: Layout, edit: Callable[[Policy], Policy]) -> None:
+    """Read-modify-write of the policy with no lost update (an exclusive lock locally, a
+    conditional put on object storage; see :meth:`refold.storage.objects.StoreFiles.update`):
+    ``edit`` gets the current policy and returns the new one; it may run more than once."""
+    import json
+
+    def change(data: bytes | None) -> bytes | None:
+        before = _parse_policy(layout, data)
+        after = edit(before)
+        if after == before:
+            return None
+        return json.dumps(after.as_json(), indent=2, sort_keys=True, default=str).encode()
+
+    layout.files().update(RETENTION, change, lock=".retention.lock")
 
 
 def set_rule(target: "Memory | Layout", *, kind: str | None = None, tenant: str | None = None,
@@ -216,22 +203,29 @@ def set_rule(target: "Memory | Layout", *, kind: str | None = None, tenant: str 
         raise ValidationError(f"kind {kind!r} cannot expire; use one of {', '.join(sorted(RETAINABLE_KINDS))}")
     parse_keep(keep)
     rule = Rule(kind, tenant, keep.strip())
-    with _changing(layout) as box:
-        others = tuple(r for r in box[0].rules if (r.kind, r.tenant) != (kind, tenant))
-        box[0] = Policy(rules=(*others, rule), holds=box[0].holds)
+    def edit(policy: Policy) -> Policy:
+        others = tuple(r for r in policy.rules if (r.kind, r.tenant) != (kind, tenant))
+        return Policy(rules=(*others, rule), holds=policy.holds)
+
+    _change(layout, edit)
     return rule
 
 
 def remove_rule(target: "Memory | Layout", *, kind: str | None = None, tenant: str | None = None) -> Rule:
     """Remove the rule for exactly (``kind``, ``tenant``); NotFoundError when there is none."""
     layout = _layout(target)
-    with _changing(layout) as box:
-        found = next((r for r in box[0].rules if (r.kind, r.tenant) == (kind, tenant)), None)
+    box: list[Rule] = []
+
+    def edit(policy: Policy) -> Policy:
+        found = next((r for r in policy.rules if (r.kind, r.tenant) == (kind, tenant)), None)
         if found is None:
             raise NotFoundError(f"no retention rule {Rule(kind, tenant, '1d').name}; list them with "
                                 "`refold retention STORE`")
-        box[0] = Policy(rules=tuple(r for r in box[0].rules if r is not found), holds=box[0].holds)
-    return found
+        box[:] = [found]
+        return Policy(rules=tuple(r for r in policy.rules if r is not found), holds=policy.holds)
+
+    _change(layout, edit)
+    return box[0]
 
 
 def _hold_target(subject: str | None, tenant: str | None) -> None:
@@ -249,26 +243,35 @@ def place_hold(target: "Memory | Layout", *, subject: str | None = None, tenant:
     _hold_target(subject, tenant)
     if not isinstance(reason, str) or not reason.strip():
         raise ValidationError("a legal hold needs --reason TEXT (the case or order it is for)")
-    with _changing(layout) as box:
-        old = next((h for h in box[0].holds if (h.subject, h.tenant) == (subject, tenant)), None)
+    box: list[Hold] = []
+
+    def edit(policy: Policy) -> Policy:
+        old = next((h for h in policy.holds if (h.subject, h.tenant) == (subject, tenant)), None)
         placed = old.placed_at if old else (now or datetime.now(timezone.utc)).isoformat()
-        hold = Hold(subject, tenant, reason.strip(), placed)
-        others = tuple(h for h in box[0].holds if h is not old)
-        box[0] = Policy(rules=box[0].rules, holds=(*others, hold))
-    return hold
+        box[:] = [Hold(subject, tenant, reason.strip(), placed)]
+        others = tuple(h for h in policy.holds if h is not old)
+        return Policy(rules=policy.rules, holds=(*others, box[0]))
+
+    _change(layout, edit)
+    return box[0]
 
 
 def release_hold(target: "Memory | Layout", *, subject: str | None = None, tenant: str | None = None) -> Hold:
     """Remove the hold on ``subject`` or ``tenant``; NotFoundError when there is none."""
     layout = _layout(target)
     _hold_target(subject, tenant)
-    with _changing(layout) as box:
-        found = next((h for h in box[0].holds if (h.subject, h.tenant) == (subject, tenant)), None)
+    box: list[Hold] = []
+
+    def edit(policy: Policy) -> Policy:
+        found = next((h for h in policy.holds if (h.subject, h.tenant) == (subject, tenant)), None)
         if found is None:
             what = f"subject {subject}" if subject is not None else f"tenant {tenant}"
             raise NotFoundError(f"no legal hold on {what}; list them with `refold hold STORE`")
-        box[0] = Policy(rules=box[0].rules, holds=tuple(h for h in box[0].holds if h is not found))
-    return found
+        box[:] = [found]
+        return Policy(rules=policy.rules, holds=tuple(h for h in policy.holds if h is not found))
+
+    _change(layout, edit)
+    return box[0]
 
 
 # -- erasure's check ----------------------------------------------------------------------------
@@ -434,7 +437,7 @@ def apply(mem: "Memory", *, now: datetime | str | None = None, dry_run: bool = F
     if dry_run or not the_plan.expired:
         return RetentionRun(plan=the_plan, dry_run=dry_run, notes=tuple(the_plan.notes()))
     # the receipt (and the journal) must not keep a caller's event id: name them as tombstones will
-    notes = tuple(the_plan.notes(pseudonyms(mem.root, create=True)))
+    notes = tuple(the_plan.notes(pseudonyms(mem.root, create=True, files=mem.layout.files())))
     receipt = mem.erase(RETENTION_SUBJECT, include=[e.event_id for e in the_plan.expired],
                             canaries=canaries, decremental=decremental, notes=notes)
     return RetentionRun(plan=the_plan, dry_run=False, receipt=receipt, notes=notes)

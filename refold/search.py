@@ -43,7 +43,7 @@ from refold.fold.embed import EVENT_SCHEMA, FACT_SCHEMA, Embedder, check_vectors
 from refold.fold.errors import ValidationError
 from refold.fold.spec import FoldSpec
 from refold.storage.cache import PurgeResult
-from refold.storage.index import KINDS, Candidates, IndexStore, Tuning, VectorIndex, generation
+from refold.storage.index import KINDS, Candidates, Tuning, VectorIndex, generation, index_store
 from refold.storage.layout import Layout
 
 if TYPE_CHECKING:
@@ -248,8 +248,8 @@ def _sync(indexes: dict[str, VectorIndex], state, events, embedder: Embedder,
 def _epoch(mem: "Memory", spec_hash: str, model_id: str, persist: bool, erasure: str) -> Any:
     """What a cached view must have been built under: the index's purge epoch and the store's
     erasure epoch (``erasure``, read before the view's data; see refold.storage.epoch)."""
-    if persist and mem.layout.is_local:
-        return IndexStore(mem.layout).epoch(spec_hash, model_id), erasure
+    if persist:
+        return index_store(mem.layout).epoch(spec_hash, model_id), erasure
     return ((generation(mem.layout.index), None) if mem.layout.is_local else None), erasure
 
 
@@ -274,7 +274,6 @@ def open_index(mem: "Memory", *, embedder: str | Embedder | None = None, as_of: 
     """
     emb = get_embedder(embedder)
     tuning = tuning or Tuning()
-    persist = persist and mem.layout.is_local
     erasure = mem.erasure_epoch()  # before any read of the log (refold.storage.epoch)
     if as_of is not None:
         return _open_past(mem, emb, as_of, backend=backend, persist=persist, tuning=tuning, erasure=erasure,
@@ -294,7 +293,7 @@ def open_index(mem: "Memory", *, embedder: str | Embedder | None = None, as_of: 
         if moved is not None:
             svc.head[(spec.hash, emb.model_id)] = (epoch, moved)
             return moved
-    store = IndexStore(mem.layout) if persist else None
+    store = index_store(mem.layout) if persist else None
     loaded = store.load(spec.hash, emb.model_id, tuning=tuning) if store else None
     if loaded is not None and loaded[0]["dim"] != emb.dim:
         loaded = None
@@ -320,7 +319,7 @@ def open_index(mem: "Memory", *, embedder: str | Embedder | None = None, as_of: 
             epoch = _epoch(mem, spec.hash, emb.model_id, persist, erasure)  # a first save writes the manifest
     report = IndexReport(spec_hash=spec.hash, model_id=emb.model_id, backend=want, last_seq=head.seq,
                          facts=len(indexes["facts"]), events=len(indexes["events"]), **totals,
-                         path=str(store.folder(spec.hash, emb.model_id)) if store else None)
+                         path=store.location(spec.hash, emb.model_id) if store else None)
     retriever = Retriever(embedder=emb, indexes=indexes, link=head.link, report=report)
     retriever.stored = stored
     if not pending:  # the next read after a fold must see the extracted facts
@@ -393,6 +392,4 @@ def purge_index(target: "Memory | Layout", event_ids: Sequence[str]) -> PurgeRes
     for mem in list(_services.keys()):
         if mem.layout.root == layout.root:
             _services.pop(mem, None)
-    if not layout.is_local:
-        return PurgeResult("index", 0, ("remote store: the index is never persisted there",))
-    return IndexStore(layout).purge(event_ids)
+    return index_store(layout).purge(event_ids)

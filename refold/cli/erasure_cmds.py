@@ -176,7 +176,7 @@ def receipt_show(store: str, receipt_file: str, as_json: bool) -> None:
     path = receipt_file
     if not receipt_file.endswith(".json") and not Path(receipt_file).exists():
         path = receipt_path(mem.layout, receipt_file)
-    r = load_receipt(path)
+    r = load_receipt(path, layout=mem.layout)
     if as_json:
         emit_json(r.as_json())
         return

@@ -46,7 +46,7 @@ __all__ = [
 
 
 def registry(mem: "Memory") -> SubjectRegistry:
-    return SubjectRegistry(mem.layout.subjects)
+    return SubjectRegistry.of(mem.layout)
 
 
 def register_subject(mem: "Memory", subject_id: str, name: str, *, aliases: Sequence[str] = (),
@@ -82,10 +82,10 @@ def derived_stores(mem: "Memory", *, decremental: bool = True) -> list[Any]:
 
     # the patcher first: it needs the erased events' cache rows, which the cache purge removes
     stores: list[Any] = [SnapshotPatcher(mem), mem.cache] if decremental else [mem.cache]
-    if Path(mem.layout.index).exists():
-        from refold.storage.index import IndexStore
+    if Path(mem.layout.index).exists() if mem.layout.is_local else mem.layout.files().list("index"):
+        from refold.storage.index import index_store
 
-        stores.append(IndexStore(mem.layout))
+        stores.append(index_store(mem.layout))
     extra = getattr(mem, "derived_stores", None)
     if callable(extra):
         stores += [s for s in extra() if type(s) not in {type(x) for x in stores}]
@@ -275,7 +275,7 @@ def erase(mem: "Memory", subject_id: str, *, dry_run: bool = False, canaries: It
 def scan(mem: "Memory", needles: Iterable[str] = (), *, canaries: Iterable[str] = ()) -> ScanReport:
     """Residue scan of every file under the store (see :mod:`refold.storage.scan`): ``needles``
     (names) match as whole words, ``canaries`` as substrings."""
-    return scan_report(mem.root, needles, canaries=canaries)
+    return scan_report(mem.root, needles, canaries=canaries, storage_options=mem.storage_options)
 
 
 def verify_receipt(mem: "Memory", receipt: Receipt | str | Path, *, needles: Iterable[str] = (),
@@ -283,7 +283,7 @@ def verify_receipt(mem: "Memory", receipt: Receipt | str | Path, *, needles: Ite
     """Re-check a receipt (a Receipt, a path, or an erasure id) against the store."""
     if isinstance(receipt, str) and not receipt.endswith(".json") and not Path(receipt).exists():
         receipt = receipt_path(mem.layout, receipt)
-    rec = receipt if isinstance(receipt, Receipt) else load_receipt(receipt)
+    rec = receipt if isinstance(receipt, Receipt) else load_receipt(receipt, layout=mem.layout)
     # the refold digests the way the receipt did (receipts made before DIGEST_SCHEME hold a JSON digest)
     recorded = rec.state_digest or ""
     scheme = next((p for p in (DIGEST_SCHEME, STATE_SCHEME) if recorded.startswith(p)), "")

@@ -108,11 +108,6 @@ def shred_protector(layout: Layout, *, keystore: KeyStore | None = None):
     """The :data:`refold.storage.log.Protector` of a shred-mode store (default ``keystore``: the
     one the store was created with, see :func:`refold.storage.key_stores.open_keystore`)."""
     if keystore is None:
-        if not layout.is_local:
-            raise StoreError(
-                "shred mode needs a key store whose delete is real; for an object-store root pass "
-                "a KeyStore adapter (e.g. a KMS) explicitly"
-            )
         from .key_stores import open_keystore
 
         keystore = open_keystore(layout, read_settings(layout))

@@ -17,12 +17,9 @@ from __future__ import annotations
 
 import hashlib
 import os
-import uuid
 from collections.abc import Iterable
-from pathlib import Path
 
 from refold.fold.events import ERASED_ID_PREFIX as PREFIX
-from .filemodes import file_mode
 
 __all__ = ["KEY_FILE", "PREFIX", "Pseudonyms", "is_pseudonym", "pseudonyms"]
 
@@ -58,28 +55,27 @@ class Pseudonyms:
                 for i in event_ids}
 
 
-def pseudonyms(root: str, *, create: bool = False) -> Pseudonyms | None:
-    """The pseudonyms of the local store at ``root``; None when it has no key yet (no erasure
-    has run) and ``create`` is false. Creating is put-if-absent: racing erasures agree on one key."""
-    if "://" in root and not root.startswith("file://"):
-        return None  # erasure needs a local store: a remote one has no erased ids
-    path = Path(root.removeprefix("file://")) / KEY_FILE
-    try:
-        return Pseudonyms(path.read_bytes())
-    except FileNotFoundError:
+def pseudonyms(root: str, *, create: bool = False, files=None) -> Pseudonyms | None:
+    """The pseudonyms of the store at ``root``; None when it has no key yet (no erasure has run)
+    and ``create`` is false. ``files``: the store's side files (:meth:`Layout.files`; needed for
+    a store on object storage, else the local folder ``root``). Creating is put-if-absent
+    (``O_EXCL``-style link locally, a conditional put on object storage): racing erasures agree
+    on one key."""
+    if files is None:
+        if "://" in root and not root.startswith("file://"):
+            return None  # no way to reach a remote store's key without its storage_options
+        from .objects import LocalFiles
+
+        files = LocalFiles(root)
+    key = files.get(KEY_FILE)
+    if key is None:
         if not create:
             return None
-    staged = path.with_name(f".{KEY_FILE}.{uuid.uuid4().hex}")
-    fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_EXCL, file_mode(path.parent))  # 0600, 0660 in a group-shared store
-    try:
-        os.write(fd, os.urandom(_KEY_BYTES))
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    try:
-        os.link(staged, path)  # fails if another process linked its key first: use that one
-    except FileExistsError:
-        pass
-    finally:
-        staged.unlink(missing_ok=True)
-    return Pseudonyms(path.read_bytes())
+        from .objects import ObjectExistsError
+
+        try:
+            files.create(KEY_FILE, os.urandom(_KEY_BYTES))  # 0600, 0660 in a group-shared store
+        except ObjectExistsError:
+            pass  # another erasure created it first: use that one
+        key = files.get(KEY_FILE)
+    return Pseudonyms(key)

@@ -253,3 +253,63 @@ def _journal_tail(path: Path, *, raw: bool = False) -> list:
             continue
         heads.append((head, value) if raw else head)
     return heads
+
+
+# -- a store on object storage ----------------------------------------------------------------
+#
+# A bucket has no append: there, each published head is its own object, named by its table
+# version (the format of the per-head files older local stores hold) and written with a
+# conditional put (If-None-Match: *), so two writers can never overwrite each other's head —
+# and they never try to: delta-rs gives each commit its own version. Like the journal's rotation,
+# each publication removes the head ``keep`` versions older, so about ``keep`` heads stay.
+
+HEADS = "receipts/heads"  # the heads' prefix under the store root
+
+
+def publish_store_head(layout, head: Head, *, keep: int = 16, signer=None) -> None:
+    """Publish ``head`` for the store ``layout`` names: the journal of a local store, one
+    create-if-absent object per head on object storage. Best effort, like :func:`publish_head`."""
+    if layout.is_local:
+        publish_head(layout.heads, head, keep=keep, signer=signer)
+        return
+    from refold.fold.errors import StoreError
+
+    value = head.as_json()
+    if signer is not None:
+        value.update(signer.sign(head))
+    key = f"{HEADS}/{head.table_version:020d}.json"
+    try:
+        layout.files().create(key, json.dumps(value).encode())
+        if head.table_version >= keep:
+            layout.files().delete(f"{HEADS}/{head.table_version - keep:020d}.json")
+    except StoreError as exc:  # ObjectExistsError included: the object that is there stays
+        warnings.warn(f"refold: could not publish the chain head of version {head.table_version} "
+                      f"under {layout.heads}: {exc}", RuntimeWarning, stacklevel=3)
+
+
+def store_head_lines(layout) -> list[HeadLine]:
+    """Every published head of the store ``layout`` names (see :func:`read_head_lines`)."""
+    if layout.is_local:
+        return read_head_lines(layout.heads)
+    files = layout.files()
+    out: list[HeadLine] = []
+    for key in files.list(HEADS):
+        name = key.rsplit("/", 1)[-1]
+        if not Path(name).match(_HEAD_GLOB):
+            continue
+        text = files.get(key) or b""
+        try:
+            value = json.loads(text)
+            head = _strict_head(value)
+            out.append(HeadLine(name, head, signature=value.get("sig"), key=value.get("key")))
+        except (ValueError, TypeError) as exc:
+            out.append(HeadLine(name, None, str(exc), torn=_cut_short(text)))
+    return out
+
+
+def store_published_head(layout) -> Head | None:
+    """The newest readable head published for the store ``layout`` names (None: none)."""
+    if layout.is_local:
+        return read_published_head(layout.heads)
+    return max((line.head for line in store_head_lines(layout) if line.head is not None),
+               key=lambda h: h.table_version, default=None)

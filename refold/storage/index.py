@@ -336,8 +336,7 @@ class IndexStore:
 
     def __init__(self, layout: Layout):
         if not layout.is_local:
-            raise StoreError(f"the vector index is kept on local disk; {layout.root} is remote. "
-                             "Search a local copy, or keep the index in memory (persist=False)")
+            raise StoreError(f"{layout.root} is on object storage: use index_store(layout) (its index/ is objects)")
         self.root = Path(layout.index.removeprefix("file://"))
 
     def epoch(self, spec_hash: str, model_id: str) -> tuple[int, int | None]:
@@ -348,6 +347,10 @@ class IndexStore:
 
     def folder(self, spec_hash: str, model_id: str) -> Path:
         return self.root / spec_hash / model_slug(model_id)
+
+    def location(self, spec_hash: str, model_id: str) -> str:
+        """Where the index of (spec, model) is kept, for a report."""
+        return str(self.folder(spec_hash, model_id))
 
     def manifest(self, spec_hash: str, model_id: str) -> dict[str, Any] | None:
         try:
@@ -445,3 +448,115 @@ class IndexStore:
             removed += sum(counts.values())
             detail.append(f"{rel}: {counts['facts']} fact vector(s), {counts['events']} event vector(s) removed")
         return PurgeResult("index", removed, tuple(detail))
+
+
+class ObjectIndexStore(IndexStore):
+    """``index/`` of a store on object storage: the same files as locally, kept as objects.
+
+    Each operation downloads what it reads into a private temporary folder (0700), works there
+    with the local code above, uploads what it wrote, and removes the folder: no copy of the
+    index (derived from personal data) outlives the call outside the store. The manifest goes
+    last on a save and first on a purge, so a reader never pairs a new manifest with old files.
+    """
+
+    def __init__(self, layout: Layout):
+        self.files = layout.files()
+        self.key = "index"
+        self.uri = layout.index
+        self.root = Path(tempfile.mkdtemp(prefix="refold-index-")) / "index"  # mkdtemp: 0700
+        self.root.mkdir()
+
+    def close(self) -> None:
+        shutil.rmtree(self.root.parent, ignore_errors=True)
+
+    def __del__(self) -> None:  # the working folder never outlives the object
+        self.close()
+
+    def epoch(self, spec_hash: str, model_id: str) -> tuple[int, int | None]:
+        return generation(self.uri), (self.manifest(spec_hash, model_id) or {}).get("epoch")
+
+    def location(self, spec_hash: str, model_id: str) -> str:
+        return f"{self.uri}/{self.folder(spec_hash, model_id).relative_to(self.root).as_posix()}"
+
+    def _prefix(self, folder: Path) -> str:
+        return f"{self.key}/{folder.relative_to(self.root).as_posix()}"
+
+    def _download(self, folder: Path) -> None:
+        shutil.rmtree(folder, ignore_errors=True)
+        make_dirs(folder)
+        prefix = self._prefix(folder)
+        for key in self.files.list(prefix):
+            data = self.files.get(key)
+            if data is not None:
+                target = folder / key[len(prefix) + 1:]
+                make_dirs(target.parent)
+                target.write_bytes(data)
+
+    def _upload(self, folder: Path, *, manifest_last: bool = True) -> None:
+        prefix = self._prefix(folder)
+        here = {p.relative_to(folder).as_posix() for p in folder.rglob("*")
+                if p.is_file() and not p.name.startswith(".tmp-")}
+        for name in sorted(here - {"manifest.json"}):
+            self.files.put(f"{prefix}/{name}", (folder / name).read_bytes())
+        for key in self.files.list(prefix):  # files the local code removed
+            if key[len(prefix) + 1:] not in here:
+                self.files.delete(key)
+        if manifest_last and "manifest.json" in here:
+            self.files.put(f"{prefix}/manifest.json", (folder / "manifest.json").read_bytes())
+
+    def manifest(self, spec_hash: str, model_id: str) -> dict[str, Any] | None:
+        try:
+            return self.files.get_json(f"{self._prefix(self.folder(spec_hash, model_id))}/manifest.json")
+        except ValueError:
+            return None
+
+    def load(self, spec_hash: str, model_id: str, *, tuning: Tuning | None = None):
+        self._download(self.folder(spec_hash, model_id))
+        try:
+            return super().load(spec_hash, model_id, tuning=tuning)
+        finally:
+            shutil.rmtree(self.folder(spec_hash, model_id), ignore_errors=True)
+
+    def save(self, spec_hash: str, model_id: str, indexes: dict[str, VectorIndex], *,
+             last_seq: int, link: str) -> dict[str, Any]:
+        folder = self.folder(spec_hash, model_id)
+        make_dirs(folder)
+        self.files.delete(f"{self._prefix(folder)}/manifest.json")  # stale until the new one lands
+        try:
+            manifest = super().save(spec_hash, model_id, indexes, last_seq=last_seq, link=link)
+            self._upload(folder)
+            return manifest
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
+    def folders(self) -> list[Path]:
+        names = {tuple(key.split("/")[1:3]) for key in self.files.list(self.key) if key.count("/") >= 3}
+        out = []
+        for spec, slug in sorted(names):
+            folder = self.root / spec / slug
+            self._download(folder)
+            out.append(folder)
+        return out
+
+    def purge(self, event_ids: Sequence[str] | Iterable[str]) -> PurgeResult:
+        ids = sorted(set(event_ids))
+        if not ids:
+            return PurgeResult("index", 0)
+        _bump(Path(self.uri))
+        try:
+            result = super().purge(ids)
+            for folder in self.folders_here():
+                self._upload(folder)
+            return result
+        finally:
+            shutil.rmtree(self.root, ignore_errors=True)
+            self.root.mkdir()
+
+    def folders_here(self) -> list[Path]:
+        """The folders this object downloaded (and changed) in its working folder."""
+        return sorted(p for spec in self.root.iterdir() if spec.is_dir() for p in spec.iterdir() if p.is_dir())
+
+
+def index_store(layout: Layout) -> IndexStore:
+    """The ``index/`` of the store ``layout`` names: local files, or objects (:class:`ObjectIndexStore`)."""
+    return IndexStore(layout) if layout.is_local else ObjectIndexStore(layout)

@@ -4,7 +4,8 @@ A store picks its key store once, at ``refold init``, and records the choice in 
 (``store.json``, under ``keys``); every later open reads it from there, so no caller can open a
 KMS store with file keys by mistake (or the other way round):
 
-* no ``keys`` entry: :class:`~refold.storage.keys.FileKeyStore` (key files under ``keys/``);
+* no ``keys`` entry: :class:`~refold.storage.keys.FileKeyStore` (key files under ``keys/``), or
+  on object storage :class:`~refold.storage.object_keys.ObjectKeyStore` (key objects there);
 * ``{"adapter": "kms", ...}``: :class:`~refold.storage.kms_keys.KmsKeyStore` with the
   :class:`~refold.storage.kms_keys.KmsSettings` stored there.
 """
@@ -52,10 +53,18 @@ def key_settings(mode: str, *, kms_key_id: str | None = None, kms_key_per_subjec
 def open_keystore(layout: Layout, settings: Mapping[str, Any]) -> KeyStore:
     """The key store of the store at ``layout`` whose settings are ``settings``."""
     keys = settings.get("keys")
+    if not keys and not layout.is_local:  # key objects in the bucket, beside the rest of the store
+        from .object_keys import ObjectKeyStore
+
+        return ObjectKeyStore(layout.files(), "keys")
     if not keys:
         return FileKeyStore(layout.keys)
     if keys.get("adapter") == "kms":
         from .kms_keys import KmsKeyStore, KmsSettings
+
+        if not layout.is_local:  # it keeps the wrapped keys in files under keys/
+            raise StoreError(f"{layout.root}: a KMS key store needs a local store root for now; on object "
+                             "storage use the default key store (key objects under keys/)")
 
         return KmsKeyStore(layout.keys, KmsSettings.from_json(keys))
     raise StoreError(f"{layout.root}/store.json names an unknown key store {keys.get('adapter')!r}; "

@@ -12,32 +12,39 @@
       subjects.json   subject registry (names and aliases per opaque subject id; erasable)
       retention.json  retention rules and legal holds (refold.retention)
 
-Only local paths get the side files (heads, keys, receipts); the Delta tables also accept object
-store URIs with ``storage_options``.
+The root is a local path, ``file://`` or an object-store URI (``s3://bucket/prefix``, ``gs://``,
+``az://``); ``storage_options`` (as deltalake names them) reach the Delta tables and, through
+:meth:`Layout.files`, the side files (:mod:`refold.storage.objects`).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from refold.fold.errors import StoreError
 
-from .filemodes import file_mode, make_dirs
 
 FORMAT_VERSION = 1
+SETTINGS = "store.json"
 Mode = Literal["delete", "shred"]
 
 
 @dataclass(frozen=True)
 class Layout:
-    """Paths of one store."""
+    """Paths of one store, and the ``storage_options`` that reach it (not part of its identity)."""
 
     root: str
+    storage_options: dict[str, str] | None = field(default=None, compare=False, hash=False, repr=False)
+
+    def files(self):
+        """The side files of this store (:class:`refold.storage.objects.StoreFiles`)."""
+        from .objects import store_files
+
+        return store_files(self.root, self.storage_options)
 
     def _join(self, *parts: str) -> str:
         return "/".join([self.root.rstrip("/"), *parts])
@@ -72,7 +79,7 @@ class Layout:
 
     @property
     def settings(self) -> str:
-        return self._join("store.json")
+        return self._join(SETTINGS)
 
     @property
     def subjects(self) -> str:
@@ -95,19 +102,10 @@ def atomic_write_json(path: str | os.PathLike, value: Any) -> None:
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     """Write ``text`` so a reader sees the old file or the new one, never half (temp file, fsync,
     rename), with the mode the store's folder calls for (0600, or 0660 in a group-shared store)."""
+    from .objects import LocalFiles
+
     path = Path(path)
-    make_dirs(path.parent)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=path.suffix)  # 0600
-    try:
-        os.fchmod(fd, file_mode(path.parent))
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    LocalFiles(path.parent).put(path.name, text.encode("utf-8"))
 
 
 def write_settings(layout: Layout, mode: Mode, *, keys: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -117,19 +115,19 @@ def write_settings(layout: Layout, mode: Mode, *, keys: dict[str, Any] | None = 
     settings: dict[str, Any] = {"format_version": FORMAT_VERSION, "mode": mode}
     if keys:
         settings["keys"] = keys
-    if layout.is_local:
-        atomic_write_json(layout.settings, settings)
+    layout.files().put_json(SETTINGS, settings)
     return settings
 
 
 def read_settings(layout: Layout) -> dict[str, Any]:
-    if not layout.is_local:
+    """The store's settings (store.json). A store on object storage made before its side files moved
+    there has none: it was a delete-mode store."""
+    settings = layout.files().get_json(SETTINGS)
+    if settings is None and not layout.is_local and layout.files().list("events/_delta_log"):
         return {"format_version": FORMAT_VERSION, "mode": "delete"}
-    try:
-        with open(layout.settings, encoding="utf-8") as fh:
-            return json.load(fh)
-    except FileNotFoundError:
+    if settings is None:
         raise StoreError(
             f"{layout.root} is not a refold store (no store.json); create one with refold.init({layout.root!r})",
             cli=f"{layout.root} is not a refold store (no store.json); create one with `refold init {layout.root}`",
-        ) from None
+        )
+    return settings

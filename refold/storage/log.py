@@ -36,6 +36,7 @@ rows by seq, time or id) lives in :mod:`refold.storage.log_reader`, which :class
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -58,7 +59,7 @@ from .delta_io import parquet_dataset
 from .erased_ids import pseudonyms
 from .layout import Layout
 from .log_reader import HEAD_KEY, LogReader
-from .heads import Head, publish_head
+from .heads import Head, publish_store_head
 from .filemodes import apply_commit, apply_tree
 from .hostlock import host_turn
 from .datafiles import WRITER_PROPERTIES, write_rows
@@ -107,6 +108,8 @@ class EventLog(LogReader):
 
     def __init__(self, layout: Layout, *, storage_options: dict[str, str] | None = None,
                  protector: Protector = _plain):
+        if storage_options is not None and layout.storage_options is None:  # the side files need them too
+            layout = dataclasses.replace(layout, storage_options=storage_options)
         self.layout = layout
         self.storage_options = storage_options
         self.protector = protector
@@ -160,8 +163,10 @@ class EventLog(LogReader):
                 # append finds it in the history instead of scanning the (empty) table
                 commit_properties=CommitProperties(custom_metadata={HEAD_KEY: json.dumps(_EMPTY_HEAD.as_json())}),
             )
-            if layout.is_local:  # the heads folder and journal exist from the start: the first
-                publish_head(layout.heads, _EMPTY_HEAD)  # append only opens them (~1.3 ms less)
+            # the heads folder and journal exist from the start: the first append only opens them
+            # (~1.3 ms less); on object storage the empty log's head is its first head object
+            publish_store_head(dataclasses.replace(layout, storage_options=storage_options), _EMPTY_HEAD)
+            if layout.is_local:
                 apply_tree(layout.events)  # delta-rs wrote it with the umask: the store's modes
             return
         raise StoreError(f"{layout.events} already holds an event log")
@@ -412,7 +417,7 @@ class EventLog(LogReader):
         if not self._erased_seen:
             return {}
         if self._pseudonyms is None:
-            self._pseudonyms = pseudonyms(self.layout.root)
+            self._pseudonyms = pseudonyms(self.layout.root, files=self.layout.files())
             if self._pseudonyms is None:
                 return {}
         return {p: i for p, i in self._pseudonyms.of(ids).items() if p in self._ids}
@@ -437,5 +442,4 @@ class EventLog(LogReader):
     # -- published heads ------------------------------------------------------------------------
 
     def _publish_head(self, head: Head, keep: int = 16) -> None:
-        if self.layout.is_local:
-            publish_head(self.layout.heads, head, keep=keep, signer=self._signer)
+        publish_store_head(self.layout, head, keep=keep, signer=self._signer)

@@ -455,8 +455,13 @@ def _check_needles(needles: Iterable[str]) -> tuple[str, ...]:
 
 
 def scan_report(root: str | os.PathLike, needles: Iterable[str] = (), *, canaries: Iterable[str] = (),
-                exclude: Iterable[str] = ()) -> ScanReport:
+                exclude: Iterable[str] = (), storage_options: dict[str, str] | None = None) -> ScanReport:
     """Scan every file under ``root``; ``exclude`` lists relative paths to skip.
+
+    On object storage (``s3://…`` with ``storage_options``) every object under the prefix is
+    listed and read, and on a versioned S3 bucket every old version and delete marker too: a hit
+    in an old version names it ``KEY@version=ID``
+    (:mod:`refold.storage.object_versions`).
 
     ``needles`` are names: each matches as a whole word, case-insensitively ("Tim" is found in
     "Tim's" and "tim," but not in "timestamp"). ``canaries`` (unique phrases, identifiers, ids)
@@ -471,6 +476,9 @@ def scan_report(root: str | os.PathLike, needles: Iterable[str] = (), *, canarie
     base = Path(root)
     skip = {Path(p).as_posix() for p in exclude}
     state = _Scan(base, _Matcher(wanted, frozenset(words) - frozenset(exact)))
+    if "://" in str(root) and not str(root).startswith("file://"):
+        files = _scan_objects(str(root), storage_options, skip, state)
+        return ScanReport(str(root), wanted, files, tuple(sorted(state.hits)), tuple(state.errors))
     files = 0
     if not base.exists():
         raise ValidationError(f"{root} does not exist; nothing to scan")
@@ -494,8 +502,44 @@ def scan_report(root: str | os.PathLike, needles: Iterable[str] = (), *, canarie
     return ScanReport(str(root), wanted, files, tuple(sorted(state.hits)), tuple(state.errors))
 
 
+def _scan_objects(root: str, options: dict[str, str] | None, skip: set[str], state: _Scan) -> int:
+    """Scan every object (and old object version) under an object-store root; returns how many."""
+    from refold.fold.errors import StoreError
+
+    from .object_versions import old_versions, read_version
+    from .objects import store_files
+
+    objects = store_files(root, options)
+    count = 0
+    for key in objects.list():
+        if key in skip:
+            continue
+        data = objects.get(key)
+        if data is None:
+            continue  # deleted since the listing
+        count += 1
+        state.blob(data, key)
+    try:
+        versions = list(old_versions(root, options))
+    except StoreError as exc:
+        state.errors.append(f"old object versions not scanned: {exc}")
+        return count
+    for version in versions:
+        if version.delete_marker or version.key in skip:
+            continue
+        try:
+            data = read_version(root, version, options)
+        except StoreError as exc:
+            state.errors.append(f"{version.key}@version={version.version_id}: unreadable ({exc})")
+            continue
+        count += 1
+        state.blob(data, f"{version.key}@version={version.version_id}")
+    return count
+
+
 def scan(root: str | os.PathLike, needles: Iterable[str] = (), *, canaries: Iterable[str] = (),
-         exclude: Iterable[str] = ()) -> list[Hit]:
+         exclude: Iterable[str] = (), storage_options: dict[str, str] | None = None) -> list[Hit]:
     """Every hit under ``root`` (see :func:`scan_report` for how needles and canaries match and
     the module docstring for what is decoded)."""
-    return list(scan_report(root, needles, canaries=canaries, exclude=exclude).hits)
+    return list(scan_report(root, needles, canaries=canaries, exclude=exclude,
+                            storage_options=storage_options).hits)

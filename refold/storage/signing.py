@@ -27,7 +27,6 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from refold.fold.errors import StoreError, ValidationError
-from .filemodes import file_mode, make_dirs
 from .heads import Head
 from .layout import Layout
 
@@ -73,15 +72,24 @@ def signature_ok(public: Ed25519PublicKey, head: Head, signature: str) -> bool:
         return False
 
 
-def _public_path(layout: Layout) -> Path:
-    return Path(layout.heads) / PUBLIC_KEY_FILE
+def _public_key(layout: Layout) -> str:
+    """The recorded public key's key under the store root (beside the published heads)."""
+    return f"receipts/heads/{PUBLIC_KEY_FILE}"
 
 
 def load_public_key(path: str | os.PathLike) -> Ed25519PublicKey:
     """An Ed25519 public key from a PEM file (ValidationError saying what is wrong)."""
     try:
-        key = serialization.load_pem_public_key(Path(path).read_bytes())
-    except (OSError, ValueError) as exc:
+        pem = Path(path).read_bytes()
+    except OSError as exc:
+        raise ValidationError(f"cannot read an Ed25519 public key (PEM) from {path}: {exc}") from None
+    return _public_from_pem(pem, path)
+
+
+def _public_from_pem(pem: bytes, path: str | os.PathLike) -> Ed25519PublicKey:
+    try:
+        key = serialization.load_pem_public_key(pem)
+    except ValueError as exc:
         raise ValidationError(f"cannot read an Ed25519 public key (PEM) from {path}: {exc}") from None
     if not isinstance(key, Ed25519PublicKey):
         raise ValidationError(f"{path} holds a {type(key).__name__}, not an Ed25519 public key")
@@ -90,8 +98,8 @@ def load_public_key(path: str | os.PathLike) -> Ed25519PublicKey:
 
 def recorded_public_key(layout: Layout) -> Ed25519PublicKey | None:
     """The public key the store records (None when signing was never set up)."""
-    path = _public_path(layout)
-    return load_public_key(path) if path.exists() else None
+    pem = layout.files().get(_public_key(layout))
+    return None if pem is None else _public_from_pem(pem, f"{layout.heads}/{PUBLIC_KEY_FILE}")
 
 
 def load_private(path: str | os.PathLike, origin: str) -> Ed25519PrivateKey:
@@ -133,28 +141,23 @@ def set_up_signing(layout: Layout, key_path: str | os.PathLike) -> str:
             f.write(pem)
     public = private.public_key()
     pem = public.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
-    path = _public_path(layout)
-    if path.exists():
-        if path.read_bytes() != pem:
-            raise ValidationError(f"{layout.root} already records another head-signing key "
-                                  f"({fingerprint(load_public_key(path))[:16]}…); a store has one key")
-    else:
-        make_dirs(path.parent)
-        tmp = path.with_name(f".tmp-{os.getpid()}-{PUBLIC_KEY_FILE}")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, file_mode(path.parent))
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(pem)
-        os.replace(tmp, path)
+    files = layout.files()
+    recorded = files.get(_public_key(layout))
+    if recorded is None:
+        files.put(_public_key(layout), pem)
+    elif recorded != pem:
+        raise ValidationError(f"{layout.root} already records another head-signing key "
+                              f"({fingerprint(_public_from_pem(recorded, layout.heads))[:16]}…); a store has one key")
     return fingerprint(public)
 
 
 def signer_from_env(layout: Layout) -> HeadSigner | None:
-    """The signer named by ``REFOLD_SIGNING_KEY`` for this store (None when unset, when the store
-    is not local, or when it records no public key: signing is set up per store with
+    """The signer named by ``REFOLD_SIGNING_KEY`` for this store (None when unset, or when the store
+    records no public key: signing is set up per store with
     :func:`set_up_signing`). A key other than the recorded one fails here, when the log is
     opened, rather than at the next ``verify``."""
     path = os.environ.get(KEY_ENV)
-    if not path or not layout.is_local:
+    if not path:
         return None
     private = load_private(path, KEY_ENV)
     recorded = recorded_public_key(layout)

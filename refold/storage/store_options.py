@@ -39,7 +39,7 @@ import pyarrow.fs as pafs
 
 from refold.fold.errors import StoreError
 
-__all__ = ["RETRY_DEFAULTS", "arrow_filesystem", "arrow_paths", "is_object_store", "store_error",
+__all__ = ["RETRY_DEFAULTS", "arrow_filesystem", "arrow_paths", "cause_of", "is_object_store", "store_error",
            "with_defaults"]
 
 #: object_store's retry and client settings refold sets unless the caller sets them
@@ -214,15 +214,22 @@ def _said(exc: BaseException) -> str:
     return said if len(said) <= 200 else said[:197] + "..."
 
 
-def store_error(uri: str, exc: BaseException) -> StoreError | None:
-    """A one-line :class:`StoreError` naming ``uri`` and what is missing when ``exc`` is an
-    object-store failure refold recognises (bucket, credentials, region, endpoint); None
-    otherwise (the caller re-raises ``exc``)."""
-    if not is_object_store(uri):
-        return None
+def cause_of(exc: BaseException) -> tuple[str, str] | None:
+    """(what went wrong, what to do) for an object-store failure refold recognises (bucket,
+    credentials, region, endpoint); None otherwise. Shared by the Delta tables' errors
+    (:func:`store_error`) and the side files' (:mod:`refold.storage.objects`)."""
     text = " ".join(_ANSI.sub("", str(exc)).split()).lower()
     for needles, what, todo in _CAUSES:
         if any(n in text for n in needles):
-            return StoreError(f"cannot open the store at {uri}: {what}; {todo} (the object store said: "
-                              f"{_said(exc)})")
+            return what, todo
     return None
+
+
+def store_error(uri: str, exc: BaseException) -> StoreError | None:
+    """A one-line :class:`StoreError` naming ``uri`` and what is missing when ``exc`` is an
+    object-store failure refold recognises; None otherwise (the caller re-raises ``exc``)."""
+    cause = cause_of(exc) if is_object_store(uri) else None
+    if cause is None:
+        return None
+    what, todo = cause
+    return StoreError(f"cannot open the store at {uri}: {what}; {todo} (the object store said: {_said(exc)})")

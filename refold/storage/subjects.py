@@ -16,8 +16,6 @@ registrations from several processes are not lost.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
 import os
 import re
@@ -27,8 +25,6 @@ from pathlib import Path
 
 from refold.fold.errors import NotFoundError, StoreError, ValidationError
 from refold.fold.events import Event
-from .filemodes import file_mode, make_dirs
-from .layout import atomic_write_json
 
 FORMAT = 1
 
@@ -66,32 +62,48 @@ def _clean(values: Iterable[str], what: str) -> tuple[str, ...]:
 
 
 class SubjectRegistry:
-    """The registry file of one store (``path`` is the store's ``subjects.json``)."""
+    """The registry of one store: its ``subjects.json`` (``path``), read and written through the
+    store's side-file port (a folder or a bucket; see :meth:`of`)."""
 
-    def __init__(self, path: str | os.PathLike):
-        self.path = Path(path)
+    def __init__(self, path: str | os.PathLike, *, files=None, key: str = "subjects.json"):
+        self.path = str(path)
+        if files is None:  # a local registry file given by its path
+            from .objects import LocalFiles
 
-    @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
-        make_dirs(self.path.parent)
-        fd = os.open(str(self.path) + ".lock", os.O_RDWR | os.O_CREAT, file_mode(self.path.parent))
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
-        finally:
-            os.close(fd)
+            files, key = LocalFiles(Path(path).parent), Path(path).name
+        self._files, self._key = files, key
+
+    @classmethod
+    def of(cls, layout) -> "SubjectRegistry":
+        """The registry of the store ``layout`` names (local or on object storage)."""
+        return cls(layout.subjects, files=layout.files(), key="subjects.json")
 
     def _load(self) -> dict[str, dict]:
-        try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
+        return self._parse(self._files.get(self._key))
+
+    def _parse(self, data: bytes | None) -> dict[str, dict]:
+        if data is None:
             return {}
+        try:
+            parsed = json.loads(data)
         except ValueError as exc:
             raise StoreError(f"{self.path} is not valid JSON ({exc}); restore it or remove it") from exc
-        return dict(data.get("subjects", {}))
+        return dict(parsed.get("subjects", {}))
 
-    def _save(self, subjects: dict[str, dict]) -> None:
-        atomic_write_json(self.path, {"format": FORMAT, "subjects": subjects})
+    def _change(self, edit) -> bool:
+        """Apply ``edit(subjects) -> bool`` (True: changed) as one read-modify-write; returns it."""
+        changed = [False]
+
+        def change(data: bytes | None) -> bytes | None:
+            subjects = self._parse(data)
+            changed[0] = edit(subjects)
+            if not changed[0]:
+                return None
+            return json.dumps({"format": FORMAT, "subjects": subjects}, indent=2, sort_keys=True,
+                              default=str).encode()
+
+        self._files.update(self._key, change)
+        return changed[0]
 
     # -- the API ----------------------------------------------------------------------------------
 
@@ -102,10 +114,7 @@ class SubjectRegistry:
             raise ValidationError("subject id: expected a non-empty opaque id, e.g. 's-3f9c'")
         (name,) = _clean([name], "name")
         subject = Subject(subject_id, name, _clean(aliases, "aliases"), _clean(identifiers, "identifiers"))
-        with self._locked():
-            subjects = self._load()
-            subjects[subject_id] = subject.as_json()
-            self._save(subjects)
+        self._change(lambda subjects: subjects.update({subject_id: subject.as_json()}) or True)
         return subject
 
     def get(self, subject_id: str) -> Subject | None:
@@ -123,13 +132,7 @@ class SubjectRegistry:
 
     def remove(self, subject_id: str) -> bool:
         """Remove the entry; True when there was one (idempotent)."""
-        with self._locked():
-            subjects = self._load()
-            if subject_id not in subjects:
-                return False
-            del subjects[subject_id]
-            self._save(subjects)
-            return True
+        return self._change(lambda subjects: subjects.pop(subject_id, None) is not None)
 
     def __contains__(self, subject_id: str) -> bool:
         return subject_id in self._load()

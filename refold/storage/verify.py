@@ -34,7 +34,7 @@ from refold.fold.errors import IntegrityError, ValidationError
 from refold.fold.chain import GENESIS, commitment_of, link_of
 from refold.fold.erasure_record import Erased, ErasureRecord, tombstone_problem
 from refold.fold.events import MAX_TIME, MIN_TIME, Event
-from .heads import publish_head, read_head_lines
+from .heads import publish_store_head, store_head_lines
 from .log import EventLog, Head
 from .log_reader import HEAD_KEY
 from .schema import EVENTS_SCHEMA, stored_time_texts, table_to_events
@@ -252,10 +252,10 @@ def verify(log: EventLog, *, against: Head | None = None, signed_heads: bool = F
         )
         if not bad:
             bad.append(duplicated[0])
-    signed, notes = None, []
-    if log.layout.is_local or against is not None:
-        signed = _check_heads(log, against, by_seq, last if intact else None, recorded, problems, bad, notes,
-                              signed_heads=signed_heads or public_key is not None, public_key=public_key)
+    notes: list[str] = []
+    # (a store on object storage publishes its heads too: one object each)
+    signed = _check_heads(log, against, by_seq, last if intact else None, recorded, problems, bad, notes,
+                          signed_heads=signed_heads or public_key is not None, public_key=public_key)
     head_problems, head_bad = check_recorded_heads(log, events)
     problems += head_problems
     bad += head_bad
@@ -275,7 +275,7 @@ def _check_heads(log: EventLog, against: Head | None, by_seq: dict[int, list[Eve
     ``last`` is the last event of an intact chain (None when the chain is broken or empty)."""
     chain_ok = last is not None or not by_seq
     last_seq = last.seq if last is not None else -1
-    lines = read_head_lines(log.layout.heads) if log.layout.is_local else []
+    lines = store_head_lines(log.layout)
     heads_dir = "receipts/heads"
     published: list[Head] = []
     for line in lines:
@@ -471,5 +471,5 @@ def sign_current_head(log, key_path: str | os.PathLike | None = None) -> Head:
         raise IntegrityError(f"the log does not verify, so its head is not signed: {report.problems[0]}",
                              first_bad_seq=report.first_bad_seq)
     head = log.head()
-    publish_head(log.layout.heads, head, signer=HeadSigner(private, key))
+    publish_store_head(log.layout, head, signer=HeadSigner(private, key))
     return head

@@ -62,10 +62,10 @@ from typing import Any
 from deltalake import CommitProperties
 from deltalake.exceptions import CommitFailedError
 
-from refold.fold.errors import ErasureError, StoreError
+from refold.fold.errors import ErasureError
 from refold.fold.events import NewEvent, new_event_id
 from ..erased_ids import pseudonyms
-from ..layout import atomic_write_json, read_settings
+from ..layout import read_settings
 from ..log import EventLog
 from ..scan import scan_report
 from ..schema import EVENTS_SCHEMA
@@ -95,8 +95,8 @@ def _resolve(source, mode, keystore, registry):
         from ..key_stores import open_keystore
 
         keystore = getattr(source, "key_store", None) or open_keystore(log.layout, read_settings(log.layout))
-    if registry is None and log.layout.is_local:
-        registry = SubjectRegistry(log.layout.subjects)
+    if registry is None:
+        registry = SubjectRegistry.of(log.layout)
     return log, mode, keystore, registry
 
 
@@ -139,8 +139,6 @@ def erase(source, subject_id: str, *, mode: str | None = None, keystore=None,
     """
     log, mode, keystore, registry = _resolve(source, mode, keystore, registry)
     layout = log.layout
-    if not layout.is_local:
-        raise StoreError("erasure needs a local store root (journal, keys and receipts are files)")
     subject = registry.get(subject_id) if registry is not None else None
     # names and aliases match as whole words; identifiers (e-mails, phone numbers) and the
     # caller's canaries as substrings (see refold.storage.scan)
@@ -169,12 +167,12 @@ def erase(source, subject_id: str, *, mode: str | None = None, keystore=None,
     return run.execute()
 
 
-def _journal_path(layout, erasure_id: str) -> Path:
-    return Path(layout.receipts) / f"{erasure_id}.pending.json"
+def _journal_key(erasure_id: str) -> str:
+    return f"receipts/{erasure_id}.pending.json"
 
 
 def _save(layout, journal: dict) -> None:
-    atomic_write_json(_journal_path(layout, journal["erasure_id"]), journal)
+    layout.files().put_json(_journal_key(journal["erasure_id"]), journal)
 
 
 def _noop(layout, the_plan: ErasurePlan, erasure_id: str | None) -> Receipt:
@@ -216,7 +214,7 @@ class _Run:
             result = getattr(self, f"_{step}")()
             _crash_point(step)
             if step == "receipt":
-                _journal_path(self.layout, self.erasure_id).unlink(missing_ok=True)
+                self.layout.files().delete(_journal_key(self.erasure_id))
                 return result
             self.journal["results"][step] = result
             self.journal["done"].append(step)
@@ -238,7 +236,7 @@ class _Run:
         # by their ids' pseudonyms, as the tombstones will (a caller's id may be personal data)
         record = record_for(self.log, eid, self.plan.tombstone_seqs,
                             {e["seq"]: e["commitment"] for e in self.plan.events},
-                            pseudonym=pseudonyms(self.layout.root, create=True))
+                            pseudonym=pseudonyms(self.layout.root, create=True, files=self.layout.files()))
         (seq,) = system.append([NewEvent(kind="erasure", content=record.content(),
                                          source="refold:erasure", event_id=eid)])
         return {"seq": seq}
@@ -266,7 +264,7 @@ class _Run:
             return self._commit_tombstones(seqs, expected)
 
     def _commit_tombstones(self, seqs: set[int], expected: dict[int, str]) -> dict:
-        pseudonym = pseudonyms(self.layout.root, create=True)
+        pseudonym = pseudonyms(self.layout.root, create=True, files=self.layout.files())
         for attempt in range(50):
             dt = self.log._table()
             staged = stage(dt, self.layout.events, seqs, erasure_id=self.erasure_id, pseudonym=pseudonym,
@@ -307,12 +305,14 @@ class _Run:
 
     def _scrub_derived(self) -> dict:
         out = {}
-        events = Path(self.layout.events).resolve()
-        for table in delta_tables(self.layout.root):
-            if table.resolve() == events:
+        local = self.layout.is_local
+        events = Path(self.layout.events).resolve() if local else self.layout.events
+        for table in delta_tables(self.layout.root, files=self.layout.files()):
+            if (table.resolve() if local else table) == events:
                 continue
             out[_rel(self.layout.root, str(table))] = scrub_table(
-                table, erased_ids=self.plan.event_ids, orphan_grace_hours=self.grace)
+                table, erased_ids=self.plan.event_ids, orphan_grace_hours=self.grace,
+                storage_options=self.log.storage_options)
         return out
 
     def _epoch(self) -> dict:
@@ -337,7 +337,7 @@ class _Run:
         """From here on the journal names the erased events by their ids' pseudonyms: every
         step that needed the ids (tombstones, purges, refold) is done, and the scan that
         follows reads the journal too."""
-        pseudonym = pseudonyms(self.layout.root, create=True)
+        pseudonym = pseudonyms(self.layout.root, create=True, files=self.layout.files())
         plan = self.journal["plan"]
         events = [{**e, "event_id": pseudonym(e["event_id"])} for e in plan["events"]]
         if events != plan["events"]:
@@ -350,11 +350,32 @@ class _Run:
         if not self.needles:
             return {"needles": 0, "hits": [], "files": None,
                     "note": "no needles: the subject has no registry entry and no canaries were given"}
-        report = scan_report(self.layout.root, self.names, canaries=self.canaries)
+        versions = self._old_versions()
+        report = scan_report(self.layout.root, self.names, canaries=self.canaries,
+                             storage_options=self.log.storage_options)
         out = report.as_json(include_needles=False)
+        if versions is not None:
+            out["old_versions"] = versions
         out["registry_needles"] = self.registry_needles
         out["caller_needles"] = len(self.needles) - self.registry_needles
         return out
+
+    def _old_versions(self) -> dict | None:
+        """On a versioned bucket: delete every old object version under the store (the old
+        copies of what this erasure rewrote or deleted: log files, commits, the registry…), or
+        record why not. None for a store without versions."""
+        if self.layout.is_local:
+            return None
+        from refold.fold.errors import StoreError
+
+        from ..object_versions import delete_old_versions, versioning
+
+        try:
+            if versioning(self.layout.root, self.log.storage_options) is None:
+                return None
+            return {"removed": delete_old_versions(self.layout.root, self.log.storage_options)}
+        except StoreError as exc:
+            return {"removed": 0, "error": str(exc)}
 
     def _receipt(self) -> Receipt:
         self._forget_ids()
@@ -369,6 +390,9 @@ class _Run:
             removed += [f"{table}/{f}" for f in info["removed"]]
             delta[table] = _delta_summary(info)
         notes = list(j.get("notes", ()))
+        if res.get("scan", {}).get("old_versions", {}).get("error"):
+            notes.append("old object versions under the store could not be deleted: "
+                         + res["scan"]["old_versions"]["error"])
         if self.plan.registered and not self.registry_needles:
             notes.append("the registry entry was removed before a crash; the resumed run scanned only "
                          "for caller canaries")
@@ -401,6 +425,8 @@ def _delta_summary(info: dict) -> dict:
 
 
 def _rel(base: str, uri: str) -> str:
+    if "://" in base and not base.startswith("file://"):  # an object store: a key under the root
+        return uri.removeprefix(base.rstrip("/") + "/")
     path = uri[len("file://"):] if uri.startswith("file://") else uri
     try:
         return Path(path).resolve().relative_to(Path(base).resolve()).as_posix()

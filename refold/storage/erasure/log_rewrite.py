@@ -30,6 +30,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from urllib.parse import unquote
@@ -37,7 +38,6 @@ from urllib.parse import unquote
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from deltalake.transaction import AddAction, RemoveAction
@@ -45,6 +45,8 @@ from deltalake.transaction import AddAction, RemoveAction
 from refold.fold.erasure_record import Erased, ErasureRecord
 from refold.fold.errors import ErasureError
 from refold.fold.events import Event
+from ..delta_io import parquet_dataset
+from ..store_options import arrow_filesystem, arrow_paths
 from ..schema import EVENTS_SCHEMA, STATS_COLUMNS, events_to_table, table_to_events
 
 __all__ = ["Staged", "record_for", "stage", "tombstone"]
@@ -95,7 +97,8 @@ def tombstone(event: Event, erasure_id: str, pseudonym: Callable[[str], str]) ->
 class Staged:
     """New files written for one tombstone commit, and the actions that swap them in."""
 
-    folder: Path
+    folder: str  # the table's folder, as ``fs`` names it (a local path, or bucket/prefix)
+    fs: Any = None  # the pyarrow filesystem of an object store (None: local files)
     adds: list[AddAction] = field(default_factory=list)
     removes: list[RemoveAction] = field(default_factory=list)
     #: the erased rows, as stored before (for the caller's checks)
@@ -112,7 +115,14 @@ class Staged:
     def discard(self) -> None:
         """Delete the files this stage wrote (their commit did not land)."""
         for add in self.adds:
-            (self.folder / unquote(add.path)).unlink(missing_ok=True)
+            target = f"{self.folder}/{unquote(add.path)}"
+            if self.fs is None:
+                Path(target).unlink(missing_ok=True)
+            else:
+                try:
+                    self.fs.delete_file(target)
+                except FileNotFoundError:
+                    pass
 
 
 def _candidates(dt: DeltaTable, seqs: np.ndarray) -> list[tuple[str, int]]:
@@ -152,14 +162,16 @@ def stage(dt: DeltaTable, folder: str | Path, seqs: set[int], *, erasure_id: str
     (nothing staged is left behind). An empty result (no adds) means every row is a tombstone
     already.
     """
-    folder = Path(folder)
+    # the table's own filesystem: a local folder, or the bucket its storage options reach
+    fs = arrow_filesystem(dt.table_uri, getattr(dt, "_storage_options", None))
+    base = arrow_paths([str(folder)], fs)[0].rstrip("/")
     wanted = np.array(sorted(seqs), dtype=np.int64)
-    staged = Staged(folder)
+    staged = Staged(base, fs)
     candidates = _candidates(dt, wanted)
     if not candidates:
         return staged
-    rows = ds.dataset([str(folder / unquote(p)) for p, _ in candidates], schema=EVENTS_SCHEMA,
-                      format="parquet").to_table()
+    rows = parquet_dataset(dt, [f"{str(folder).rstrip('/')}/{unquote(p)}" for p, _ in candidates],
+                           EVENTS_SCHEMA).to_table()
     hit = np.asarray(pc.is_in(rows["seq"], value_set=pa.array(wanted)))
     hit &= np.asarray(pc.fill_null(pc.not_equal(rows["kind"], "tombstone"), True))
     if not hit.any():
@@ -176,9 +188,11 @@ def stage(dt: DeltaTable, folder: str | Path, seqs: set[int], *, erasure_id: str
         for start in range(0, new.num_rows, MAX_ROWS_PER_FILE):
             part = new.slice(start, MAX_ROWS_PER_FILE)
             name = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
-            target = folder / name
-            pq.write_table(part, target, compression="snappy", write_statistics=list(STATS_COLUMNS))
-            staged.adds.append(AddAction(path=name, size=target.stat().st_size, partition_values={},
+            target = f"{base}/{name}"
+            pq.write_table(part, target, compression="snappy", write_statistics=list(STATS_COLUMNS),
+                           filesystem=fs)
+            size = Path(target).stat().st_size if fs is None else fs.get_file_info(target).size
+            staged.adds.append(AddAction(path=name, size=size, partition_values={},
                                          modification_time=now, data_change=True, stats=add_stats(part)))
     except BaseException:
         staged.discard()

@@ -134,7 +134,7 @@ def _cache_impact(layout: Layout, ids: set[str]) -> tuple[int, tuple[dict, ...]]
 
     if not ids:
         return 0, ()
-    with shared_table(layout.extractions).view() as view:
+    with shared_table(layout.extractions, layout.storage_options).view() as view:
         if view is None:
             return 0, ()
         data = read_arrow(view, CACHE_SCHEMA, columns=["event_id", "request_event_ids", "model_id", "engine", "host"])
@@ -169,7 +169,7 @@ def make_plan(log, subject_id: str, *, mode: str, keystore=None, registry=None,
         raise StoreError("a subject id must be a non-empty string")
     extras = set(extra_event_ids)
     # an extra erased before is a tombstone under its id's pseudonym
-    key = pseudonyms(log.layout.root) if extras and log.layout.is_local else None
+    key = pseudonyms(log.layout.root, files=log.layout.files()) if extras else None
     erased_extras = key.of(extras) if key is not None else {}
     rows = log.arrow(columns=["seq", "event_id", "kind", "subjects", "key_ids", "commitment", "cipher"])
     key_ids = tuple(keystore.key_ids(subject_id)) if keystore is not None else ()
@@ -206,7 +206,7 @@ def make_plan(log, subject_id: str, *, mode: str, keystore=None, registry=None,
     if missing:
         raise StoreError(f"extra event id(s) not in the log (or already erased): {sorted(missing)[:5]}")
     ids = {e["event_id"] for e in events}
-    cache_rows, engines = _cache_impact(log.layout, ids) if log.layout.is_local else (0, ())
+    cache_rows, engines = _cache_impact(log.layout, ids)
     previews = []
     for store in derived:
         preview = getattr(store, "preview", None)
@@ -236,19 +236,26 @@ def make_plan(log, subject_id: str, *, mode: str, keystore=None, registry=None,
 
 def pending_journal(layout: Layout, subject_id: str) -> dict | None:
     """The journal of an unfinished erasure of ``subject_id``, if a run was interrupted."""
-    folder = Path(layout.receipts)
-    for path in sorted(folder.glob("*.pending.json")) if folder.exists() else []:
-        journal = load_journal(path)
-        if journal.get("subject_id") == subject_id:
+    files = layout.files()
+    for key in files.list("receipts"):
+        if key.count("/") != 1 or not key.endswith(".pending.json"):
+            continue
+        data = files.get(key)
+        journal = None if data is None else _parse_journal(files.url(key), data)
+        if journal is not None and journal.get("subject_id") == subject_id:
             return journal
     return None
 
 
 def load_journal(path: str | Path) -> dict:
+    return _parse_journal(str(path), Path(path).read_bytes())
+
+
+def _parse_journal(where: str, data: bytes) -> dict:
     try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
+        return json.loads(data)
     except ValueError as exc:
-        raise StoreError(f"erasure journal {path} is damaged ({exc}); inspect it before rerunning") from exc
+        raise StoreError(f"erasure journal {where} is damaged ({exc}); inspect it before rerunning") from exc
 
 
 def readable_log_digest(log, keystore=None) -> RefoldOutcome:

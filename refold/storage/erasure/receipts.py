@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from refold.fold.errors import NotFoundError, StoreError
-from ..layout import Layout, atomic_write_json
+from ..layout import Layout
 
 FORMAT = "refold-receipt/v1"
 
@@ -104,34 +104,56 @@ class Receipt:
                 kwargs[f.name] = tuple(item) if isinstance(item, list) else item
         return cls(**kwargs)
 
-    def write(self, layout: Layout) -> Path:
-        path = receipt_path(layout, self.erasure_id)
-        atomic_write_json(path, self.as_json())
-        return path
+    def write(self, layout: Layout) -> Path | str:
+        layout.files().put_json(_key(self.erasure_id), self.as_json())
+        return receipt_path(layout, self.erasure_id)
 
 
-def receipt_path(layout: Layout, erasure_id: str) -> Path:
-    return Path(layout.receipts) / f"{erasure_id}.json"
+def _key(erasure_id: str) -> str:
+    return f"receipts/{erasure_id}.json"
 
 
-def load_receipt(path: str | Path) -> Receipt:
+def receipt_path(layout: Layout, erasure_id: str) -> Path | str:
+    """Where the receipt lives: a local path, or its object URI on object storage."""
+    if layout.is_local:
+        return Path(layout.receipts) / f"{erasure_id}.json"
+    return layout.files().url(_key(erasure_id))
+
+
+def load_receipt(path: str | Path, *, layout: Layout | None = None) -> Receipt:
+    """The receipt at a local ``path``, or (``layout`` given) at an object URI of that store."""
+    where = str(path)
+    if layout is not None and not layout.is_local and where.startswith(layout.root.rstrip("/") + "/"):
+        data = layout.files().get(where[len(layout.root.rstrip("/")) + 1:])
+    else:
+        try:
+            data = Path(path).read_bytes()
+        except FileNotFoundError:
+            data = None
+    if data is None:
+        raise NotFoundError(f"no receipt at {path}; list them under STORE/receipts/")
+    return _parse(where, data)
+
+
+def _parse(where: str, data: bytes) -> Receipt:
     try:
-        return Receipt.from_json(json.loads(Path(path).read_text(encoding="utf-8")))
-    except FileNotFoundError:
-        raise NotFoundError(f"no receipt at {path}; list them under STORE/receipts/") from None
+        return Receipt.from_json(json.loads(data))
     except ValueError as exc:
-        raise StoreError(f"{path} is not valid JSON ({exc})") from exc
+        raise StoreError(f"{where} is not valid JSON ({exc})") from exc
 
 
 def list_receipts(layout: Layout) -> list[Receipt]:
     """Completed receipts of a store, oldest first (pending journals are not receipts)."""
-    folder = Path(layout.receipts)
+    files = layout.files()
     out = []
-    for path in sorted(folder.glob("*.json")) if folder.exists() else []:
-        if path.name.endswith(".pending.json"):
+    for key in files.list("receipts"):
+        if key.count("/") != 1 or not key.endswith(".json") or key.endswith(".pending.json"):
+            continue
+        data = files.get(key)
+        if data is None:
             continue
         try:
-            out.append(load_receipt(path))
+            out.append(_parse(files.url(key), data))
         except (StoreError, NotFoundError):
             continue
     return sorted(out, key=lambda r: r.started_at)
@@ -183,8 +205,8 @@ def verify_receipt(root: str | Path, receipt: str | Path | Receipt, *,
     from ..scan import scan_report
     from ..verify import verify
 
-    rec = receipt if isinstance(receipt, Receipt) else load_receipt(receipt)
-    layout = Layout(str(root))
+    rec = receipt if isinstance(receipt, Receipt) else load_receipt(receipt, layout=Layout(str(root), storage_options))
+    layout = Layout(str(root), storage_options)
     log = EventLog(layout, storage_options=storage_options)
     checks: list[Check] = []
     report = verify(log)
@@ -244,7 +266,7 @@ def verify_receipt(root: str | Path, receipt: str | Path | Receipt, *,
     needles = [n for n in needles if n]
     canaries = [c for c in canaries if c]
     if needles or canaries:
-        scan = scan_report(root, needles, canaries=canaries)
+        scan = scan_report(root, needles, canaries=canaries, storage_options=storage_options)
         where = ", ".join(f"{h.file} @ {h.location}" for h in scan.hits[:5])
         checks.append(Check("residue scan", not scan.hits,
                             f"{len(scan.hits)} hit(s) in {scan.files} files" + (f": {where}" if where else "")))

@@ -33,14 +33,20 @@ import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
 from ..filemodes import apply_tree
+from ..objects import is_local_uri, store_files
 
 ZERO_RETENTION = "interval 0 seconds"
 DEFAULT_LOG_RETENTION = "interval 30 days"
 _RETENTION_KEY = "delta.logRetentionDuration"
 
 
-def delta_tables(root: str | os.PathLike) -> list[Path]:
-    """Every Delta table (a folder with ``_delta_log``) under ``root``, not nested in another."""
+def delta_tables(root: str | os.PathLike, *, files=None) -> list:
+    """Every Delta table (a folder with ``_delta_log``) under ``root``, not nested in another:
+    local paths, or (``files``: the side-file port of a store on object storage) table URIs."""
+    if files is not None and not is_local_uri(str(root)):
+        prefixes = {key.split("/_delta_log/", 1)[0] for key in files.list() if "/_delta_log/" in key}
+        outer = sorted(p for p in prefixes if not any(p.startswith(q + "/") for q in prefixes))
+        return [f"{str(root).rstrip('/')}/{p}" for p in outer]
     found = []
     for folder, dirs, _ in os.walk(root):
         if "_delta_log" in dirs:
@@ -57,12 +63,16 @@ def _tracked(dt: DeltaTable) -> set[str]:
     return {p for p in actions.column("path").to_pylist()} if actions.num_rows else set()
 
 
-def _holds_erased(path: Path, erased: set[str]) -> bool:
+def _holds_erased(data: bytes | None, erased: set[str]) -> bool:
+    import pyarrow as pa
+
+    if data is None:
+        return False
     try:
-        schema = pq.read_schema(path)
+        schema = pq.read_schema(pa.BufferReader(data))
         if "event_id" not in schema.names:
             return False
-        ids = pq.read_table(path, columns=["event_id"]).column("event_id").to_pylist()
+        ids = pq.read_table(pa.BufferReader(data), columns=["event_id"]).column("event_id").to_pylist()
     except Exception:  # noqa: BLE001 - a file still being written; the grace rule covers it
         return False
     return not erased.isdisjoint(ids)
@@ -84,43 +94,46 @@ def scrub_table(path: str | os.PathLike, *, erased_ids: Iterable[str] = (),
     and commits after it fails (the commits it would check against are gone), so the event log
     passes its host lock to make local appenders wait instead.
     """
-    table = Path(path)
+    table = str(path).rstrip("/")
+    files = store_files(table, storage_options)  # the table's own files: a folder or a bucket prefix
     erased = set(erased_ids)
-    present = {p.relative_to(table).as_posix() for p in table.rglob("*") if p.is_file()}
-    dt = DeltaTable(str(table), storage_options=storage_options)
+    present = set(files.list())
+    dt = DeltaTable(table, storage_options=storage_options)
     removed = list(_vacuum(dt, 0, full=orphan_grace_hours <= 0))
     if orphan_grace_hours > 0:
-        dt = DeltaTable(str(table), storage_options=storage_options)
+        dt = DeltaTable(table, storage_options=storage_options)
         removed += _vacuum(dt, int(orphan_grace_hours), full=True)
     # vacuum also lists files a previous run already deleted (their remove actions live on in
     # the checkpoint), sometimes as absolute paths: report only what this run removed
     removed = [r for r in (_relative(table, p) for p in removed) if r in present]
     if orphan_grace_hours > 0:
-        tracked = _tracked(DeltaTable(str(table), storage_options=storage_options))
-        for file in sorted(table.rglob("*.parquet")):
-            rel = file.relative_to(table).as_posix()
-            if rel.startswith("_delta_log/") or rel in tracked:
+        tracked = _tracked(DeltaTable(table, storage_options=storage_options))
+        for rel in files.list():
+            if not rel.endswith(".parquet") or rel.startswith("_delta_log/") or rel in tracked:
                 continue
-            if erased and _holds_erased(file, erased):
-                file.unlink(missing_ok=True)
+            if erased and _holds_erased(files.get(rel), erased):
+                files.delete(rel)
                 removed.append(rel)
     if after_vacuum is not None:
         after_vacuum()
-    log_dir = table / "_delta_log"
-    before = {p.name for p in log_dir.iterdir()}
+    before = set(files.list("_delta_log"))
     with hold() if hold is not None else contextlib.nullcontext():
-        version = _clean_log(str(table), storage_options)
-    after = {p.name for p in log_dir.iterdir()}
-    apply_tree(table)  # what delta-rs rewrote and checkpointed, with the store's modes
+        version = _clean_log(table, storage_options)
+    after = set(files.list("_delta_log"))
+    if is_local_uri(table):
+        apply_tree(table.removeprefix("file://"))  # what delta-rs rewrote and checkpointed, with the store's modes
     return {"removed": sorted(set(removed)), "checkpoint_version": version,
             "log_files_removed": len(before - after)}
 
 
-def _relative(table: Path, path: str) -> str:
+def _relative(table: str, path: str) -> str:
+    if not is_local_uri(table):  # an object URI of the table's prefix, or already relative
+        return path.removeprefix(table + "/")
+    table = table.removeprefix("file://")
     path = path.removeprefix("file://")
     if os.path.isabs(path):
         try:
-            return Path(path).resolve().relative_to(table.resolve()).as_posix()
+            return Path(path).resolve().relative_to(Path(table).resolve()).as_posix()
         except ValueError:
             return path
     return path
