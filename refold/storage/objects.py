@@ -380,18 +380,18 @@ def _object_error(url: str, action: str, exc: Exception) -> StoreError:
     access denied names the S3 permission the ``action`` needs."""
     from obstore.exceptions import PermissionDeniedError
 
-    from refold.storage.store_options import cause_of
+    from refold.storage.store_options import cause_of, said
 
     cause = cause_of(exc)
     if isinstance(exc, PermissionDeniedError) or (cause is not None and "access denied" in cause[0]):
         verb = {"read": "s3:GetObject", "write": "s3:PutObject", "list": "s3:ListBucket",
                 "delete": "s3:DeleteObject"}[action]
-        hint = f"access denied; the credentials need permission to {action} (on S3: {verb})"
+        hint = f"the credentials were refused (access denied); they need permission to {action} (on S3: {verb})"
     elif cause is not None:
         hint = f"{cause[0]}; {cause[1]}"
     else:
-        hint = _first_line(exc)
-    return StoreError(f"cannot {action} {url}: {hint}")
+        return StoreError(f"cannot {action} {url}: {_first_line(exc)}")
+    return StoreError(f"cannot {action} {url}: {hint} (the object store said: {said(exc)})")
 
 
 _CACHE: dict[tuple, StoreFiles] = {}

@@ -39,7 +39,7 @@ import pyarrow.fs as pafs
 
 from refold.fold.errors import StoreError
 
-__all__ = ["RETRY_DEFAULTS", "arrow_filesystem", "arrow_paths", "cause_of", "is_object_store", "store_error",
+__all__ = ["RETRY_DEFAULTS", "arrow_filesystem", "arrow_paths", "cause_of", "is_object_store", "said", "store_error",
            "with_defaults"]
 
 #: object_store's retry and client settings refold sets unless the caller sets them
@@ -186,7 +186,7 @@ _CAUSES = (
      "or the job's environment, and that they may list, read and write the prefix"),
     (("authorizationheadermalformed", "permanentredirect", "missing region", "incorrect region"),
      "the region is missing or wrong", "set AWS_REGION to the bucket's region"),
-    (("url scheme is not allowed",),
+    (("url scheme is not allowed", "builder error"),
      "the endpoint is http:// but plain HTTP is not allowed",
      "set AWS_ALLOW_HTTP=true (a local or private S3 API), or use the https:// endpoint"),
     (("error sending request", "connection refused", "dns error", "timed out", "failed to connect",
@@ -202,7 +202,7 @@ _CAUSES = (
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
-def _said(exc: BaseException) -> str:
+def said(exc: BaseException) -> str:
     """The object store's own words, short: the S3 error code and message when the answer has
     them, else the innermost cause of object_store's chain."""
     text = _ANSI.sub("", str(exc))
@@ -232,4 +232,4 @@ def store_error(uri: str, exc: BaseException) -> StoreError | None:
     if cause is None:
         return None
     what, todo = cause
-    return StoreError(f"cannot open the store at {uri}: {what}; {todo} (the object store said: {_said(exc)})")
+    return StoreError(f"cannot open the store at {uri}: {what}; {todo} (the object store said: {said(exc)})")
