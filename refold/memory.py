@@ -64,7 +64,7 @@ class Memory:
         self._fold_lock = threading.RLock()  # the live fold is advanced by one caller at a time
         self._recorded_specs: set[str] = set()  # specs known to be in the log (never erased)
         self._state_stores: dict = {}  # spec hash → StateStore (its open Delta table handles)
-        self._state_at: dict = {}  # spec hash → (log version, StateTag) last brought up to date
+        self._state_at: dict = {}  # spec hash → (log version, (store, tag, overlay)) a read answered from
         self._seen_epoch = read_epoch(self.layout)  # the erasure epoch this object's caches belong to
 
     def erasure_epoch(self) -> str:
@@ -322,31 +322,42 @@ class Memory:
 
     def _cached(self, cache: str, key):
         """The one place this process looks up folded state it kept (``cache`` names the dict:
-        ``_states``, graphs of the graph engine; ``_state_at``, state tables known to be up to
-        date). The erasure epoch is checked first, so nothing kept from before an erasure (here
-        or in another process) is served."""
+        ``_states``, graphs of the graph engine; ``_state_at``, the state tables and their read
+        overlay at a log version). The erasure epoch is checked first, so nothing kept from
+        before an erasure (here or in another process) is served."""
         self.erasure_epoch()
         return getattr(self, cache).get(key)
 
     def _state_tables(self, spec: FoldSpec):
-        """(store, tag) of ``spec``'s state tables brought up to date with the log, or None when
-        this spec was never folded into state tables (or a full fold of it is under way). A log
-        version seen before skips the check (looked up through :meth:`_cached`)."""
+        """(store, tag) of ``spec``'s state tables at their tag, or None when this spec was never
+        folded into state tables (or a full fold of it is under way). A read: nothing is folded."""
+        found = self._state_read(spec)
+        return None if found is None else found[:2]
+
+    def _state_read(self, spec: FoldSpec):
+        """(store, tag, overlay) a read of ``spec``'s state tables answers from: the tables at
+        their tag and the :class:`~refold.state_overlay.StateOverlay` of the events after it
+        (docs/fold.md, "Reads"); None when this spec was never folded into state tables, a full
+        fold of it is under way, or the log no longer holds the tag's position (the graph engine's
+        read answers then). Writes nothing, calls no model. A log version seen before, with no
+        event pending, is answered from this process's memory (through :meth:`_cached`)."""
         store = self.state_store(spec)
         version = self.log_store.version()
         seen = self._cached("_state_at", spec.hash)
         if seen is not None and seen[0] == version:
-            return store, seen[1]
-        if store.tag() is None:
+            return seen[1]
+        tag = store.tag()
+        if tag is None:
             return None
-        from refold.extractors import get_extractor
-        from refold.state_fold import fold_state
+        from refold.state_overlay import state_overlay, tail_after
 
-        with self._fold_lock:
-            fold_state(self, spec, extractor=get_extractor("rules") if spec.extractor == "rules" else None)
-            tag = store.tag()
-            self._state_at = {spec.hash: (version, tag)}
-        return store, tag
+        tail = tail_after(self, tag)
+        if tail is None:
+            return None
+        found = (store, tag, state_overlay(self, spec, store, tag, tail))
+        if not found[2].pending:  # else not kept: a fold (here or elsewhere) may cache their extractions
+            self._state_at = {spec.hash: (version, found)}
+        return found
 
     @property
     def cache(self):
@@ -414,8 +425,9 @@ class Memory:
     def pending(self, *, as_of: int | str | datetime | None = None) -> int:
         """How many events up to the head (or ``as_of``) await an extraction under the current
         spec: reads answer without their facts until :meth:`fold` extracts them."""
-        if self._readable_tables(as_of, None) is not None:
-            return 0  # the partitioned engine's tables: brought up to date by the rules fold (or it raised)
+        tables = self._readable_tables(as_of, None)
+        if tables is not None:
+            return tables[2].pending  # the state tables' read overlay (docs/fold.md, "Reads")
         return self.state(as_of=as_of).pending
 
     def graph(self, *, as_of: int | str | datetime | None = None, subject: str | None = None, depth: int = 1,
@@ -441,10 +453,11 @@ class Memory:
     def _readable_tables(self, as_of, principal: str | None):
         """The current spec's state tables when a read can answer from them: the head of the log
         (``as_of`` None), a plain store (shred-mode reads decrypt through the log), and no
-        principal (reader scoping is applied to the graph engine's state)."""
+        principal (reader scoping is applied to the graph engine's state): (store, tag, overlay),
+        see :meth:`_state_read`."""
         if as_of is not None or self.mode == "shred" or principal is not None:
             return None
-        return self._state_tables(self.current_spec())
+        return self._state_read(self.current_spec())
 
     def _scoped(self, graph: nx.MultiDiGraph, principal: str | None) -> nx.MultiDiGraph:
         if principal is None:

@@ -22,6 +22,7 @@ the tables hold now.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import polars as pl
 import pyarrow as pa
@@ -31,6 +32,9 @@ from refold.fold.merge import fact_id_of
 from refold.fold.partition import bucket_of, derive_for_subjects, derive_frame
 from refold.fold.spec import RollupRule
 from refold.storage.state import StateStore, StateTag
+
+if TYPE_CHECKING:
+    from refold.state_overlay import StateOverlay
 
 __all__ = ["find_derived", "input_relations", "rules_of", "with_rollups"]
 
@@ -52,11 +56,12 @@ def input_relations(tag: StateTag, relation: str | None) -> set[str] | None:
 
 
 def with_rollups(store: StateStore, tag: StateTag, rows: pl.DataFrame, *,
-                 subjects: Iterable[str] | None) -> pl.DataFrame:
+                 subjects: Iterable[str] | None, overlay: "StateOverlay | None" = None) -> pl.DataFrame:
     """``rows`` (facts rows as read from the tables) plus the compose-derived rows of
     ``subjects`` (None: of every subject; ``rows`` then holds the whole merged layer, or a
     tenant's). ``rows`` must hold every first-input row of ``subjects``; their partners are
-    read from their own buckets (one pruned read)."""
+    read from their own buckets (one pruned read), as ``overlay`` (the read's overlay of newer
+    events, :mod:`refold.state_overlay`) has them."""
     rules = rules_of(tag)
     if not rules or rows.height == 0:
         return rows
@@ -72,9 +77,12 @@ def with_rollups(store: StateStore, tag: StateTag, rows: pl.DataFrame, *,
         objects = sorted(set(heads["object"].to_list()))
         if not objects:
             return rows
-        partners = pl.from_arrow(store.read(
+        partners = pl.from_arrow(store.read_rows(
             "facts", version=tag.facts_version, layer="merged", buckets={bucket_of(o, tag.buckets) for o in objects},
             filter=pc.field("subject").isin(pa.array(objects, pa.string())) & pc.field("relation").isin(seconds)))
+        if overlay is not None:
+            partners = overlay.apply(partners, nodes=objects, relation=set(seconds))
+            partners = partners.filter(pl.col("layer") == "merged")
         derived = derive_for_subjects(rules, heads, partners, subjects, buckets=tag.buckets)
     if derived.height == 0:
         return rows
@@ -92,13 +100,13 @@ def find_derived(store: StateStore, tag: StateTag, fact_ids: Iterable[str]) -> p
         if not wanted:
             break
         first, second = rule.inputs
-        seconds = pl.from_arrow(store.read("facts", version=tag.facts_version, layer="merged", columns=narrow,
+        seconds = pl.from_arrow(store.read_rows("facts", version=tag.facts_version, layer="merged", columns=narrow,
                                            filter=pc.field("relation") == second))
         if seconds.height == 0:
             continue
         for start in range(0, tag.buckets, SEARCH_GROUP):
             group = range(start, min(start + SEARCH_GROUP, tag.buckets))
-            firsts = pl.from_arrow(store.read("facts", version=tag.facts_version, layer="merged", columns=narrow,
+            firsts = pl.from_arrow(store.read_rows("facts", version=tag.facts_version, layer="merged", columns=narrow,
                                               buckets=group, filter=pc.field("relation") == first))
             j = firsts.join(seconds, left_on="object", right_on="subject", suffix="_b")
             # the overlap test of refold.fold.rollups (pairs that do not overlap derive nothing)
@@ -112,7 +120,7 @@ def find_derived(store: StateStore, tag: StateTag, fact_ids: Iterable[str]) -> p
             if not pairs:
                 continue
             ids = sorted({i for p in pairs for i in p})
-            inputs = pl.from_arrow(store.read("facts", version=tag.facts_version, layer="merged",
+            inputs = pl.from_arrow(store.read_rows("facts", version=tag.facts_version, layer="merged",
                                               filter=pc.field("fact_id").isin(pa.array(ids, pa.string()))))
             rows = derive_frame((rule,), inputs, buckets=tag.buckets)
             rows = rows.filter(pl.col("fact_id").is_in(pl.Series(sorted(wanted), dtype=pl.Utf8).implode()))

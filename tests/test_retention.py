@@ -35,6 +35,12 @@ def _cli(*args):
     return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
 
 
+def _lines(result) -> list[dict]:
+    """A list command's ``--json`` output: JSON Lines, one object per line (docs/cli.md)."""
+    assert result.exit_code == 0, result.output
+    return [json.loads(line) for line in result.stdout.splitlines()]
+
+
 def _job(store, *args) -> tuple[int, dict]:
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     done = subprocess.run([sys.executable, "-m", "refold.jobs.retain", str(store), "--no-progress", *args],
@@ -74,14 +80,14 @@ def test_rules_are_set_listed_and_removed_through_the_cli(tmp_path):
     listed = _cli("retention", store)
     assert "chat_turn@*" in listed.output and "keep 30d" in listed.output and "*@bank" in listed.output
     assert "2 rule(s)" in listed.output
-    rules = json.loads(_cli("retention", store, "--json").output)
+    rules = _lines(_cli("retention", store, "--json"))
     assert {(r["name"], r["keep"], r["seconds"]) for r in rules} == {
         ("chat_turn@*", "30d", 30 * 86400), ("*@bank", "7y", 7 * 365 * 86400)}
     on_disk = json.loads((store / "retention.json").read_text())
     assert on_disk["format"] == "refold-retention/v1" and len(on_disk["rules"]) == 2
 
     assert _cli("retention", store, "--tenant", "bank", "--remove").exit_code == 0
-    assert [r["name"] for r in json.loads(_cli("retention", store, "--json").output)] == ["chat_turn@*"]
+    assert [r["name"] for r in _lines(_cli("retention", store, "--json"))] == ["chat_turn@*"]
     for bad, says in ((["--kind", "chat_turn", "--keep", "ninety days"], "is not a duration"),
                       (["--kind", "spec_changed", "--keep", "1d"], "cannot expire"),
                       (["--keep", "1d"], "needs --kind KIND, --tenant TENANT or both"),
@@ -89,7 +95,7 @@ def test_rules_are_set_listed_and_removed_through_the_cli(tmp_path):
                       (["--kind", "chat_turn"], "need --keep DURATION")):
         out = _cli("retention", store, *bad)
         assert out.exit_code == 2 and says in out.output and out.output.count("\n") == 1, (bad, out.output)
-    assert [r["name"] for r in json.loads(_cli("retention", store, "--json").output)] == ["chat_turn@*"]
+    assert [r["name"] for r in _lines(_cli("retention", store, "--json"))] == ["chat_turn@*"]
 
 
 def test_the_most_specific_rule_decides_and_the_longer_keep_breaks_a_tie(tmp_path):
@@ -167,7 +173,7 @@ def test_retention_skips_events_under_a_legal_hold_until_it_is_released(tmp_path
     assert _cli("hold", store, "--tenant", "bank", "--reason", "regulator's order 9").exit_code == 0
     listed = _cli("hold", store)
     assert "subject s-ann" in listed.output and "case 2026-17" in listed.output and "2 hold(s)" in listed.output
-    assert {(h["subject"], h["tenant"]) for h in json.loads(_cli("hold", store, "--json").output)} == {
+    assert {(h["subject"], h["tenant"]) for h in _lines(_cli("hold", store, "--json"))} == {
         ("s-ann", None), (None, "bank")}
 
     status, summary = _job(store, "--now", LATER)
@@ -232,3 +238,19 @@ def test_a_run_killed_half_way_is_finished_by_the_next_run(tmp_path):
     assert refold.open(store).verify_receipt(receipt).ok
     status, again = _job(store, "--now", LATER)
     assert again["erased"] == 0 and again["expired"] == []
+
+
+def test_retention_and_hold_print_json_lines_like_every_list(tmp_path):
+    """docs/cli.md: ``--json`` prints JSON Lines for a list, on every command (one object per
+    line on stdout; the confirmation goes to stderr); an empty list prints nothing."""
+    store = tmp_path / "s"
+    refold.init(store)
+    assert _cli("retention", store, "--json").stdout == "" and _cli("hold", store, "--json").stdout == ""
+    _cli("retention", store, "--kind", "chat_turn", "--keep", "90d")
+    added = _cli("retention", store, "--tenant", "bank", "--keep", "7y", "--json")
+    assert [r["name"] for r in _lines(added)] == ["chat_turn@*", "*@bank"]
+    assert "rule *@bank: keep 7y" in added.stderr
+    _cli("hold", store, "--subject", "s-ann", "--reason", "case 1")
+    placed = _cli("hold", store, "--tenant", "bank", "--reason", "order 9", "--json")
+    assert [(h["subject"], h["tenant"]) for h in _lines(placed)] == [("s-ann", None), (None, "bank")]
+    assert "placed a legal hold" in placed.stderr

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from .app import emit_json, json_option, main, open_store, store_argument
+from .app import emit_jsonl, json_option, main, open_store, store_argument
 
 
 @main.command()
@@ -38,7 +38,7 @@ def retention(store: str, kind: str | None, tenant: str | None, keep: str | None
         raise ValidationError("--kind/--tenant need --keep DURATION (set a rule) or --remove")
     rules = policy.read_policy(mem).rules
     if as_json:
-        emit_json([r.as_json() for r in rules])
+        emit_jsonl(r.as_json() for r in rules)
         return
     if keep is None and not remove:
         for r in rules:
@@ -75,7 +75,7 @@ def hold(store: str, subject: str | None, tenant: str | None, reason: str | None
         raise ValidationError("--reason needs --subject ID or --tenant TENANT")
     holds = policy.read_policy(mem).holds
     if as_json:
-        emit_json([h.as_json() for h in holds])
+        emit_jsonl(h.as_json() for h in holds)
         return
     if not release and subject is None and tenant is None:
         for h in holds:

@@ -341,6 +341,56 @@ class StateStore:
             shutil.rmtree(self.root)
         self._tables, self._versions = {}, {}
 
+    def read_rows(self, name: str, *, buckets: Iterable[int] | None = None, filter: pc.Expression | None = None,
+                  columns: list[str] | None = None, version: int | None = None,
+                  layer: str | None = None) -> pa.Table:
+        """:meth:`read`'s rows (same arguments; ``filter`` on columns other than the partition
+        columns ``layer``/``bucket``, which ``buckets``/``layer`` select), read with pyarrow's own
+        Parquet reader from the files delta-rs lists for that version, never through
+        ``DeltaTable.to_pyarrow_dataset``: a process whose table handles made such a dataset can
+        abort at interpreter shutdown after its output was complete ("terminate called without an
+        active exception"; see :mod:`refold.storage.delta_io`), which a read-only process (a CLI
+        read, an agent's tool call) must not do. Object stores: :meth:`read`."""
+        import pyarrow.dataset as ds
+
+        dt = self.table(name, version=version)
+        if dt is None or not dt.table_uri.startswith("file://"):
+            return self.read(name, buckets=buckets, filter=filter, columns=columns, version=version, layer=layer)
+        schema, partitions = TABLES[name]
+        wanted_schema = schema if columns is None else pa.schema([schema.field(c) for c in columns])
+        names = list(wanted_schema.names)
+        key = KEYS.get(name)
+        if key is not None:
+            names += [c for c in (key, "seen_at", "deleted") if c not in names]
+        stored = _stored(name)
+        in_files = pa.schema([f for f in stored if f.name not in partitions])
+        actions = pa.table(dt.get_add_actions(flatten=True))
+        wanted = None if buckets is None else set(buckets)
+        groups: dict[tuple, list[str]] = {}
+        root = dt.table_uri.removeprefix("file://").rstrip("/")
+        values = zip(actions["path"].to_pylist(), *(actions[f"partition.{c}"].to_pylist() for c in partitions))
+        for path, *parts in values:
+            at = dict(zip(partitions, parts))
+            if (wanted is not None and int(at["bucket"]) not in wanted) or \
+                    (layer is not None and at.get("layer") != layer):
+                continue
+            groups.setdefault(tuple(parts), []).append(f"{root}/{path}")
+        tables = []
+        for parts, paths in groups.items():
+            read = [c for c in names if c not in partitions]
+            table = ds.dataset(paths, schema=in_files, format="parquet").to_table(columns=read, filter=filter)
+            for column, value in zip(partitions, parts):
+                if column in names:
+                    table = table.append_column(stored.field(column),
+                                                pa.array([value] * table.num_rows, stored.field(column).type))
+            tables.append(table.select(names))
+        if not tables:
+            return wanted_schema.empty_table()
+        table = pa.concat_tables(tables)
+        if key is not None and table.num_rows:
+            table = _newest(table, key)
+        return table.select(wanted_schema.names).cast(wanted_schema)
+
 
 def _newest(table: pa.Table, key: str) -> pa.Table:
     """The newest version (largest ``seen_at``; the later row of equals) of each ``key``,

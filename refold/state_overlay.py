@@ -1,0 +1,212 @@
+"""The read path's answer past the state tables' tag: no extraction, no write (docs/fold.md, "Reads").
+
+    state tables at their tag (the log position they reflect: the snapshot)
+      → the events after the tag, each with the extraction a read may make without a model and
+        without writing: a cached extraction (another process extracted it, no fold merged it
+        yet); memory_written: its stated fact (refold.fold.stated); retraction: none needed;
+        under the rules spec: the rules extractor in memory (deterministic, no model)
+      → their items, and the touched subjects' current merged rows (read with bucket pruning)
+        advanced in memory by :func:`refold.fold.partition.advance_subjects`
+      → the derived facts with an input among the changed rows, derived again from those rows
+        and their partners (as an incremental fold's roll-up stage does)
+      → every other extractable event counts as pending
+
+The overlay is a value (:class:`StateOverlay`) applied to what a query reads from the tables
+(:mod:`refold.state_queries`): it replaces rows by fact id and adds new ones. Nothing is written,
+so a later fold extracts (and caches) every pending event and folds the log exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from refold.fold.entities import entity_key
+from refold.fold.events import Event
+from refold.fold.partition import (
+    FACT_SCHEMA, advance_subjects, bucket_of, derive_frame, entity_names, items_of, stored_rules,
+)
+from refold.fold.spec import FoldSpec
+from refold.fold.stated import stated_extraction
+from refold.folding import needs_extraction
+from refold.storage.state import StateStore, StateTag
+
+if TYPE_CHECKING:
+    from refold.memory import Memory
+
+__all__ = ["StateOverlay", "state_overlay", "tail_after"]
+
+
+def _empty_rows() -> pl.DataFrame:
+    return pl.from_arrow(FACT_SCHEMA.empty_table())
+
+
+@dataclass(frozen=True)
+class StateOverlay:
+    """What the events after a tag change in the state a read sees.
+
+    ``rows``: fact rows (:data:`FACT_SCHEMA`, both layers) that replace the tables' rows of the
+    same fact id or are new; ``gone``: fact ids the tables hold that are no longer in the state
+    (a derived fact whose inputs no longer derive it); ``names``: node → (tenant, display name)
+    of nodes the events name first; ``pending``: events after the tag whose facts need a model
+    (their extraction is neither cached nor stated); ``overlaid``: events read after the tag.
+    """
+
+    rows: pl.DataFrame = field(default_factory=_empty_rows)
+    gone: frozenset[str] = frozenset()
+    names: dict[str, tuple[str, str]] = field(default_factory=dict)
+    pending: int = 0
+    overlaid: int = 0
+
+    @property
+    def replaced(self) -> frozenset[str]:
+        """Fact ids whose table rows a read must not show (replaced or gone)."""
+        return self.gone | frozenset(self.rows["fact_id"].to_list())
+
+    def apply(self, df: pl.DataFrame, *, nodes: Iterable[str] | None = None, relation: str | set[str] | None = None,
+              tenant: str | None = None, fact_ids: Iterable[str] | None = None) -> pl.DataFrame:
+        """``df`` (rows read from the tables with these filters) as the overlaid state has them."""
+        replaced = self.replaced
+        if not replaced:
+            return df
+        kept = df.filter(~pl.col("fact_id").is_in(pl.Series(sorted(replaced), dtype=pl.Utf8).implode()))
+        extra = self.rows
+        if nodes is not None:
+            extra = extra.filter(pl.col("subject").is_in(pl.Series(sorted(set(nodes)), dtype=pl.Utf8).implode()))
+        if fact_ids is not None:
+            extra = extra.filter(pl.col("fact_id").is_in(pl.Series(sorted(set(fact_ids)), dtype=pl.Utf8).implode()))
+        if isinstance(relation, set):
+            extra = extra.filter(pl.col("relation").is_in(pl.Series(sorted(relation), dtype=pl.Utf8).implode()))
+        elif relation is not None:
+            extra = extra.filter(pl.col("relation") == relation)
+        if tenant is not None:
+            extra = extra.filter(pl.col("tenant") == tenant)
+        if extra.height == 0:
+            return kept
+        return pl.concat([kept, extra.select(kept.columns).cast(kept.schema)])
+
+    def entity(self, node: str) -> dict[str, Any] | None:
+        """Entity attributes (as the graph views give them) of a node only the overlay names:
+        its first surface name; no summary until a fold writes its entity row."""
+        found = self.names.get(node)
+        if found is None:
+            return None
+        tenant, name = found
+        return {"tenant": tenant, "name": name, "key": entity_key(name), "aliases": [], "summary": {},
+                "summary_sources": []}
+
+
+def _isin(column: str, values: Iterable[str]) -> pc.Expression:
+    return pc.field(column).isin(pa.array(sorted(set(values)), pa.string()))
+
+
+def _read(store: StateStore, tag: StateTag, **options: Any) -> pl.DataFrame:
+    return pl.from_arrow(store.read_rows("facts", version=tag.facts_version, layer="merged", **options))
+
+
+def tail_after(mem: "Memory", tag: StateTag) -> list[Event] | None:
+    """The log's events after ``tag``'s position (a read of the log's tail), or None when the log
+    no longer holds that position (rewritten, or another log: only a fold can answer then)."""
+    from refold.projection import DeltaSource
+
+    source = DeltaSource(mem.log_store)
+    if tag.log_seq < 0:
+        return source.window(0)[0]
+    events, _ = source.window(tag.log_seq)
+    if not events or events[0].seq != tag.log_seq or events[0].link != tag.log_link:
+        return None
+    return events[1:]
+
+
+def state_overlay(mem: "Memory", spec: FoldSpec, store: StateStore, tag: StateTag,
+                  tail: list[Event]) -> StateOverlay:
+    """The overlay of ``tail`` (the events after ``tag``, in log order) on ``spec``'s state
+    tables at ``tag``. Reads the log's tail, the extraction cache and the touched subjects' rows;
+    writes nothing and calls no model."""
+    if not tail:
+        return StateOverlay()
+    wanted = [e for e in tail if needs_extraction(e)]
+    cached = mem.cache.facts(spec.hash, [e.event_id for e in wanted]) if wanted else {}
+    rules = None
+    if spec.extractor == "rules":
+        from refold.extractors import get_extractor
+
+        rules = get_extractor("rules")
+    items: list[dict[str, Any]] = []
+    pending = 0
+    for event in tail:
+        facts = None
+        if needs_extraction(event):
+            hit = cached.get(event.event_id)
+            if hit is not None:
+                facts = hit.facts
+            else:
+                extraction = rules.extract([event], spec)[0] if rules is not None else stated_extraction(event, spec)
+                if extraction is None:
+                    pending += 1
+                else:
+                    facts = extraction.facts
+        items += items_of(event, facts, tag.buckets)
+    if not items:
+        return StateOverlay(pending=pending, overlaid=len(tail))
+    items.sort(key=lambda r: (r["seq"], r["ordinal"]))
+    subjects = {i["subject_node"] for i in items}
+    current = _read(store, tag, buckets={bucket_of(s, tag.buckets) for s in subjects}, filter=_isin("subject", subjects))
+    fresh, changed = advance_subjects(spec, current.to_dicts(), items, buckets=tag.buckets)
+    after = pl.from_arrow(pa.Table.from_pylist(fresh, schema=FACT_SCHEMA))
+    rows, gone = after.filter(pl.col("fact_id").is_in(pl.Series(sorted(changed), dtype=pl.Utf8).implode())), set()
+    if stored_rules(spec.rollups) and changed:  # compose roll-ups: derived by the read itself
+        derived, gone = _derived(spec, store, tag, current, after, changed)
+        rows = pl.concat([rows, derived.select(rows.columns).cast(rows.schema)])
+    return StateOverlay(rows=rows, gone=frozenset(gone), names=_new_names(spec, store, tag, items), pending=pending,
+                        overlaid=len(tail))
+
+
+def _derived(spec: FoldSpec, store: StateStore, tag: StateTag, current: pl.DataFrame, after: pl.DataFrame,
+             changed: set[str]) -> tuple[pl.DataFrame, set[str]]:
+    """(derived rows with an input among ``changed``, ids of the tables' derived rows no longer
+    derived): the roll-ups over the touched subjects' rows before (``current``) and after
+    (``after``) the overlay, with the rows of other subjects they join."""
+    rules = stored_rules(spec.rollups)  # the tables' own roll-ups (compose ones are read-time)
+    compose = [r for r in rules if r.kind == "compose"]
+    firsts = sorted({r.inputs[0] for r in compose})
+    seconds = sorted({r.inputs[1] for r in compose})
+    hot = after.filter(pl.col("fact_id").is_in(pl.Series(sorted(changed), dtype=pl.Utf8).implode()))
+    # a changed first input joins the second inputs of its object; a changed second input is
+    # joined by the first inputs pointing at its subject
+    heads = set(hot.filter(pl.col("relation").is_in(firsts))["object"].to_list())
+    middles = set(hot.filter(pl.col("relation").is_in(seconds))["subject"].to_list())
+    partners = [after.clear()]
+    if heads and seconds:
+        partners.append(_read(store, tag, buckets={bucket_of(h, tag.buckets) for h in heads},
+                              filter=pc.field("relation").isin(seconds) & _isin("subject", heads)))
+    if middles and firsts:
+        partners.append(_read(store, tag, filter=pc.field("relation").isin(firsts) & _isin("object", middles)))
+    mine = set(current["fact_id"].to_list()) | set(after["fact_id"].to_list())
+    others = pl.concat(partners).filter(~pl.col("fact_id").is_in(pl.Series(sorted(mine), dtype=pl.Utf8).implode()))
+    new = derive_frame(rules, pl.concat([after, others]).unique("fact_id", maintain_order=True),
+                       buckets=tag.buckets, touching=changed)
+    old = derive_frame(rules, pl.concat([current, others]).unique("fact_id", maintain_order=True),
+                       buckets=tag.buckets, touching=changed)
+    return new, set(old["fact_id"].to_list()) - set(new["fact_id"].to_list())
+
+
+def _new_names(spec: FoldSpec, store: StateStore, tag: StateTag, items: list[dict[str, Any]]) -> dict[str, tuple[str, str]]:
+    """node → (tenant, display name) of the nodes ``items`` name that the tables' entities lack
+    (an append never renames a known node: its first surface name stays its name)."""
+    from refold.fold.partition import items_frame
+
+    found = entity_names(spec, items_frame(items))
+    if found.height == 0:
+        return {}
+    nodes = set(found["node"].to_list())
+    known = store.read_rows("entities", version=tag.entities_version, columns=["node"],
+                       buckets={bucket_of(n, tag.buckets) for n in nodes}, filter=_isin("node", nodes))
+    have = set(known["node"].to_pylist())
+    return {n: (t, s[0]) for n, t, s in zip(found["node"].to_list(), found["tenant"].to_list(),
+                                            found["surfaces"].to_list()) if n not in have}
