@@ -12,9 +12,10 @@
                  roll-ups and entities refreshed, and old versions vacuumed
 
 Peak memory of a full fold follows the largest bucket group plus the roll-up stage's columns, not
-the whole graph. :func:`merge_buckets` reads a bucket group's items from the store itself and
-returns its rows, so the same function can run as a remote task (e.g. a Ray task given the store
-URI); locally the groups run one after another in this process.
+the whole graph. :func:`merge_group` reads a bucket group's items from the store itself and
+commits its merged partitions there, returning only a row count, so the same function runs as a
+remote task given the store URI (``refold.jobs.ray_merge``: nothing large travels through the
+driver); locally the groups run one after another in this process.
 """
 
 from __future__ import annotations
@@ -49,7 +50,8 @@ from refold.storage.state import StateStore, StateTag
 if TYPE_CHECKING:
     from refold.memory import Memory
 
-__all__ = ["PartitionError", "StatePurger", "fold_state", "group_size", "local_merger", "merge_buckets"]
+__all__ = ["PartitionError", "StatePurger", "fold_state", "group_size", "local_merger", "merge_buckets",
+           "merge_group"]
 
 #: Log events read (and their items built) per batch of a full fold.
 EVENT_BATCH = 20_000
@@ -62,6 +64,8 @@ GROUP_ROWS = int(os.environ.get("REFOLD_STATE_GROUP_ROWS", 25_000))
 #: An incremental fold compacts the state tables (newest versions only) when the facts table
 #: holds more than this many data files per bucket (each incremental fold adds about two).
 COMPACT_FILES = 10
+#: Commits a bucket group's merge task tries before giving up (concurrent groups rarely conflict).
+MERGE_COMMIT_TRIES = 5
 
 
 class PartitionError(RefoldError):
@@ -140,13 +144,33 @@ def _group_name(group: Sequence[int]) -> str:
     return f"{group[0]}-{group[-1]}"
 
 
-def local_merger(store: StateStore, spec: FoldSpec, groups: Sequence[Sequence[int]],
-                 buckets: int) -> Iterator[tuple[Sequence[int], pa.Table]]:
-    """The merge stage in this process: (group, merged rows) for each group, one after another.
-    A *merger* is any callable of this shape (``refold.jobs.ray_merge.ray_merger`` runs the
-    groups as Ray tasks); the fold writes each group's rows as they come."""
+def local_merger(store: StateStore, spec: FoldSpec, groups: Sequence[Sequence[int]], buckets: int, *,
+                 run: str) -> Iterator[tuple[Sequence[int], int]]:
+    """The merge stage in this process: each group merged and written (:func:`merge_group`), one
+    after another, yielding (group, rows written). A *merger* is any callable of this shape
+    (``refold.jobs.ray_merge.ray_merger`` runs the groups as Ray tasks that write their own
+    files): the fold only learns which groups are done, never their rows."""
     for group in groups:
-        yield group, merge_buckets(store, spec, group, buckets=buckets)
+        yield group, merge_group(store, spec, group, buckets=buckets, run=run)
+
+
+def merge_group(store: StateStore, spec: FoldSpec, group: Sequence[int], *, buckets: int, run: str) -> int:
+    """Merge the buckets ``group`` (:func:`merge_buckets`) and replace their partitions of the
+    merged layer with the result, in one commit noting the run and the group (what a rerun after
+    a kill reuses); return the rows written. Groups are disjoint partitions, so several of them
+    (Ray tasks) may commit at once: delta-rs rebases an overwrite whose predicate no concurrent
+    commit touched, and a commit that still fails is retried (the overwrite is idempotent)."""
+    from deltalake.exceptions import CommitFailedError
+
+    merged = merge_buckets(store, spec, group, buckets=buckets)
+    for attempt in range(MERGE_COMMIT_TRIES):
+        try:
+            store.write("facts", merged, buckets=group, layer="merged", note={"run": run, "group": _group_name(group)})
+            return merged.num_rows
+        except StoreError as exc:
+            if not isinstance(exc.__cause__, CommitFailedError) or attempt + 1 == MERGE_COMMIT_TRIES:
+                raise
+    raise AssertionError("unreachable")
 
 
 def merge_buckets(store: StateStore, spec: FoldSpec, group: Sequence[int], *, buckets: int) -> pa.Table:
@@ -215,8 +239,7 @@ def _full(mem, spec, store: StateStore, *, extractor, progress, runner, batch_si
         store.write("facts", FACT_SCHEMA.empty_table(), note={"run": run, "cleared": "1"})
     with FoldProgress(buckets, label="merging partitions", enabled=progress) as bar:
         bar.advance(reused)
-        for i, (group, merged) in enumerate((merger or local_merger)(store, spec, todo, buckets)):
-            store.write("facts", merged, buckets=group, layer="merged", note={"run": run, "group": _group_name(group)})
+        for i, (group, _written) in enumerate((merger or local_merger)(store, spec, todo, buckets, run=run)):
             _crash_point(f"merged:{i}")
             bar.advance(len(group))
     tag = _finish(mem, spec, store, head=_Head(log_head.seq, log_head.link), tenants=tenants, buckets=buckets,

@@ -300,18 +300,59 @@ def test_crypto_shredding_refolds_the_state_tables_too(tmp_path):
 
 @pytest.mark.ray
 @pytest.mark.slow
-def test_the_merge_stage_runs_as_ray_tasks(mem, monkeypatch):
-    """Each bucket group is a Ray task that reads its items from the store itself."""
+def test_the_merge_stage_runs_as_ray_tasks_that_write_their_own_partitions(mem, monkeypatch):
+    """Each bucket group is a Ray task that reads its items from the store and commits its merged
+    partitions there itself: the driver gets a row count per group and writes no merged row,
+    and the state equals the local merger's."""
     from refold import state_fold
     from refold.jobs.ray_merge import ray_merger
+    from refold.storage.state import StateStore
 
     monkeypatch.setattr(state_fold, "GROUP_ROWS", 30)  # several groups, so several tasks
 
     mem.append(_log(200))
     local = mem.fold(engine="partitioned", full=True)
     expected = canonical_graph(_state_graph(mem))
+    store = mem.state_store(mem.current_spec())
+    groups = len(state_fold._groups(64, state_fold.group_size(store, 64)))
+    assert groups > 2
+    driver_writes = []
+    original = StateStore.write
+    monkeypatch.setattr(StateStore, "write", lambda self, name, rows, **kw: driver_writes.append(
+        (name, kw.get("layer"))) or original(self, name, rows, **kw))
     remote = refold.open(mem.root).fold(engine="partitioned", full=True, merger=ray_merger())
+    monkeypatch.undo()
+    assert ("facts", "merged") not in driver_writes
     assert (remote.facts, remote.derived_facts) == (local.facts, local.derived_facts)
+    assert canonical_graph(_state_graph(refold.open(mem.root))) == expected
+    # one commit per group, each noting its group (what a rerun after a kill reuses)
+    since_cleared = []
+    for info in DeltaTable(store.path("facts")).history():  # newest first, back to this fold's start
+        if info.get("refold.cleared"):
+            break
+        since_cleared.append(info.get("refold.group"))
+    assert len({g for g in since_cleared if g}) == len([g for g in since_cleared if g]) == groups
+
+
+def test_merge_groups_committed_at_once_land_whole(mem):
+    """Bucket groups merged and committed concurrently (as Ray tasks do: threads here) each
+    replace only their own partitions: the result equals the groups committed one by one."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from refold.state_fold import _groups, merge_group
+    from refold.storage.state import StateStore
+
+    mem.append(_log(200))
+    mem.fold(engine="partitioned", full=True, buckets=8)
+    expected = canonical_graph(_state_graph(mem))
+    spec = mem.current_spec()
+    store = mem.state_store(spec)
+    tag = store.tag()
+    with ThreadPoolExecutor(4) as pool:
+        written = list(pool.map(lambda g: merge_group(StateStore(mem.layout, spec.hash), spec, g, buckets=8, run="t"),
+                                _groups(8, 2)))
+    assert sum(written) == tag.facts
+    store.set_tag(tag)
     assert canonical_graph(_state_graph(refold.open(mem.root))) == expected
 
 
