@@ -403,9 +403,11 @@ def _buckets(nodes: Iterable[str], buckets: int) -> set[int]:
 def _refresh_derived(spec: FoldSpec, store: StateStore, buckets: int, *, before: pl.DataFrame,
                      after: pl.DataFrame, changed: set[str], append: bool, seen_at: int) -> int:
     """Recompute the derived rows with an input among ``changed`` merged rows (``before``: old
-    versions of merged rows, or rows now gone; ``after``: current rows; the merged layer is
-    already up to date). ``append``: write new versions and deletion markers; else rewrite the
-    buckets holding such rows. Returns the change in the derived row count."""
+    versions of merged rows, or rows now gone; ``after``: current rows). ``append``: the merged
+    layer still holds the old versions; the new versions of the ``changed`` rows of ``after``
+    take their place here and are committed together with the derived rows' new versions and
+    deletion markers, in one append. Else the merged layer is already up to date and the buckets
+    holding such derived rows are rewritten. Returns the change in the derived row count."""
     compose = [r for r in spec.rollups if r.kind == "compose"]
     firsts = sorted({r.inputs[0] for r in compose})
     seconds = sorted({r.inputs[1] for r in compose})
@@ -422,7 +424,10 @@ def _refresh_derived(spec: FoldSpec, store: StateStore, buckets: int, *, before:
     partners = pl.from_arrow(store.read("facts", buckets=_buckets(heads, buckets), columns=_BASE_COLUMNS,
                                         layer="merged", filter=pc.field("relation").isin(seconds)
                                         & _isin("subject", heads))) if heads and seconds else direct.clear()
-    base = pl.concat([direct, via, partners]).unique("fact_id", maintain_order=True)
+    # (an append: the changed rows' new versions come first, so they win over the stored ones)
+    pending = after.filter(_among("fact_id", changed)) if append else after.clear()
+    base = pl.concat([pending.select(_BASE_COLUMNS), direct, via, partners]) \
+        .unique("fact_id", keep="first", maintain_order=True)
     new = derive_frame(spec.rollups, base, buckets=buckets, touching=changed)
     fresh_ids = set(new["fact_id"].to_list())
     if append:
@@ -432,10 +437,10 @@ def _refresh_derived(spec: FoldSpec, store: StateStore, buckets: int, *, before:
         prior_base = pl.concat([base.filter(~_among("fact_id", changed)), previous])
         old = derive_frame(spec.rollups, prior_base, buckets=buckets, touching=changed)
         gone = old.filter(~_among("fact_id", fresh_ids))
-        rows = pl.concat([new, gone])
-        if rows.height:
-            flags = pa.array([False] * new.height + [True] * gone.height, pa.bool_())
-            store.write("facts", rows.to_arrow(), mode="append", seen_at=seen_at, deleted=flags)
+        rows = [t.to_arrow().select(FACT_SCHEMA.names).cast(FACT_SCHEMA) for t in (pending, new, gone)]
+        if sum(t.num_rows for t in rows):
+            flags = pa.array([False] * (pending.height + new.height) + [True] * gone.height, pa.bool_())
+            store.write("facts", pa.concat_tables(rows), mode="append", seen_at=seen_at, deleted=flags)
         return len(fresh_ids - set(old["fact_id"].to_list())) - gone.height
     # where the rows to replace live: a compose row in its first input's subject's bucket, an
     # inverse row in its input's object's (old versions too: an erased input's rows must go)
@@ -577,8 +582,7 @@ def _incremental(mem, spec, store: StateStore, tag: StateTag, *, extractor, prog
     rows.sort(key=lambda r: (r["seq"], r["ordinal"]))
     fresh, changed = advance_subjects(spec, current.to_dicts(), rows, buckets=buckets)
     after = pl.from_arrow(pa.Table.from_pylist(fresh, schema=FACT_SCHEMA))
-    if changed:
-        store.write("facts", after.filter(_among("fact_id", changed)).to_arrow(), mode="append", seen_at=head.seq)
+    # (the changed rows are committed with the roll-ups they change: one commit to facts)
     tag = _finish(mem, spec, store, head=head, tenants=tenants, buckets=buckets, subjects=subjects, nodes=nodes,
                   new_items=pl.from_arrow(pa.Table.from_pylist(rows, schema=ITEM_SCHEMA)),
                   before=current, after=after, changed=changed, counts=(tag.facts, tag.derived))

@@ -81,6 +81,23 @@ def test_full_then_incremental_fold_equal_the_reference(mem, tmp_path):
     assert full.extraction_calls == 0  # a refold reads the cache
 
 
+def test_an_incremental_fold_commits_once_per_table_plus_the_tag(mem):
+    """The changed merged rows and the roll-ups they change go to ``facts`` in one commit, then
+    the tag: a small tail costs one commit per state table (and the tag), not one per stage."""
+    mem.append(_log(200))
+    mem.fold(engine="partitioned", full=True, buckets=8)
+    store = mem.state_store(mem.current_spec())
+    before = {name: DeltaTable(store.path(name)).version() for name in ("items", "facts", "entities")}
+    mem.append(_log(20, start=200))
+    report = mem.fold(engine="partitioned")
+    assert report.started_from >= 0 and report.derived_facts > 0
+    after = {name: DeltaTable(store.path(name)).version() for name in ("items", "facts", "entities")}
+    assert {name: after[name] - before[name] for name in after} == {"items": 1, "facts": 2, "entities": 1}
+    operations = [info["operation"] for info in DeltaTable(store.path("facts")).history(2)]
+    assert operations == ["SET TBLPROPERTIES", "WRITE"]
+    assert canonical_graph(_state_graph(refold.open(mem.root))) == canonical_graph(_reference(Path(mem.root)))
+
+
 def test_facts_of_one_subject_open_only_its_bucket(mem):
     mem.append(_log(300))
     mem.fold(engine="graph", snapshot_every=0)
