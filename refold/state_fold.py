@@ -108,13 +108,14 @@ def _items(mem: "Memory", spec: FoldSpec, events: list[Event], *, extractor: Ext
     wanted = [e for e in events if needs_extraction(e)]
     if not wanted:
         return [i for e in events for i in items_of(e, None, buckets)], 0, 0
-    if extractor is not None:
-        calls, rejected = extract_missing(events, spec=spec, extractor=extractor, cache=cache,
-                                          batch_size=batch_size, progress=progress, runner=runner)
     ids = [e.event_id for e in wanted]
-    found = cache.facts(spec.hash, ids, seqs=[e.seq for e in wanted])
-    if len(found) < len(ids):  # rows cached without a seq are not found by a seq-pruned read
-        found.update(cache.facts(spec.hash, [i for i in ids if i not in found]))
+    found = _cached(cache, spec, wanted)
+    if extractor is not None and len(found) < len(ids):
+        # (the cache was just read: what it lacks is extracted without a second read of it)
+        calls, rejected = extract_missing(events, spec=spec, extractor=extractor, cache=cache,
+                                          batch_size=batch_size, progress=progress, runner=runner,
+                                          cached=set(found))
+        found.update(_cached(cache, spec, [e for e in wanted if e.event_id not in found]))
     missing = [i for i in ids if i not in found]
     if missing:
         raise ExtractionError(f"{len(missing)} event(s) have no {spec.extractor} extraction yet; run `refold "
@@ -126,6 +127,14 @@ def _items(mem: "Memory", spec: FoldSpec, events: list[Event], *, extractor: Ext
         cached = found.get(e.event_id)
         rows += items_of(e, None if cached is None else cached.facts, buckets)
     return rows, calls, rejected
+
+
+def _cached(cache, spec: FoldSpec, events: list[Event]) -> dict[str, Any]:
+    """The cached extractions of ``events`` for ``spec``, by event id (those cached)."""
+    found = cache.facts(spec.hash, [e.event_id for e in events], seqs=[e.seq for e in events])
+    if len(found) < len(events):  # rows cached without a seq are not found by a seq-pruned read
+        found.update(cache.facts(spec.hash, [e.event_id for e in events if e.event_id not in found]))
+    return found
 
 
 def _dicts(table: pa.Table) -> list[dict[str, Any]]:

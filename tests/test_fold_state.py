@@ -98,6 +98,24 @@ def test_an_incremental_fold_commits_once_per_table_plus_the_tag(mem):
     assert canonical_graph(_state_graph(refold.open(mem.root))) == canonical_graph(_reference(Path(mem.root)))
 
 
+def test_a_refold_from_the_cache_reads_each_cached_extraction_once(mem, monkeypatch):
+    """A full refold with an extractor reads the cached extractions of each batch once (for their
+    facts), not once more to find which events still need the model."""
+    from refold.extractors import get_extractor
+    from refold.storage.cache import ExtractionCache
+
+    mem.append(_log(120))
+    mem.fold(engine="partitioned", full=True)
+    mem.append(_log(5, start=120))
+    asked = []
+    original = ExtractionCache.missing
+    monkeypatch.setattr(ExtractionCache, "missing", lambda self, *a, **kw: asked.append(1) or original(self, *a, **kw))
+    report = refold.open(mem.root).fold(engine="partitioned", full=True, extractor=get_extractor("rules"))
+    assert asked == [] and report.extraction_calls == 5
+    monkeypatch.undo()
+    assert canonical_graph(_state_graph(refold.open(mem.root))) == canonical_graph(_reference(Path(mem.root)))
+
+
 def test_facts_of_one_subject_open_only_its_bucket(mem):
     mem.append(_log(300))
     mem.fold(engine="graph", snapshot_every=0)
