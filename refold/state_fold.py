@@ -525,7 +525,10 @@ def _refresh_entities(spec: FoldSpec, store: StateStore, buckets: int, nodes: se
         now = dict(zip(fresh["node"].to_list(), fresh["name"].to_list()))
         changed = {n for n, name in zip(was["node"].to_list(), was["name"].to_list()) if now.get(n) != name}
         if changed:
-            referrers = store.read("facts", columns=["subject", "valid_to"], layer="merged",
+            # a merged row pointing at such a node came from a surviving item naming it as the
+            # object, which lives in the row's subject's bucket: only those buckets are read
+            homes = set(items.filter(_among("object_node", changed))["bucket"].to_list())
+            referrers = store.read("facts", buckets=homes, columns=["subject", "valid_to"], layer="merged",
                                    filter=_isin("object", changed))
             more = set(referrers.filter(pc.is_null(referrers["valid_to"]))["subject"].to_pylist()) - nodes
             if more:

@@ -169,6 +169,32 @@ def test_erasure_rewrites_the_touched_partitions_and_leaves_no_residue(tmp_path)
     assert after.facts(subject=name).height == 0
 
 
+def test_an_erasure_that_renames_a_node_reads_only_its_referrers_buckets(tmp_path, monkeypatch):
+    """A node whose display name came from the erased events is renamed; the summaries naming it
+    are refreshed from the buckets of the surviving facts pointing at it, not a scan of every
+    bucket (no ``facts`` read without buckets), and the state equals the reference fold's."""
+    from refold.storage.state import StateStore
+
+    mem = refold.init(tmp_path / "store")
+    name = "Quillon Varga"
+    x = [fact_event(name, "likes", f"zephyrmarmalade{i}", day=i, subjects=["s-x"]) for i in range(3)]
+    others = [fact_event("Person1", "knows", "quillon varga", day=9)]  # the same node, another surface
+    mem.append(_log(200) + x + others)
+    mem.fold(engine="partitioned", full=True)
+    erasing.register_subject(mem, "s-x", name)
+    unpruned = []
+    original = StateStore.read
+    monkeypatch.setattr(StateStore, "read", lambda self, table, **kw: (
+        unpruned.append(table) if kw.get("buckets") is None and table == "facts" else None)
+        or original(self, table, **kw))
+    mem.erase("s-x")
+    monkeypatch.undo()
+    assert unpruned == []
+    after = refold.open(mem.root)
+    assert canonical_graph(_state_graph(after)) == canonical_graph(_reference(Path(mem.root)))
+    assert after.facts(subject="Person1", relation="knows").height == 1
+
+
 def test_state_versions_are_snapshots_readable_by_any_delta_reader(mem):
     mem.append(_log(200))
     mem.fold(engine="partitioned", full=True)
