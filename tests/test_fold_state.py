@@ -116,6 +116,30 @@ def test_a_refold_from_the_cache_reads_each_cached_extraction_once(mem, monkeypa
     assert canonical_graph(_state_graph(refold.open(mem.root))) == canonical_graph(_reference(Path(mem.root)))
 
 
+def test_a_warm_incremental_fold_writes_through_the_open_state_table_handles(mem, monkeypatch):
+    """The state tables' Delta handles stay open in a Memory and are brought up to date
+    incrementally; writes go through them instead of loading each table afresh."""
+    import deltalake
+
+    mem.append(_log(200))
+    mem.fold(engine="partitioned", full=True, buckets=8)
+    mem.append(_log(10, start=200))
+    mem.fold(engine="partitioned")  # (every state table's handle open now)
+    opened = []
+    original = deltalake.DeltaTable.__init__
+
+    def counting(self, table_uri, *args, **kwargs):
+        opened.append(str(table_uri))
+        original(self, table_uri, *args, **kwargs)
+    monkeypatch.setattr(deltalake.DeltaTable, "__init__", counting)
+    mem.append(_log(10, start=210))
+    report = mem.fold(engine="partitioned")
+    monkeypatch.undo()
+    assert report.started_from >= 0
+    assert [uri for uri in opened if "/state/" in uri] == []
+    assert canonical_graph(_state_graph(refold.open(mem.root))) == canonical_graph(_reference(Path(mem.root)))
+
+
 def test_facts_of_one_subject_open_only_its_bucket(mem):
     mem.append(_log(300))
     mem.fold(engine="graph", snapshot_every=0)
