@@ -441,6 +441,33 @@ def test_merge_groups_committed_at_once_land_whole(mem):
     assert canonical_graph(_state_graph(refold.open(mem.root))) == expected
 
 
+def test_merge_groups_commit_their_partitions_on_object_storage(mem, s3_bucket):
+    """A merge task given only the store URI and its storage options (here the local S3 API)
+    reads its group's items and commits its merged partitions there, groups at once: the merged
+    layer equals the local store's."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from refold.state_fold import _groups, merge_group
+    from refold.storage.layout import Layout
+    from refold.storage.state import StateStore
+
+    mem.append(_log(120))
+    mem.fold(engine="partitioned", full=True, buckets=8)
+    spec = mem.current_spec()
+    local = mem.state_store(spec)
+    remote = StateStore(Layout(s3_bucket.uri), spec.hash, storage_options=s3_bucket.storage_options)
+    remote.write("items", local.read("items"))
+    with ThreadPoolExecutor(4) as pool:
+        written = list(pool.map(lambda g: merge_group(
+            StateStore(Layout(s3_bucket.uri), spec.hash, storage_options=s3_bucket.storage_options), spec, g,
+            buckets=8, run="s3"), _groups(8, 2)))
+    key = ["fact_id"]
+    got = pl.from_arrow(remote.read("facts", layer="merged")).sort(key)
+    want = pl.from_arrow(local.read("facts", layer="merged")).sort(key)
+    assert sum(written) == want.height > 0 and got.equals(want)
+    assert any(k.startswith(f"state/{spec.hash}/facts/layer=merged/") for k in s3_bucket.keys())
+
+
 def test_events_without_facts_only_move_the_tag(mem, monkeypatch):
     """An incremental fold of events that state no fact (here a chat turn no rule matches; an
     erasure's own record is another) tags the new position and reads no state table."""
