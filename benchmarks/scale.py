@@ -8,8 +8,9 @@ moving and changing jobs, organisations located in cities; rules extractor; appe
 * fold             ``fold()`` from scratch: extract every event (rules) and merge
 * refold           ``fold(full=True)`` in a fresh process: re-merge every cached extraction
 * incremental      append 1% new events, then ``fold()`` in a fresh process
-* erasure          ``erase("s-x")`` in a fresh process (0.1% of the log): the whole procedure, and
-                   its refold step where the receipt times it; then a fold makes 0 extraction calls
+* erasure          ``erase("s-x")`` in a fresh process (0.1% of the log): the whole procedure, its
+                   state-table refold step (``StatePurger.purge``, timed around the call) and the
+                   digest the receipt records; then a fold makes 0 extraction calls
 * read             one subject's current facts (``facts(subject=…, current_only=True)``) in a warm
                    process: the first read, then the median of 20; then, in the same process, the
                    whole state's facts (``facts()``) and ``why`` of one roll-up (``works_in``)
@@ -127,9 +128,10 @@ def step(name: str, root: Path, n: int, use_ray: bool, engine: str = "partitione
         report = refold.open(root).fold(extractor=ext, **opts)
         out.update(calls=ext.calls, folded=report.events_folded)
     elif name == "erase":
+        timed = _time_state_steps() if engine == "partitioned" else {}
         receipt = refold.open(root).erase(SUBJECT[0])
-        out.update(erased=len(receipt.events), refold_s=_receipt_refold_seconds(receipt))
         took = time.perf_counter() - start
+        out.update(erased=len(receipt.events), refold_s=timed.get("purge"), digest_s=timed.get("digest"))
         ext = CountingRules()
         refold.open(root).fold(extractor=ext)
         out.update(after_calls=ext.calls)
@@ -163,13 +165,30 @@ def step(name: str, root: Path, n: int, use_ray: bool, engine: str = "partitione
     return out
 
 
-def _receipt_refold_seconds(receipt) -> float | None:
-    """The refold step's seconds where the receipt records them (None where it does not)."""
-    for entry in getattr(receipt, "purged", ()):
-        for key in ("refold_seconds", "seconds"):
-            if isinstance(entry, dict) and key in entry:
-                return float(entry[key])
-    return None
+def _time_state_steps() -> dict[str, float]:
+    """Seconds the erasure spends in its state-table steps, filled in as it runs: ``purge``
+    (``StatePurger.purge``: the refold of the touched buckets from the surviving cached
+    extractions, and the vacuum) and ``digest`` (``StateStore.digest``: the outcome the receipt
+    records, a read of the whole state)."""
+    from refold.state_fold import StatePurger
+    from refold.storage.state import StateStore
+
+    timed: dict[str, float] = {}
+
+    def timing(cls, name: str, key: str) -> None:
+        original = getattr(cls, name)
+
+        def timed_call(self, *args, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return original(self, *args, **kwargs)
+            finally:
+                timed[key] = timed.get(key, 0.0) + time.perf_counter() - t0
+        setattr(cls, name, timed_call)
+
+    timing(StatePurger, "purge", "purge")
+    timing(StateStore, "digest", "digest")
+    return timed
 
 
 def floor(root: Path) -> int:
@@ -254,7 +273,8 @@ def report(label: str, results: dict[int, dict]) -> bool:
               f"refold / floor {refold_s / r['floor']['seconds']:.1f}x (target <= 20x); "
               f"refold / incremental 1% {refold_s / r['incremental']['seconds']:.1f}x (target >= 50x); "
               f"refold / whole erasure {refold_s / r['erase']['seconds']:.1f}x"
-              + (f", / erasure refold step {refold_s / erase_refold:.1f}x" if erase_refold else "")
+              + (f", / erasure refold step {refold_s / erase_refold:.1f}x (step {erase_refold:.2f} s, "
+                 f"digest {r['erase']['digest_s'] or 0:.2f} s)" if erase_refold else "")
               + " (target >= 100x for the refold step); "
               f"read one subject: first {r['read']['first'] * 1e3:.1f} ms, median {r['read']['median'] * 1e3:.1f} ms "
               f"(target <= 50 ms)")

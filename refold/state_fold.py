@@ -13,9 +13,10 @@
 
 Compose roll-ups are not stored: a read derives them for what it reads (refold.state_rollups),
 so no stage here costs in proportion to (moves × staff). Peak memory of a full fold follows the
-largest bucket group, not the whole graph. :func:`merge_buckets` reads a bucket group's items from the store itself and
-returns its rows, so the same function can run as a remote task (e.g. a Ray task given the store
-URI); locally the groups run one after another in this process.
+largest bucket group, not the whole graph. :func:`merge_group` reads a bucket group's items from
+the store itself and commits its merged partitions there, returning only a row count, so the same
+function runs as a remote task given the store URI (``refold.jobs.ray_merge``: nothing large
+travels through the driver); locally the groups run one after another in this process.
 """
 
 from __future__ import annotations
@@ -50,7 +51,8 @@ from refold.storage.state import StateStore, StateTag
 if TYPE_CHECKING:
     from refold.memory import Memory
 
-__all__ = ["PartitionError", "StatePurger", "fold_state", "group_size", "local_merger", "merge_buckets"]
+__all__ = ["PartitionError", "StatePurger", "fold_state", "group_size", "local_merger", "merge_buckets",
+           "merge_group"]
 
 #: Log events read (and their items built) per batch of a full fold.
 EVENT_BATCH = 20_000
@@ -63,6 +65,8 @@ GROUP_ROWS = int(os.environ.get("REFOLD_STATE_GROUP_ROWS", 25_000))
 #: An incremental fold compacts the state tables (newest versions only) when the facts table
 #: holds more than this many data files per bucket (each incremental fold adds about two).
 COMPACT_FILES = 10
+#: Commits a bucket group's merge task tries before giving up (concurrent groups rarely conflict).
+MERGE_COMMIT_TRIES = 5
 
 
 class PartitionError(RefoldError):
@@ -101,13 +105,14 @@ def _items(mem: "Memory", spec: FoldSpec, events: list[Event], *, extractor: Ext
     wanted = [e for e in events if needs_extraction(e)]
     if not wanted:
         return [i for e in events for i in items_of(e, None, buckets)], 0, 0
-    if extractor is not None:
-        calls, rejected = extract_missing(events, spec=spec, extractor=extractor, cache=cache,
-                                          batch_size=batch_size, progress=progress, runner=runner)
     ids = [e.event_id for e in wanted]
-    found = cache.facts(spec.hash, ids, seqs=[e.seq for e in wanted])
-    if len(found) < len(ids):  # rows cached without a seq are not found by a seq-pruned read
-        found.update(cache.facts(spec.hash, [i for i in ids if i not in found]))
+    found = _cached(cache, spec, wanted)
+    if extractor is not None and len(found) < len(ids):
+        # (the cache was just read: what it lacks is extracted without a second read of it)
+        calls, rejected = extract_missing(events, spec=spec, extractor=extractor, cache=cache,
+                                          batch_size=batch_size, progress=progress, runner=runner,
+                                          cached=set(found))
+        found.update(_cached(cache, spec, [e for e in wanted if e.event_id not in found]))
     missing = [i for i in ids if i not in found]
     if missing:
         raise ExtractionError(f"{len(missing)} event(s) have no {spec.extractor} extraction yet; run `refold "
@@ -119,6 +124,14 @@ def _items(mem: "Memory", spec: FoldSpec, events: list[Event], *, extractor: Ext
         cached = found.get(e.event_id)
         rows += items_of(e, None if cached is None else cached.facts, buckets)
     return rows, calls, rejected
+
+
+def _cached(cache, spec: FoldSpec, events: list[Event]) -> dict[str, Any]:
+    """The cached extractions of ``events`` for ``spec``, by event id (those cached)."""
+    found = cache.facts(spec.hash, [e.event_id for e in events], seqs=[e.seq for e in events])
+    if len(found) < len(events):  # rows cached without a seq are not found by a seq-pruned read
+        found.update(cache.facts(spec.hash, [e.event_id for e in events if e.event_id not in found]))
+    return found
 
 
 def _dicts(table: pa.Table) -> list[dict[str, Any]]:
@@ -137,13 +150,39 @@ def _group_name(group: Sequence[int]) -> str:
     return f"{group[0]}-{group[-1]}"
 
 
-def local_merger(store: StateStore, spec: FoldSpec, groups: Sequence[Sequence[int]],
-                 buckets: int) -> Iterator[tuple[Sequence[int], pa.Table]]:
-    """The merge stage in this process: (group, merged rows) for each group, one after another.
-    A *merger* is any callable of this shape (``refold.jobs.ray_merge.ray_merger`` runs the
-    groups as Ray tasks); the fold writes each group's rows as they come."""
+def local_merger(store: StateStore, spec: FoldSpec, groups: Sequence[Sequence[int]], buckets: int, *,
+                 run: str) -> Iterator[tuple[Sequence[int], int]]:
+    """The merge stage in this process: each group merged and written (:func:`merge_group`), one
+    after another, yielding (group, rows written). A *merger* is any callable of this shape
+    (``refold.jobs.ray_merge.ray_merger`` runs the groups as Ray tasks that write their own
+    files): the fold only learns which groups are done, never their rows."""
     for group in groups:
-        yield group, merge_buckets(store, spec, group, buckets=buckets)
+        yield group, merge_group(store, spec, group, buckets=buckets, run=run)
+
+
+def merge_group(store: StateStore, spec: FoldSpec, group: Sequence[int], *, buckets: int, run: str) -> int:
+    """Merge the buckets ``group`` (:func:`merge_buckets`) and replace their partitions of the
+    merged layer with the result, in one commit noting the run and the group (what a rerun after
+    a kill reuses); return the rows written. Groups are disjoint partitions, so several of them
+    (Ray tasks) may commit at once: delta-rs rebases an overwrite whose predicate no concurrent
+    commit touched, and a commit that still fails is retried (the overwrite is idempotent).
+
+    The facts table must exist (the fold creates or empties it before the merge stage): a task
+    that created it would replace the whole table, and a concurrent group's commit with it."""
+    from deltalake.exceptions import CommitFailedError
+
+    if store.table("facts") is None:
+        raise StoreError(f"the state table {store.path('facts')} does not exist; a merge task only replaces "
+                         "its partitions (run the merge through fold_state, which creates the table first)")
+    merged = merge_buckets(store, spec, group, buckets=buckets)
+    for attempt in range(MERGE_COMMIT_TRIES):
+        try:
+            store.write("facts", merged, buckets=group, layer="merged", note={"run": run, "group": _group_name(group)})
+            return merged.num_rows
+        except StoreError as exc:
+            if not isinstance(exc.__cause__, CommitFailedError) or attempt + 1 == MERGE_COMMIT_TRIES:
+                raise
+    raise AssertionError("unreachable")
 
 
 def merge_buckets(store: StateStore, spec: FoldSpec, group: Sequence[int], *, buckets: int) -> pa.Table:
@@ -212,8 +251,7 @@ def _full(mem, spec, store: StateStore, *, extractor, progress, runner, batch_si
         store.write("facts", FACT_SCHEMA.empty_table(), note={"run": run, "cleared": "1"})
     with FoldProgress(buckets, label="merging partitions", enabled=progress) as bar:
         bar.advance(reused)
-        for i, (group, merged) in enumerate((merger or local_merger)(store, spec, todo, buckets)):
-            store.write("facts", merged, buckets=group, layer="merged", note={"run": run, "group": _group_name(group)})
+        for i, (group, _written) in enumerate((merger or local_merger)(store, spec, todo, buckets, run=run)):
             _crash_point(f"merged:{i}")
             bar.advance(len(group))
     tag = _finish(mem, spec, store, head=_Head(log_head.seq, log_head.link), tenants=tenants, buckets=buckets,
@@ -378,18 +416,21 @@ def _buckets(nodes: Iterable[str], buckets: int) -> set[int]:
 def _refresh_derived(spec: FoldSpec, store: StateStore, buckets: int, *, before: pl.DataFrame,
                      after: pl.DataFrame, changed: set[str], append: bool, seen_at: int) -> int:
     """Recompute the derived rows with an input among ``changed`` merged rows (``before``: old
-    versions of merged rows, or rows now gone; ``after``: current rows; the merged layer is
-    already up to date). ``append``: write new versions and deletion markers; else rewrite the
-    buckets holding such rows. Returns the change in the derived row count.
+    versions of merged rows, or rows now gone; ``after``: current rows). ``append``: the merged
+    layer still holds the old versions; the new versions of the ``changed`` rows of ``after``
+    take their place here and are committed together with the derived rows' new versions and
+    deletion markers, in one append. Else the merged layer is already up to date and the buckets
+    holding such derived rows are rewritten. Returns the change in the derived row count.
 
     Only the stored rules (inverse: a row per input row) are refreshed: compose roll-ups are
     derived when read, so a moved organisation re-derives nothing here."""
     rules = stored_rules(spec.rollups)
     inverse = sorted({r.inputs[0] for r in rules})
-    if not inverse:
-        return 0
     both = pl.concat([before.select(_BASE_COLUMNS), after.select(_BASE_COLUMNS)]).filter(_among("fact_id", changed))
-    base = after.select(_BASE_COLUMNS).filter(pl.col("relation").is_in(inverse) & _among("fact_id", changed))
+    direct = after.select(_BASE_COLUMNS).filter(pl.col("relation").is_in(inverse) & _among("fact_id", changed))
+    # (an append: the changed rows' new versions come first, so they win over the stored ones)
+    pending = after.filter(_among("fact_id", changed)) if append else after.clear()
+    base = pl.concat([pending.select(_BASE_COLUMNS), direct]).unique("fact_id", keep="first", maintain_order=True)
     new = derive_frame(rules, base, buckets=buckets, touching=changed)
     fresh_ids = set(new["fact_id"].to_list())
     if append:
@@ -399,10 +440,10 @@ def _refresh_derived(spec: FoldSpec, store: StateStore, buckets: int, *, before:
         prior_base = pl.concat([base.filter(~_among("fact_id", changed)), previous])
         old = derive_frame(rules, prior_base, buckets=buckets, touching=changed)
         gone = old.filter(~_among("fact_id", fresh_ids))
-        rows = pl.concat([new, gone])
-        if rows.height:
-            flags = pa.array([False] * new.height + [True] * gone.height, pa.bool_())
-            store.write("facts", rows.to_arrow(), mode="append", seen_at=seen_at, deleted=flags)
+        rows = [t.to_arrow().select(FACT_SCHEMA.names).cast(FACT_SCHEMA) for t in (pending, new, gone)]
+        if sum(t.num_rows for t in rows):
+            flags = pa.array([False] * (pending.height + new.height) + [True] * gone.height, pa.bool_())
+            store.write("facts", pa.concat_tables(rows), mode="append", seen_at=seen_at, deleted=flags)
         return len(fresh_ids - set(old["fact_id"].to_list())) - gone.height
     # where the rows to replace live: an inverse row in its input's object's bucket (old
     # versions too: an erased input's rows must go)
@@ -477,7 +518,10 @@ def _refresh_entities(spec: FoldSpec, store: StateStore, buckets: int, nodes: se
         now = dict(zip(fresh["node"].to_list(), fresh["name"].to_list()))
         changed = {n for n, name in zip(was["node"].to_list(), was["name"].to_list()) if now.get(n) != name}
         if changed:
-            referrers = store.read("facts", columns=["subject", "valid_to"], layer="merged",
+            # a merged row pointing at such a node came from a surviving item naming it as the
+            # object, which lives in the row's subject's bucket: only those buckets are read
+            homes = set(items.filter(_among("object_node", changed))["bucket"].to_list())
+            referrers = store.read("facts", buckets=homes, columns=["subject", "valid_to"], layer="merged",
                                    filter=_isin("object", changed))
             more = set(referrers.filter(pc.is_null(referrers["valid_to"]))["subject"].to_pylist()) - nodes
             if more:
@@ -543,8 +587,7 @@ def _incremental(mem, spec, store: StateStore, tag: StateTag, *, extractor, prog
     rows.sort(key=lambda r: (r["seq"], r["ordinal"]))
     fresh, changed = advance_subjects(spec, current.to_dicts(), rows, buckets=buckets)
     after = pl.from_arrow(pa.Table.from_pylist(fresh, schema=FACT_SCHEMA))
-    if changed:
-        store.write("facts", after.filter(_among("fact_id", changed)).to_arrow(), mode="append", seen_at=head.seq)
+    # (the changed rows are committed with the roll-ups they change: one commit to facts)
     tag = _finish(mem, spec, store, head=head, tenants=tenants, buckets=buckets, subjects=subjects, nodes=nodes,
                   new_items=pl.from_arrow(pa.Table.from_pylist(rows, schema=ITEM_SCHEMA)),
                   before=current, after=after, changed=changed, counts=(tag.facts, tag.derived))

@@ -23,11 +23,12 @@ from deltalake import DeltaTable
 import refold
 from refold import erasing
 from refold.fold.errors import RefoldError
-from refold.fold.partition import bucket_of, stored_rules
+from refold.fold.partition import FACT_SCHEMA, bucket_of, stored_rules
 from refold.fold.merge import node_id
 from refold.state_fold import PartitionError
 from refold.state_queries import graph_view
 from refold.storage.scan import scan_report
+from refold.storage.state import StateStore
 from tests.fold_helpers import canonical_graph, fact_event
 
 REPO = Path(__file__).resolve().parents[1]
@@ -81,6 +82,65 @@ def test_full_then_incremental_fold_equal_the_reference(mem, tmp_path):
     assert full.extraction_calls == 0  # a refold reads the cache
 
 
+def test_an_incremental_fold_commits_once_per_table_plus_the_tag(mem):
+    """The changed merged rows and the roll-ups they change go to ``facts`` in one commit, then
+    the tag: a small tail costs one commit per state table (and the tag), not one per stage."""
+    mem.append(_log(200))
+    mem.fold(engine="partitioned", full=True, buckets=8)
+    store = mem.state_store(mem.current_spec())
+    before = {name: DeltaTable(store.path(name)).version() for name in ("items", "facts", "entities")}
+    mem.append(_log(20, start=200))
+    report = mem.fold(engine="partitioned")
+    assert report.started_from >= 0 and report.derived_facts > 0
+    after = {name: DeltaTable(store.path(name)).version() for name in ("items", "facts", "entities")}
+    assert {name: after[name] - before[name] for name in after} == {"items": 1, "facts": 2, "entities": 1}
+    operations = [info["operation"] for info in DeltaTable(store.path("facts")).history(2)]
+    assert operations == ["SET TBLPROPERTIES", "WRITE"]
+    assert canonical_graph(_state_graph(refold.open(mem.root))) == canonical_graph(_reference(Path(mem.root)))
+
+
+def test_a_refold_from_the_cache_reads_each_cached_extraction_once(mem, monkeypatch):
+    """A full refold with an extractor reads the cached extractions of each batch once (for their
+    facts), not once more to find which events still need the model."""
+    from refold.extractors import get_extractor
+    from refold.storage.cache import ExtractionCache
+
+    mem.append(_log(120))
+    mem.fold(engine="partitioned", full=True)
+    mem.append(_log(5, start=120))
+    asked = []
+    original = ExtractionCache.missing
+    monkeypatch.setattr(ExtractionCache, "missing", lambda self, *a, **kw: asked.append(1) or original(self, *a, **kw))
+    report = refold.open(mem.root).fold(engine="partitioned", full=True, extractor=get_extractor("rules"))
+    assert asked == [] and report.extraction_calls == 5
+    monkeypatch.undo()
+    assert canonical_graph(_state_graph(refold.open(mem.root))) == canonical_graph(_reference(Path(mem.root)))
+
+
+def test_a_warm_incremental_fold_writes_through_the_open_state_table_handles(mem, monkeypatch):
+    """The state tables' Delta handles stay open in a Memory and are brought up to date
+    incrementally; writes go through them instead of loading each table afresh."""
+    import deltalake
+
+    mem.append(_log(200))
+    mem.fold(engine="partitioned", full=True, buckets=8)
+    mem.append(_log(10, start=200))
+    mem.fold(engine="partitioned")  # (every state table's handle open now)
+    opened = []
+    original = deltalake.DeltaTable.__init__
+
+    def counting(self, table_uri, *args, **kwargs):
+        opened.append(str(table_uri))
+        original(self, table_uri, *args, **kwargs)
+    monkeypatch.setattr(deltalake.DeltaTable, "__init__", counting)
+    mem.append(_log(10, start=210))
+    report = mem.fold(engine="partitioned")
+    monkeypatch.undo()
+    assert report.started_from >= 0
+    assert [uri for uri in opened if "/state/" in uri] == []
+    assert canonical_graph(_state_graph(refold.open(mem.root))) == canonical_graph(_reference(Path(mem.root)))
+
+
 def test_facts_of_one_subject_open_only_its_bucket(mem):
     mem.append(_log(300))
     mem.fold(engine="graph", snapshot_every=0)
@@ -132,6 +192,32 @@ def test_erasure_rewrites_the_touched_partitions_and_leaves_no_residue(tmp_path)
     after = refold.open(mem.root)
     assert canonical_graph(_state_graph(after)) == canonical_graph(_reference(Path(mem.root)))
     assert after.facts(subject=name).height == 0
+
+
+def test_an_erasure_that_renames_a_node_reads_only_its_referrers_buckets(tmp_path, monkeypatch):
+    """A node whose display name came from the erased events is renamed; the summaries naming it
+    are refreshed from the buckets of the surviving facts pointing at it, not a scan of every
+    bucket (no ``facts`` read without buckets), and the state equals the reference fold's."""
+    from refold.storage.state import StateStore
+
+    mem = refold.init(tmp_path / "store")
+    name = "Quillon Varga"
+    x = [fact_event(name, "likes", f"zephyrmarmalade{i}", day=i, subjects=["s-x"]) for i in range(3)]
+    others = [fact_event("Person1", "knows", "quillon varga", day=9)]  # the same node, another surface
+    mem.append(_log(200) + x + others)
+    mem.fold(engine="partitioned", full=True)
+    erasing.register_subject(mem, "s-x", name)
+    unpruned = []
+    original = StateStore.read
+    monkeypatch.setattr(StateStore, "read", lambda self, table, **kw: (
+        unpruned.append(table) if kw.get("buckets") is None and table == "facts" else None)
+        or original(self, table, **kw))
+    mem.erase("s-x")
+    monkeypatch.undo()
+    assert unpruned == []
+    after = refold.open(mem.root)
+    assert canonical_graph(_state_graph(after)) == canonical_graph(_reference(Path(mem.root)))
+    assert after.facts(subject="Person1", relation="knows").height == 1
 
 
 def test_state_versions_are_snapshots_readable_by_any_delta_reader(mem):
@@ -301,19 +387,103 @@ def test_crypto_shredding_refolds_the_state_tables_too(tmp_path):
 
 @pytest.mark.ray
 @pytest.mark.slow
-def test_the_merge_stage_runs_as_ray_tasks(mem, monkeypatch):
-    """Each bucket group is a Ray task that reads its items from the store itself."""
+def test_the_merge_stage_runs_as_ray_tasks_that_write_their_own_partitions(mem, monkeypatch):
+    """Each bucket group is a Ray task that reads its items from the store and commits its merged
+    partitions there itself: the driver gets a row count per group and writes no merged row,
+    and the state equals the local merger's."""
     from refold import state_fold
     from refold.jobs.ray_merge import ray_merger
+    from refold.storage.state import StateStore
 
     monkeypatch.setattr(state_fold, "GROUP_ROWS", 30)  # several groups, so several tasks
 
     mem.append(_log(200))
     local = mem.fold(engine="partitioned", full=True)
     expected = canonical_graph(_state_graph(mem))
+    store = mem.state_store(mem.current_spec())
+    groups = len(state_fold._groups(64, state_fold.group_size(store, 64)))
+    assert groups > 2
+    driver_writes = []
+    original = StateStore.write
+    monkeypatch.setattr(StateStore, "write", lambda self, name, rows, **kw: driver_writes.append(
+        (name, kw.get("layer"))) or original(self, name, rows, **kw))
     remote = refold.open(mem.root).fold(engine="partitioned", full=True, merger=ray_merger())
+    monkeypatch.undo()
+    assert ("facts", "merged") not in driver_writes
     assert (remote.facts, remote.derived_facts) == (local.facts, local.derived_facts)
     assert canonical_graph(_state_graph(refold.open(mem.root))) == expected
+    # one commit per group, each noting its group (what a rerun after a kill reuses)
+    since_cleared = []
+    for info in DeltaTable(store.path("facts")).history():  # newest first, back to this fold's start
+        if info.get("refold.cleared"):
+            break
+        since_cleared.append(info.get("refold.group"))
+    assert len({g for g in since_cleared if g}) == len([g for g in since_cleared if g]) == groups
+
+
+def test_merge_groups_committed_at_once_land_whole(mem):
+    """Bucket groups merged and committed concurrently (as Ray tasks do: threads here) each
+    replace only their own partitions: the result equals the groups committed one by one."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from refold.state_fold import _groups, merge_group
+    from refold.storage.state import StateStore
+
+    mem.append(_log(200))
+    mem.fold(engine="partitioned", full=True, buckets=8)
+    expected = canonical_graph(_state_graph(mem))
+    spec = mem.current_spec()
+    store = mem.state_store(spec)
+    tag = store.tag()
+    with ThreadPoolExecutor(4) as pool:
+        written = list(pool.map(lambda g: merge_group(StateStore(mem.layout, spec.hash), spec, g, buckets=8, run="t"),
+                                _groups(8, 2)))
+    assert sum(written) == tag.facts
+    store.set_tag(tag)
+    assert canonical_graph(_state_graph(refold.open(mem.root))) == expected
+
+
+def test_a_merge_task_refuses_to_create_the_facts_table(mem):
+    """A merge task given a store without a facts table refuses (one line) instead of creating
+    it: its whole-table write would replace the partitions concurrent groups committed."""
+    from refold.fold.errors import StoreError
+    from refold.state_fold import merge_group
+
+    mem.append(_log(20))
+    mem.fold(engine="partitioned", full=True, buckets=4)
+    store = mem.state_store(mem.current_spec())
+    shutil.rmtree(store.path("facts"))
+    fresh = StateStore(mem.layout, store.spec_hash)
+    with pytest.raises(StoreError, match="does not exist"):
+        merge_group(fresh, mem.current_spec(), [0, 1], buckets=4, run="x")
+
+
+def test_merge_groups_commit_their_partitions_on_object_storage(mem, s3_bucket):
+    """A merge task given only the store URI and its storage options (here the local S3 API)
+    reads its group's items and commits its merged partitions there, groups at once: the merged
+    layer equals the local store's."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from refold.state_fold import _groups, merge_group
+    from refold.storage.layout import Layout
+    from refold.storage.state import StateStore
+
+    mem.append(_log(120))
+    mem.fold(engine="partitioned", full=True, buckets=8)
+    spec = mem.current_spec()
+    local = mem.state_store(spec)
+    remote = StateStore(Layout(s3_bucket.uri), spec.hash, storage_options=s3_bucket.storage_options)
+    remote.write("items", local.read("items"))
+    remote.write("facts", FACT_SCHEMA.empty_table())  # (what the fold does before its merge stage)
+    with ThreadPoolExecutor(4) as pool:
+        written = list(pool.map(lambda g: merge_group(
+            StateStore(Layout(s3_bucket.uri), spec.hash, storage_options=s3_bucket.storage_options), spec, g,
+            buckets=8, run="s3"), _groups(8, 2)))
+    key = ["fact_id"]
+    got = pl.from_arrow(remote.read("facts", layer="merged")).sort(key)
+    want = pl.from_arrow(local.read("facts", layer="merged")).sort(key)
+    assert sum(written) == want.height > 0 and got.equals(want)
+    assert any(k.startswith(f"state/{spec.hash}/facts/layer=merged/") for k in s3_bucket.keys())
 
 
 def test_events_without_facts_only_move_the_tag(mem, monkeypatch):

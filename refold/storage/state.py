@@ -271,13 +271,18 @@ class StateStore:
                 return -1 if dt is None else dt.version()
             terms.append(f"bucket IN ({', '.join(str(b) for b in wanted)})")
         predicate = " AND ".join(terms) if terms and mode == "overwrite" else None
-        if predicate is not None and self.table(name) is None:
+        # the kept handle, brought up to date, is what delta-rs writes through: given the path
+        # instead, it loaded the table afresh for every write (the commit log since the last
+        # checkpoint, and the checkpoint's file list)
+        target = self.table(name)
+        if target is None:
             predicate = None  # a new table: nothing to replace
         config = {"delta.dataSkippingStatsColumns": _STATS[name], "delta.enableDeletionVectors": "false",
                   "delta.enableChangeDataFeed": "false"}
         try:
             whole = mode == "overwrite" and predicate is None  # (may replace an older format's schema)
-            write_deltalake(self.path(name), rows, mode=mode, predicate=predicate, partition_by=partitions,
+            write_deltalake(self.path(name) if target is None else target, rows, mode=mode, predicate=predicate,
+                            partition_by=partitions,
                             configuration=config, storage_options=self.storage_options,
                             schema_mode="overwrite" if whole else None,
                             commit_properties=CommitProperties(
