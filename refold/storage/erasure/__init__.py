@@ -208,6 +208,8 @@ class _Run:
         self.grace = orphan_grace_hours
         self.plan = ErasurePlan.from_json(journal["plan"])
         self.erasure_id: str = journal["erasure_id"]
+        #: seq → erasure id of its tombstone when it is not this run's (a batch: one per subject)
+        self.erasure_of: dict[int, str] | None = None
 
     def execute(self) -> Receipt:
         for step in STEPS:
@@ -270,7 +272,7 @@ class _Run:
         for attempt in range(50):
             dt = self.log._table()
             staged = stage(dt, self.layout.events, seqs, erasure_id=self.erasure_id, pseudonym=pseudonym,
-                           expected=expected)
+                           expected=expected, erasure_of=self.erasure_of)
             if not staged.adds:
                 return {"tombstoned": 0, "removed_files": []}
             try:
