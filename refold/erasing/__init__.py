@@ -275,7 +275,8 @@ def erase(mem: "Memory", subject_id: str, *, dry_run: bool = False, canaries: It
 
 def erase_batch(mem: "Memory", subject_ids: Iterable[str], *, dry_run: bool = False,
                 canaries: Iterable[str] | Mapping[str, Iterable[str]] = (), orphan_grace_hours: int = 1,
-                decremental: bool = True, notes: Sequence[str] = ()) -> "BatchResult | list[ErasurePlan]":
+                decremental: bool = True, notes: Sequence[str] = (),
+                skip_unknown: bool = False) -> "BatchResult | list[ErasurePlan]":
     """Erase many subjects in one pass (:mod:`refold.storage.erasure.batch`): one erasure commit,
     one tombstone commit or key destruction, one purge, scrub and refold, one residue scan, then a
     receipt per subject and the batch summary. With ``dry_run``, each subject's plan (nothing
@@ -285,6 +286,8 @@ def erase_batch(mem: "Memory", subject_ids: Iterable[str], *, dry_run: bool = Fa
     covers any of the subjects (or the tenant or another subject of an event they would erase),
     naming every held subject: release the holds, or leave those subjects out of the batch.
     ``canaries``: one list for the whole batch, or a mapping subject → its canaries.
+    ``skip_unknown``: erase the others and list subjects refold knows nothing about in the
+    result's ``unknown`` instead of refusing the batch.
     """
     from refold.fold.errors import LegalHoldError
     from refold.retention import check_erasure
@@ -305,10 +308,10 @@ def erase_batch(mem: "Memory", subject_ids: Iterable[str], *, dry_run: bool = Fa
     derived = derived_stores(mem, decremental=decremental)
     if dry_run:
         return list(plan_batch(mem.log_store, subjects, mode=mem.mode, keystore=keystore(mem),
-                               registry=registry(mem), derived=derived).values())
+                               registry=registry(mem), derived=derived, skip_unknown=skip_unknown).values())
     return _erase_batch(mem, subjects, keystore=keystore(mem), registry=registry(mem), derived=derived,
                         refold=lambda: refold_outcome(mem), canaries=canaries,
-                        orphan_grace_hours=orphan_grace_hours, notes=notes)
+                        orphan_grace_hours=orphan_grace_hours, notes=notes, skip_unknown=skip_unknown)
 
 
 def scan(mem: "Memory", needles: Iterable[str] = (), *, canaries: Iterable[str] = ()) -> ScanReport:

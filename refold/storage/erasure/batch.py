@@ -53,11 +53,13 @@ SUMMARY_FORMAT = "refold-erasure-batch/v1"
 @dataclass(frozen=True)
 class BatchResult:
     """What :func:`erase_batch` returns: the batch id, a receipt per subject (in the order
-    given) and the summary written to :func:`summary_path`."""
+    given), the summary written to :func:`summary_path`, and (``skip_unknown``) the subjects
+    left out because refold knows nothing about them."""
 
     batch_id: str
     receipts: tuple[Receipt, ...]
     summary: Mapping[str, Any] = field(default_factory=dict)
+    unknown: tuple[str, ...] = ()
 
 
 def summary_path(layout, batch_id: str) -> Path:
@@ -76,12 +78,15 @@ def unique_subjects(subject_ids: Iterable[str]) -> list[str]:
 
 
 def plan_batch(log, subject_ids: Sequence[str], *, mode: str, keystore=None, registry=None,
-               derived: Sequence[Any] = ()) -> dict[str, ErasurePlan]:
+               derived: Sequence[Any] = (), skip_unknown: bool = False) -> dict[str, ErasurePlan]:
     """Each subject's plan (read-only); raises :class:`ErasureError` naming every unknown subject
-    (no events, keys, registry entry or earlier receipt) before anything is written."""
+    (no events, keys, registry entry or earlier receipt) before anything is written, or with
+    ``skip_unknown`` leaves them out of the result."""
     plans = {s: make_plan(log, s, mode=mode, keystore=keystore, registry=registry) for s in subject_ids}
     unknown = [s for s, p in plans.items() if p.nothing_to_do and p.previous_erasure_id is None]
-    if unknown:
+    if skip_unknown:
+        plans = {s: p for s, p in plans.items() if s not in unknown}
+    elif unknown:
         raise ErasureError(
             f"unknown subject(s) {', '.join(map(repr, unknown[:10]))}{' …' if len(unknown) > 10 else ''}: "
             "no event is tagged with them, they have no key, no registry entry and no earlier erasure; "
@@ -131,7 +136,7 @@ def _pending(layout, subjects: Sequence[str]) -> dict | None:
     for path in sorted(folder.glob("batch-*.pending.json")) if folder.exists() else []:
         journal = load_journal(path)
         theirs = set(journal.get("subjects", ()))
-        if theirs == wanted:
+        if wanted in (theirs, theirs | set(journal.get("unknown", ()))):
             return journal
         if theirs & wanted:
             raise ErasureError(
@@ -145,8 +150,11 @@ def erase_batch(source, subject_ids: Iterable[str], *, mode: str | None = None, 
                 derived: Sequence[Any] = (), refold: Callable[[], Any] | None = None,
                 registry: SubjectRegistry | None = None,
                 canaries: Iterable[str] | Mapping[str, Iterable[str]] = (),
-                orphan_grace_hours: int = 1, notes: Sequence[str] = ()) -> BatchResult:
+                orphan_grace_hours: int = 1, notes: Sequence[str] = (), skip_unknown: bool = False) -> BatchResult:
     """Erase every subject of ``subject_ids`` in one pass (see the module docstring).
+
+    An unknown subject stops the batch before it writes anything; with ``skip_unknown`` the
+    others are erased and the result lists it in ``unknown`` (a backfill job's choice).
 
     ``canaries``: strings the residue scan must not find — a mapping subject → strings (hits
     attributed to that subject), or one list every subject's receipt answers for. The other
@@ -162,21 +170,25 @@ def erase_batch(source, subject_ids: Iterable[str], *, mode: str | None = None, 
     needles = {s: _needles(registry, s, per_canaries[s]) for s in subjects}
     journal = _pending(layout, subjects)
     if journal is None:
-        plans = plan_batch(log, subjects, mode=mode, keystore=keystore, registry=registry, derived=derived)
+        plans = plan_batch(log, subjects, mode=mode, keystore=keystore, registry=registry, derived=derived,
+                           skip_unknown=skip_unknown)
+        unknown = tuple(s for s in subjects if s not in plans)
+        subjects = [s for s in subjects if s in plans]
         batch_id = new_event_id()
         noop = {s: p.previous_erasure_id for s, p in plans.items() if p.nothing_to_do}
         active = {s: p for s, p in plans.items() if s not in noop}
         if not active:
             receipts = tuple(_noop(layout, plans[s], None) for s in subjects)
-            summary = _summary(layout, batch_id, mode, subjects, receipts, {}, now=_now())
-            return BatchResult(batch_id, receipts, summary)
+            summary = _summary(layout, batch_id, mode, subjects, receipts, {"unknown": unknown}, now=_now()) \
+                if receipts else {}
+            return BatchResult(batch_id, receipts, summary, unknown)
         journal = {
             "format": JOURNAL_FORMAT, "batch_id": batch_id, "erasure_id": f"batch-{batch_id}",
             "subjects": subjects, "mode": mode, "started_at": _now(),
             "head_before": log.head().as_json(),
             "erasure_ids": {s: new_event_id() for s in active},
             "plans": {s: p.as_json() for s, p in plans.items()},
-            "noop": noop, "plan": _union(active, mode, batch_id).as_json(),
+            "noop": noop, "unknown": list(unknown), "plan": _union(active, mode, batch_id).as_json(),
             "done": [], "results": {}, "timings": {}, "notes": list(notes),
         }
         _save(layout, journal)
@@ -339,7 +351,7 @@ class _BatchRun(_Run):
             receipt.write(self.layout)
             receipts.append(receipt)
         summary = _summary(self.layout, self.batch_id, j["mode"], j["subjects"], tuple(receipts), j, now=done_at)
-        return BatchResult(self.batch_id, tuple(receipts), summary)
+        return BatchResult(self.batch_id, tuple(receipts), summary, tuple(j.get("unknown", ())))
 
     def _shared_receipt_fields(self, res: dict) -> dict:
         """What every receipt of the batch shares: purges, removed files, Delta cleanup, refold."""
@@ -379,6 +391,7 @@ def _summary(layout, batch_id: str, mode: str, subjects: Sequence[str], receipts
                    "tombstoned": res.get("tombstones", {}).get("tombstoned", 0),
                    "keys_destroyed": sum(len(r.destroyed_key_ids) for r in receipts),
                    "residue_hits": res.get("scan", {}).get("hits", 0)},
+        "unknown": list(journal.get("unknown", ())),
         "timings": dict(journal.get("timings", {})),
         "extraction_calls": res.get("refold", {}).get("extraction_calls"),
         "state_digest": res.get("refold", {}).get("state_digest"),
