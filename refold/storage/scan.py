@@ -115,6 +115,15 @@ class _Matcher:
                         for n in self.needles]
         self._raw = [(n, enc, _byte_pattern(n, enc), _edges(n) if n in self.words else None)
                      for n in self.needles for enc in _ENCODINGS]
+        # one alternation of every needle's patterns (per regex flags): a blob none of them
+        # occurs in, most blobs after an erasure, costs one pass instead of one per needle and
+        # encoding (an erasure batch scans for hundreds of needles)
+        by_flags: dict[int, list[bytes]] = {}
+        for _, _, pattern, _ in self._raw:
+            by_flags.setdefault(pattern.flags, []).append(b"(?:" + pattern.pattern + b")")
+        self._any = [re.compile(b"|".join(parts), flags) for flags, parts in by_flags.items()]
+        #: every needle as one RE2 alternation (Arrow's regex kernels), characters as code points
+        self.any_text = "|".join("".join(f"\\x{{{ord(c):x}}}" for c in n) for n in self.needles)
 
     def text(self, value: str) -> list[str]:
         folded = value.casefold()
@@ -122,6 +131,8 @@ class _Matcher:
                 if f in folded and (word is None or word.search(folded) is not None)]
 
     def raw(self, data: bytes) -> Iterable[tuple[str, str, int]]:
+        if not any(pattern.search(data) for pattern in self._any):
+            return
         for needle, enc, pattern, edges in self._raw:
             count = 0
             for match in pattern.finditer(data):
@@ -341,7 +352,10 @@ class _Scan:
     def strings(self, array: pa.Array, rows: pa.Int64Array, file: str, where: str) -> None:
         if len(array) == 0 or array.null_count == len(array):
             return
-        for needle in self.matcher.needles:
+        # one kernel pass for every needle first: a column none of them occurs in (most, after
+        # an erasure) skips the pass per needle
+        anywhere = pc.any(pc.match_substring_regex(array, self.matcher.any_text, ignore_case=True)).as_py()
+        for needle in self.matcher.needles if anywhere else ():
             mask = pc.match_substring(array, needle, ignore_case=True)
             found = pc.indices_nonzero(mask)
             if needle in self.matcher.words and len(found):

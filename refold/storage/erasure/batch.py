@@ -41,7 +41,7 @@ from ..scan import scan_report
 from ..subjects import SubjectRegistry
 from . import STEPS, _noop, _now, _resolve, _Run, _save
 from .log_rewrite import record_for
-from .planning import ErasurePlan, load_journal, make_plan
+from .planning import PLAN_COLUMNS, ErasurePlan, load_journal, make_plan
 from .receipts import Receipt
 
 __all__ = ["BatchResult", "erase_batch", "plan_batch", "summary_path"]
@@ -82,7 +82,9 @@ def plan_batch(log, subject_ids: Sequence[str], *, mode: str, keystore=None, reg
     """Each subject's plan (read-only); raises :class:`ErasureError` naming every unknown subject
     (no events, keys, registry entry or earlier receipt) before anything is written, or with
     ``skip_unknown`` leaves them out of the result."""
-    plans = {s: make_plan(log, s, mode=mode, keystore=keystore, registry=registry) for s in subject_ids}
+    rows = log.arrow(columns=PLAN_COLUMNS).to_pylist()  # the log read once for every subject
+    plans = {s: make_plan(log, s, mode=mode, keystore=keystore, registry=registry, rows=rows)
+             for s in subject_ids}
     unknown = [s for s, p in plans.items() if p.nothing_to_do and p.previous_erasure_id is None]
     if skip_unknown:
         plans = {s: p for s, p in plans.items() if s not in unknown}
