@@ -115,13 +115,14 @@ class _Matcher:
                         for n in self.needles]
         self._raw = [(n, enc, _byte_pattern(n, enc), _edges(n) if n in self.words else None)
                      for n in self.needles for enc in _ENCODINGS]
-        # one alternation of every needle's patterns (per regex flags): a blob none of them
-        # occurs in, most blobs after an erasure, costs one pass instead of one per needle and
-        # encoding (an erasure batch scans for hundreds of needles)
-        by_flags: dict[int, list[bytes]] = {}
-        for _, _, pattern, _ in self._raw:
-            by_flags.setdefault(pattern.flags, []).append(b"(?:" + pattern.pattern + b")")
-        self._any = [re.compile(b"|".join(parts), flags) for flags, parts in by_flags.items()]
+        # ASCII needles: the pattern of (needle, encoding) can only match where the lowered
+        # bytes hold the needle lowered and encoded (each case variant of an ASCII letter is that
+        # letter; bytes.lower() folds exactly ASCII letters), so a substring test, C-speed, picks
+        # the few patterns worth running: an erasure batch scans for hundreds of needles
+        # (their UTF-16/32 forms hold NUL bytes: only bytes with a NUL need those tested)
+        ascii_ = all(n.isascii() for n in self.needles)
+        self._utf8 = [(r[0].casefold().encode(), r) for r in self._raw if r[1] == "utf-8"] if ascii_ else None
+        self._wide = [(r[0].casefold().encode(r[1]), r) for r in self._raw if r[1] != "utf-8"] if ascii_ else None
         #: every needle as one RE2 alternation (Arrow's regex kernels), characters as code points
         self.any_text = "|".join("".join(f"\\x{{{ord(c):x}}}" for c in n) for n in self.needles)
 
@@ -131,9 +132,13 @@ class _Matcher:
                 if f in folded and (word is None or word.search(folded) is not None)]
 
     def raw(self, data: bytes) -> Iterable[tuple[str, str, int]]:
-        if not any(pattern.search(data) for pattern in self._any):
-            return
-        for needle, enc, pattern, edges in self._raw:
+        raw = self._raw
+        if self._utf8 is not None:
+            lowered = data.lower()
+            raw = [r for form, r in self._utf8 if form in lowered]
+            if b"\x00" in data:
+                raw += [r for form, r in self._wide if form in lowered]
+        for needle, enc, pattern, edges in raw:
             count = 0
             for match in pattern.finditer(data):
                 if count >= MAX_HITS_PER_FILE:
