@@ -207,3 +207,14 @@ def test_cli_erase_subjects_file(tmp_path):
     summary = json.loads(done.stdout)
     # exit 1: X's alias stays in Y's untagged mention (the scan reports it, as a single erasure does)
     assert done.returncode == 1 and summary["totals"]["erased"] == 2, done.stderr
+
+
+def test_pending_single_erasure_stops_the_batch(tmp_path):
+    root = tmp_path / "s"
+    build(root)
+    assert H.erase_in_child(root, crash_at="tombstones") == -9  # a single erasure of X, interrupted
+    with pytest.raises(ErasureError, match="interrupted single erasure of 's-x'"):
+        erase_batch(root)
+    H.erase_x(root)  # completing it first
+    result = erase_batch(root)
+    assert [r.status for r in result.receipts] == ["noop", "erased"]

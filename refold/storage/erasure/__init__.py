@@ -10,7 +10,9 @@ the module named after it:
 * :mod:`.scrub` — physically removing what the rewritten log and the purged derived stores
   (``purge`` on each, see below) no longer reference: vacuum, orphans, old log entries;
 * the refold is handed to the caller (``refold=``: :mod:`refold.erasing` supplies the store's);
-* :mod:`.receipts` — the receipt, and :func:`~.receipts.verify_receipt` that checks one.
+* :mod:`.receipts` — the receipt, and :func:`~.receipts.verify_receipt` that checks one;
+* :mod:`.batch` — many subjects in one pass of these steps (one erasure commit, one tombstone
+  commit, one purge, refold and scan), a receipt each plus a batch summary.
 
 :func:`plan` is read-only (the ``--dry-run`` preview). :func:`erase` runs these steps in order;
 each is idempotent and recorded in a journal (``receipts/<erasure_id>.pending.json``: no content;

@@ -148,6 +148,14 @@ def _pending(layout, subjects: Sequence[str]) -> dict | None:
     return None
 
 
+def _pending_singles(layout) -> set[str]:
+    """Subjects with an interrupted single erasure (its journal names them)."""
+    folder = Path(layout.receipts)
+    paths = sorted(folder.glob("*.pending.json")) if folder.exists() else []
+    return {j["subject_id"] for p in paths if not p.name.startswith("batch-")
+            and (j := load_journal(p)).get("subject_id")}
+
+
 def erase_batch(source, subject_ids: Iterable[str], *, mode: str | None = None, keystore=None,
                 derived: Sequence[Any] = (), refold: Callable[[], Any] | None = None,
                 registry: SubjectRegistry | None = None,
@@ -171,6 +179,11 @@ def erase_batch(source, subject_ids: Iterable[str], *, mode: str | None = None, 
                     else dict.fromkeys(subjects, [c for c in canaries if c]))
     needles = {s: _needles(registry, s, per_canaries[s]) for s in subjects}
     journal = _pending(layout, subjects)
+    single = _pending_singles(layout) & set(subjects)
+    if single:
+        raise ErasureError(
+            f"an interrupted single erasure of {', '.join(map(repr, sorted(single)[:10]))} is pending; "
+            "complete it first by rerunning `refold erase STORE --subject ID` for each, then rerun the batch")
     if journal is None:
         plans = plan_batch(log, subjects, mode=mode, keystore=keystore, registry=registry, derived=derived,
                            skip_unknown=skip_unknown)
