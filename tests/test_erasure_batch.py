@@ -218,3 +218,25 @@ def test_pending_single_erasure_stops_the_batch(tmp_path):
     H.erase_x(root)  # completing it first
     result = erase_batch(root)
     assert [r.status for r in result.receipts] == ["noop", "erased"]
+
+
+@pytest.mark.slow
+def test_shred_batch_resumes_after_kill_at_key_destruction(tmp_path):
+    root = tmp_path / "s"
+    build(root, mode="shred")
+    assert _child(root, "destroy_keys") == -9
+    _check(root, erase_batch(root))
+
+
+def test_a_receipt_cannot_claim_another_erasures_tombstone(tmp_path):
+    """The shared events' tombstones name X's erasure: Y's receipt verifies only while it says so."""
+    build(tmp_path / "s")
+    mem = refold.open(tmp_path / "s", create=False)
+    x, y = mem.erase([H.X, H.Y]).receipts
+    path = refold.storage.erasure.receipts.receipt_path(mem.layout, y.erasure_id)
+    forged = json.loads(path.read_text())
+    for e in forged["events"]:
+        e.pop("erasure_id", None)
+    path.write_text(json.dumps(forged))
+    report = erasing.verify_receipt(mem, path, refold=False)
+    assert not report.ok and "not a tombstone of this erasure" in json.dumps(report.as_json())
