@@ -363,15 +363,7 @@ class _Run:
     def _receipt(self) -> Receipt:
         self._forget_ids()
         j, res = self.journal, self.journal["results"]
-        tomb = res.get("tombstones", {})
-        removed = [f"events/{f}" for f in tomb.get("removed_files", [])]
-        delta = {}
-        if res.get("scrub_log"):
-            removed += [f"events/{f}" for f in res["scrub_log"]["removed"]]
-            delta["events"] = _delta_summary(res["scrub_log"])
-        for table, info in res.get("scrub_derived", {}).items():
-            removed += [f"{table}/{f}" for f in info["removed"]]
-            delta[table] = _delta_summary(info)
+        removed, delta = removed_and_delta(res)
         notes = list(j.get("notes", ()))
         if self.plan.registered and not self.registry_needles:
             notes.append("the registry entry was removed before a crash; the resumed run scanned only "
@@ -396,6 +388,20 @@ class _Run:
         )
         receipt.write(self.layout)
         return receipt
+
+
+def removed_and_delta(res: dict) -> tuple[list[str], dict]:
+    """From a journal's step results: the files removed (relative to the store root) and, per
+    Delta table, its checkpoint and log cleanup."""
+    removed = [f"events/{f}" for f in res.get("tombstones", {}).get("removed_files", [])]
+    delta = {}
+    if res.get("scrub_log"):
+        removed += [f"events/{f}" for f in res["scrub_log"]["removed"]]
+        delta["events"] = _delta_summary(res["scrub_log"])
+    for table, info in res.get("scrub_derived", {}).items():
+        removed += [f"{table}/{f}" for f in info["removed"]]
+        delta[table] = _delta_summary(info)
+    return removed, delta
 
 
 def _delta_summary(info: dict) -> dict:

@@ -39,7 +39,7 @@ from ..layout import atomic_write_json
 from ..log import EventLog
 from ..scan import scan_report
 from ..subjects import SubjectRegistry
-from . import STEPS, _noop, _now, _resolve, _Run, _save
+from . import STEPS, _noop, _now, _resolve, _Run, _save, removed_and_delta
 from .log_rewrite import record_for
 from .planning import PLAN_COLUMNS, ErasurePlan, load_journal, make_plan
 from .receipts import Receipt
@@ -370,17 +370,7 @@ class _BatchRun(_Run):
 
     def _shared_receipt_fields(self, res: dict) -> dict:
         """What every receipt of the batch shares: purges, removed files, Delta cleanup, refold."""
-        from . import _delta_summary
-
-        tomb = res.get("tombstones", {})
-        removed = [f"events/{f}" for f in tomb.get("removed_files", [])]
-        delta = {}
-        if res.get("scrub_log"):
-            removed += [f"events/{f}" for f in res["scrub_log"]["removed"]]
-            delta["events"] = _delta_summary(res["scrub_log"])
-        for table, info in res.get("scrub_derived", {}).items():
-            removed += [f"{table}/{f}" for f in info["removed"]]
-            delta[table] = _delta_summary(info)
+        removed, delta = removed_and_delta(res)
         refolded = res.get("refold", {})
         return {"purged": tuple(res.get("purge", {}).get("stores", ())),
                 "removed_files": tuple(sorted(set(removed))), "delta": delta,
