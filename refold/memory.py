@@ -545,15 +545,28 @@ class Memory:
 
         return erasing.find(self, subject_id)
 
-    def erase(self, subject_id: str, *, dry_run: bool = False, canaries: Iterable[str] = (),
+    def erase(self, subject_id, *, dry_run: bool = False, canaries: Iterable[str] = (),
               include: Iterable[str] = (), include_mentions: bool = False, orphan_grace_hours: int = 1,
               decremental: bool = True, notes: Iterable[str] = ()):
         """Erase a data subject (store mode: delete or shred) and return the receipt; with
         ``dry_run`` return the impact preview and write nothing. Safe to rerun after a crash.
         ``decremental``: patch the newest snapshot (see :mod:`refold.erasing.snapshot_patch`); ``notes``:
-        lines the receipt carries."""
+        lines the receipt carries.
+
+        A list or tuple of subject ids erases them all in one batch
+        (:func:`refold.erasing.erase_batch`) and returns a
+        :class:`~refold.storage.erasure.batch.BatchResult` (``.receipts``, one per subject, and
+        ``.summary``), or with ``dry_run`` a list of plans; ``include``/``include_mentions`` are
+        single-subject options."""
         from refold import erasing
 
+        if isinstance(subject_id, (list, tuple)):
+            if include or include_mentions:
+                raise ValidationError("include= and include_mentions= erase one subject's extra events; "
+                                      "erase that subject alone with them")
+            return erasing.erase_batch(self, subject_id, dry_run=dry_run, canaries=canaries,
+                                       orphan_grace_hours=orphan_grace_hours, decremental=decremental,
+                                       notes=tuple(notes))
         return erasing.erase(self, subject_id, dry_run=dry_run, canaries=canaries, include=include,
                              include_mentions=include_mentions, orphan_grace_hours=orphan_grace_hours,
                              decremental=decremental, notes=tuple(notes))

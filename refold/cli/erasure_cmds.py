@@ -72,7 +72,10 @@ def find(store: str, subject_id: str, as_json: bool) -> None:
 
 @main.command()
 @store_argument
-@click.option("--subject", "subject_id", required=True, help="Opaque subject id to erase.")
+@click.option("--subject", "subject_id", help="Opaque subject id to erase.")
+@click.option("--subjects-file", type=click.Path(dir_okay=False),
+              help="Erase every subject listed (one id a line; blank lines, # comments and duplicates "
+                   "ignored) as ONE batch: a receipt each plus receipts/batches/<batch_id>.json.")
 @click.option("--dry-run", is_flag=True, help="Show what would be erased; write nothing.")
 @click.option("--canary", "canaries", multiple=True,
               help="A string that must not remain anywhere afterwards, even inside a word "
@@ -86,15 +89,25 @@ def find(store: str, subject_id: str, as_json: bool) -> None:
               help="Patch the newest snapshot to drop the subject (cost: what the subject touched); "
                    "--no-decremental purges it and refolds from an older snapshot.")
 @json_option
-def erase(store: str, subject_id: str, dry_run: bool, canaries: tuple[str, ...], include: tuple[str, ...],
-          include_mentions: bool, orphan_grace_hours: int, decremental: bool, as_json: bool) -> None:
+def erase(store: str, subject_id: str | None, subjects_file: str | None, dry_run: bool, canaries: tuple[str, ...],
+          include: tuple[str, ...], include_mentions: bool, orphan_grace_hours: int, decremental: bool,
+          as_json: bool) -> None:
     """Erase a data subject: tombstone (or shred) its events, purge derived data, refold, receipt.
 
-    Safe to rerun after a crash: it resumes the pending erasure. Exit 1 when the residue scan
-    found something.
+    With --subjects-file, all listed subjects in one batch (a legal hold on any refuses the
+    whole batch, naming the held subjects). Safe to rerun after a crash: it resumes the pending
+    erasure. Exit 1 when the residue scan found something.
     """
     from refold import erasing
+    from refold.fold.errors import ValidationError
 
+    if (subject_id is None) == (subjects_file is None):
+        raise ValidationError("give --subject ID or --subjects-file FILE (one of them)")
+    if subjects_file is not None:
+        _erase_file(store, subjects_file, dry_run=dry_run, canaries=canaries, include=include,
+                    include_mentions=include_mentions, orphan_grace_hours=orphan_grace_hours,
+                    decremental=decremental, as_json=as_json)
+        return
     result = erasing.erase(open_store(store), subject_id, dry_run=dry_run, canaries=canaries,
                            include=include, include_mentions=include_mentions,
                            orphan_grace_hours=orphan_grace_hours, decremental=decremental)
@@ -106,6 +119,41 @@ def erase(store: str, subject_id: str, dry_run: bool, canaries: tuple[str, ...],
         emit_json(result.as_json())
     else:
         _print_receipt(result)
+    sys.exit(1 if hits else 0)
+
+
+def _erase_file(store: str, subjects_file: str, *, dry_run: bool, canaries: tuple[str, ...],
+                include: tuple[str, ...], include_mentions: bool, orphan_grace_hours: int, decremental: bool,
+                as_json: bool) -> None:
+    from refold import erasing
+    from refold.fold.errors import ValidationError
+    from refold.jobs.erase import read_lines
+
+    if include or include_mentions:
+        raise ValidationError("--include and --include-mentions erase one subject's extra events; "
+                              "use them with --subject ID")
+    subjects = read_lines(subjects_file)
+    if not subjects:
+        raise ValidationError(f"{subjects_file} lists no subject id (one id a line; # starts a comment)")
+    mem = open_store(store)
+    result = erasing.erase_batch(mem, subjects, dry_run=dry_run, canaries=canaries,
+                                 orphan_grace_hours=orphan_grace_hours, decremental=decremental)
+    if dry_run:
+        if as_json:
+            emit_jsonl(p.as_json() for p in result)
+            return
+        for plan in result:
+            _print_plan(plan, False)
+        return
+    hits = sum(len(r.scan.get("hits", [])) for r in result.receipts)
+    if as_json:
+        emit_json(dict(result.summary))
+    else:
+        for r in result.receipts:
+            _print_receipt(r)
+        t = result.summary.get("totals", {})
+        click.echo(f"batch {result.batch_id}: {t.get('erased', 0)} erased, {t.get('noop', 0)} noop, "
+                   f"{t.get('events', 0)} event(s); summary receipts/batches/{result.batch_id}.json")
     sys.exit(1 if hits else 0)
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,9 +38,10 @@ from refold.storage.subjects import Mentions, Subject, SubjectRegistry, find_men
 
 if TYPE_CHECKING:
     from refold.memory import Memory
+    from refold.storage.erasure.batch import BatchResult
 
 __all__ = [
-    "DIGEST_SCHEME", "STATE_SCHEME", "derived_stores", "erase", "fact_impact", "find", "json_state_digest", "keystore",
+    "DIGEST_SCHEME", "STATE_SCHEME", "derived_stores", "erase", "erase_batch", "fact_impact", "find", "json_state_digest", "keystore",
     "refold_outcome", "register_subject", "registry", "scan", "state_digest", "subjects", "verify_receipt",
 ]
 
@@ -270,6 +271,47 @@ def erase(mem: "Memory", subject_id: str, *, dry_run: bool = False, canaries: It
     return _erase(mem, subject_id, derived=derived_stores(mem, decremental=decremental),
                   refold=lambda: refold_outcome(mem),
                   canaries=canaries, orphan_grace_hours=orphan_grace_hours, notes=notes, **common)
+
+
+def erase_batch(mem: "Memory", subject_ids: Iterable[str], *, dry_run: bool = False,
+                canaries: Iterable[str] | Mapping[str, Iterable[str]] = (), orphan_grace_hours: int = 1,
+                decremental: bool = True, notes: Sequence[str] = (),
+                skip_unknown: bool = False) -> "BatchResult | list[ErasurePlan]":
+    """Erase many subjects in one pass (:mod:`refold.storage.erasure.batch`): one erasure commit,
+    one tombstone commit or key destruction, one purge, scrub and refold, one residue scan, then a
+    receipt per subject and the batch summary. With ``dry_run``, each subject's plan (nothing
+    written). Duplicate ids are erased once.
+
+    Raises :class:`~refold.fold.errors.LegalHoldError` before anything is written when a hold
+    covers any of the subjects (or the tenant or another subject of an event they would erase),
+    naming every held subject: release the holds, or leave those subjects out of the batch.
+    ``canaries``: one list for the whole batch, or a mapping subject → its canaries.
+    ``skip_unknown``: erase the others and list subjects refold knows nothing about in the
+    result's ``unknown`` instead of refusing the batch.
+    """
+    from refold.fold.errors import LegalHoldError
+    from refold.retention import check_erasure
+    from refold.storage.erasure.batch import erase_batch as _erase_batch
+    from refold.storage.erasure.batch import plan_batch, unique_subjects
+
+    subjects = unique_subjects(subject_ids)
+    held = []
+    for subject_id in subjects:
+        try:
+            check_erasure(mem, subject_id)
+        except LegalHoldError as exc:
+            held.append((subject_id, str(exc)))
+    if held:
+        names = ", ".join(repr(s) for s, _ in held[:10]) + (" …" if len(held) > 10 else "")
+        raise LegalHoldError(f"a legal hold covers {len(held)} subject(s) of the batch ({names}); nothing was "
+                             f"erased. First: {held[0][1]}. Release the holds or leave those subjects out")
+    derived = derived_stores(mem, decremental=decremental)
+    if dry_run:
+        return list(plan_batch(mem.log_store, subjects, mode=mem.mode, keystore=keystore(mem),
+                               registry=registry(mem), derived=derived, skip_unknown=skip_unknown).values())
+    return _erase_batch(mem, subjects, keystore=keystore(mem), registry=registry(mem), derived=derived,
+                        refold=lambda: refold_outcome(mem), canaries=canaries,
+                        orphan_grace_hours=orphan_grace_hours, notes=notes, skip_unknown=skip_unknown)
 
 
 def scan(mem: "Memory", needles: Iterable[str] = (), *, canaries: Iterable[str] = ()) -> ScanReport:

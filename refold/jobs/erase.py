@@ -4,11 +4,13 @@
     python -m refold.jobs.erase /abs/path/store --subjects-file erase.txt
     ray job submit --working-dir . -- python -m refold.jobs.erase /abs/path/store --subjects-file ...
 
-Each subject goes through ``Memory.erase`` (tombstones or key destruction, purge of every derived
-store, scrub, refold, residue scan, receipt; see :mod:`refold.erasing`). Subjects are independent: one that
-fails is reported and the others still run; the job then exits 1. Every erasure is journaled, so
-running the same job again resumes an interrupted subject and gives ``noop`` receipts for those
-already erased.
+Several subjects are erased as ONE batch (:func:`refold.erasing.erase_batch`: one erasure
+commit, one tombstone commit or key destruction, one purge, scrub and refold, one residue scan,
+then a receipt per subject and ``receipts/batches/<batch_id>.json``). A legal hold on any subject,
+or an unknown subject, stops the batch before it writes anything (exit 2, naming them). The batch
+is journaled: running the same job again resumes it; subjects already erased get ``noop``
+receipts; an unknown subject is reported as failed (exit 1) and the others are erased.
+``--dry-run`` prints each subject's plan. Duplicate lines are erased once.
 
 The erasure itself runs in the job's driver (it rewrites files under a local store root). When
 the refold after an erasure needs new model extractions (a model spec whose batched request
@@ -75,13 +77,57 @@ def _erase_one(mem, cfg: JobConfig, subject: str, *, dry_run: bool, include_ment
     return out
 
 
+def _erase_batch(mem, cfg: JobConfig, subjects: Sequence[str], *, canaries: list[str], decremental: bool,
+                 include_mentions: bool) -> dict[str, Any]:
+    """Every subject in ONE batch (:func:`refold.erasing.erase_batch`): a receipt each and the
+    batch summary. A legal hold or an unknown subject stops the whole batch before it writes."""
+    from refold.jobs.project import fold_job
+    from refold.storage.erasure.batch import summary_path
+    from refold.storage.erasure.receipts import receipt_path
+
+    if include_mentions:
+        raise ValidationError("--include-mentions erases one subject's untagged mentions: run those "
+                              "subjects one at a time with --subject ID --include-mentions")
+
+    from refold import erasing
+
+    def attempt():
+        return erasing.erase_batch(mem, subjects, canaries=canaries, decremental=decremental, skip_unknown=True)
+
+    out: dict[str, Any] = {}
+    try:
+        batch = attempt()
+    except ErasureError as exc:
+        if not isinstance(exc.__cause__, ExtractionError):
+            raise
+        out["extraction_before_resume"] = fold_job(cfg, full=False)  # then resume the journaled batch
+        batch = attempt()
+    results = [{"subject": r.subject_id, "ok": True, "status": r.status, "erasure_id": r.erasure_id,
+                "events": len(r.events), "receipt": str(receipt_path(mem.layout, r.erasure_id)),
+                "residue_hits": len(dict(r.scan).get("hits", []))} for r in batch.receipts]
+    unknown = list(batch.unknown)
+    results += [{"subject": s, "ok": False, "error": "ErasureError: unknown subject: no event, key, registry "
+                 "entry or earlier erasure names it"} for s in unknown]
+    totals = batch.summary.get("totals", {})
+    print(f"erase: batch {batch.batch_id}: {totals.get('erased', 0)} erased, {totals.get('noop', 0)} noop, "
+          f"{totals.get('events', 0)} event(s)", file=sys.stderr, flush=True)
+    return {"ok": not unknown, "dry_run": False, "batch_id": batch.batch_id, "subjects": results,
+            "failed": unknown, "receipts": [r["receipt"] for r in results if r.get("receipt")],
+            "summary": str(summary_path(mem.layout, batch.batch_id)) if batch.receipts else None,
+            "extraction_calls": batch.summary.get("extraction_calls"), **out}
+
+
 def erase_subjects(cfg: JobConfig, subjects: Sequence[str], *, dry_run: bool = False,
                    include_mentions: bool = False, canaries: Sequence[str] = (),
                    decremental: bool = True) -> dict[str, Any]:
-    """Erase each subject in turn; the summary's part (``ok`` false if any subject failed)."""
+    """Erase the subjects: several (duplicates dropped) in ONE batch, a receipt each plus the batch
+    summary; one subject, or a dry run, each in turn (``ok`` false if any subject failed)."""
     if not subjects:
         raise ValidationError("no subject to erase: pass --subject ID or --subjects-file FILE")
     mem = cfg.open_store()
+    if not dry_run and len(dict.fromkeys(subjects)) > 1:
+        return _erase_batch(mem, cfg, subjects, canaries=list(canaries), decremental=decremental,
+                            include_mentions=include_mentions)
     results = []
     for subject in dict.fromkeys(subjects):  # each once, in the order given
         try:

@@ -115,6 +115,16 @@ class _Matcher:
                         for n in self.needles]
         self._raw = [(n, enc, _byte_pattern(n, enc), _edges(n) if n in self.words else None)
                      for n in self.needles for enc in _ENCODINGS]
+        # ASCII needles: the pattern of (needle, encoding) can only match where the lowered
+        # bytes hold the needle lowered and encoded (each case variant of an ASCII letter is that
+        # letter; bytes.lower() folds exactly ASCII letters), so a substring test, C-speed, picks
+        # the few patterns worth running: an erasure batch scans for hundreds of needles
+        # (their UTF-16/32 forms hold NUL bytes: only bytes with a NUL need those tested)
+        ascii_ = all(n.isascii() for n in self.needles)
+        self._utf8 = [(r[0].casefold().encode(), r) for r in self._raw if r[1] == "utf-8"] if ascii_ else None
+        self._wide = [(r[0].casefold().encode(r[1]), r) for r in self._raw if r[1] != "utf-8"] if ascii_ else None
+        #: every needle as one RE2 alternation (Arrow's regex kernels), characters as code points
+        self.any_text = "|".join("".join(f"\\x{{{ord(c):x}}}" for c in n) for n in self.needles)
 
     def text(self, value: str) -> list[str]:
         folded = value.casefold()
@@ -122,7 +132,13 @@ class _Matcher:
                 if f in folded and (word is None or word.search(folded) is not None)]
 
     def raw(self, data: bytes) -> Iterable[tuple[str, str, int]]:
-        for needle, enc, pattern, edges in self._raw:
+        raw = self._raw
+        if self._utf8 is not None:
+            lowered = data.lower()
+            raw = [r for form, r in self._utf8 if form in lowered]
+            if b"\x00" in data:
+                raw += [r for form, r in self._wide if form in lowered]
+        for needle, enc, pattern, edges in raw:
             count = 0
             for match in pattern.finditer(data):
                 if count >= MAX_HITS_PER_FILE:
@@ -341,7 +357,10 @@ class _Scan:
     def strings(self, array: pa.Array, rows: pa.Int64Array, file: str, where: str) -> None:
         if len(array) == 0 or array.null_count == len(array):
             return
-        for needle in self.matcher.needles:
+        # one kernel pass for every needle first: a column none of them occurs in (most, after
+        # an erasure) skips the pass per needle
+        anywhere = pc.any(pc.match_substring_regex(array, self.matcher.any_text, ignore_case=True)).as_py()
+        for needle in self.matcher.needles if anywhere else ():
             mask = pc.match_substring(array, needle, ignore_case=True)
             found = pc.indices_nonzero(mask)
             if needle in self.matcher.words and len(found):

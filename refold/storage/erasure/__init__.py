@@ -10,7 +10,9 @@ the module named after it:
 * :mod:`.scrub` — physically removing what the rewritten log and the purged derived stores
   (``purge`` on each, see below) no longer reference: vacuum, orphans, old log entries;
 * the refold is handed to the caller (``refold=``: :mod:`refold.erasing` supplies the store's);
-* :mod:`.receipts` — the receipt, and :func:`~.receipts.verify_receipt` that checks one.
+* :mod:`.receipts` — the receipt, and :func:`~.receipts.verify_receipt` that checks one;
+* :mod:`.batch` — many subjects in one pass of these steps (one erasure commit, one tombstone
+  commit, one purge, refold and scan), a receipt each plus a batch summary.
 
 :func:`plan` is read-only (the ``--dry-run`` preview). :func:`erase` runs these steps in order;
 each is idempotent and recorded in a journal (``receipts/<erasure_id>.pending.json``: no content;
@@ -206,6 +208,8 @@ class _Run:
         self.grace = orphan_grace_hours
         self.plan = ErasurePlan.from_json(journal["plan"])
         self.erasure_id: str = journal["erasure_id"]
+        #: seq → erasure id of its tombstone when it is not this run's (a batch: one per subject)
+        self.erasure_of: dict[int, str] | None = None
 
     def execute(self) -> Receipt:
         for step in STEPS:
@@ -268,7 +272,7 @@ class _Run:
         for attempt in range(50):
             dt = self.log._table()
             staged = stage(dt, self.layout.events, seqs, erasure_id=self.erasure_id, pseudonym=pseudonym,
-                           expected=expected)
+                           expected=expected, erasure_of=self.erasure_of)
             if not staged.adds:
                 return {"tombstoned": 0, "removed_files": []}
             try:
@@ -380,15 +384,7 @@ class _Run:
     def _receipt(self) -> Receipt:
         self._forget_ids()
         j, res = self.journal, self.journal["results"]
-        tomb = res.get("tombstones", {})
-        removed = [f"events/{f}" for f in tomb.get("removed_files", [])]
-        delta = {}
-        if res.get("scrub_log"):
-            removed += [f"events/{f}" for f in res["scrub_log"]["removed"]]
-            delta["events"] = _delta_summary(res["scrub_log"])
-        for table, info in res.get("scrub_derived", {}).items():
-            removed += [f"{table}/{f}" for f in info["removed"]]
-            delta[table] = _delta_summary(info)
+        removed, delta = removed_and_delta(res)
         notes = list(j.get("notes", ()))
         if res.get("scan", {}).get("old_versions", {}).get("error"):
             notes.append("old object versions under the store could not be deleted: "
@@ -416,6 +412,20 @@ class _Run:
         )
         receipt.write(self.layout)
         return receipt
+
+
+def removed_and_delta(res: dict) -> tuple[list[str], dict]:
+    """From a journal's step results: the files removed (relative to the store root) and, per
+    Delta table, its checkpoint and log cleanup."""
+    removed = [f"events/{f}" for f in res.get("tombstones", {}).get("removed_files", [])]
+    delta = {}
+    if res.get("scrub_log"):
+        removed += [f"events/{f}" for f in res["scrub_log"]["removed"]]
+        delta["events"] = _delta_summary(res["scrub_log"])
+    for table, info in res.get("scrub_derived", {}).items():
+        removed += [f"{table}/{f}" for f in info["removed"]]
+        delta[table] = _delta_summary(info)
+    return removed, delta
 
 
 def _delta_summary(info: dict) -> dict:

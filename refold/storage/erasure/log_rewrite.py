@@ -152,7 +152,8 @@ MAX_ROWS_PER_FILE = 1_000_000
 
 
 def stage(dt: DeltaTable, folder: str | Path, seqs: set[int], *, erasure_id: str,
-          pseudonym: Callable[[str], str], expected: Mapping[int, str]) -> Staged:
+          pseudonym: Callable[[str], str], expected: Mapping[int, str],
+          erasure_of: Mapping[int, str] | None = None) -> Staged:
     """Write the tombstoned copies of the files holding the not-yet-tombstoned rows of ``seqs``.
 
     The rows of every affected file are read together (Arrow reads the files in parallel) and
@@ -160,7 +161,9 @@ def stage(dt: DeltaTable, folder: str | Path, seqs: set[int], *, erasure_id: str
     speaker's turns spread over many small files cost one write, not one per file.
     ``expected``: seq → commitment as planned; a row that differs raises :class:`ErasureError`
     (nothing staged is left behind). An empty result (no adds) means every row is a tombstone
-    already.
+    already. ``erasure_of``: seq → the erasure id its tombstone names, where a batch erases
+    several subjects in one commit (each subject's erasure record vouches for its own seqs);
+    a seq it does not name gets ``erasure_id``.
     """
     # the table's own filesystem: a local folder, or the bucket its storage options reach
     fs = arrow_filesystem(dt.table_uri, getattr(dt, "_storage_options", None))
@@ -180,7 +183,8 @@ def stage(dt: DeltaTable, folder: str | Path, seqs: set[int], *, erasure_id: str
     for e in erased:
         if e.commitment != expected.get(e.seq):
             raise ErasureError(f"seq {e.seq} changed since the erasure was planned; run `refold verify`")
-    tombs = events_to_table([tombstone(e, erasure_id, pseudonym) for e in erased])
+    owner = erasure_of or {}
+    tombs = events_to_table([tombstone(e, owner.get(e.seq, erasure_id), pseudonym) for e in erased])
     new = pa.concat_tables([rows.filter(pa.array(~hit)), tombs])
     new = new.take(pc.sort_indices(new["seq"]))
     now = time.time_ns() // 1_000_000

@@ -162,16 +162,23 @@ def _engine_note(engines: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
     return tuple(notes)
 
 
+#: the log columns a plan reads
+PLAN_COLUMNS = ["seq", "event_id", "kind", "subjects", "key_ids", "commitment", "cipher"]
+
+
 def make_plan(log, subject_id: str, *, mode: str, keystore=None, registry=None,
-              extra_event_ids: Iterable[str] = (), derived: Sequence[Any] = ()) -> ErasurePlan:
-    """Build the plan (see the module docstring); reads, never writes."""
+              extra_event_ids: Iterable[str] = (), derived: Sequence[Any] = (),
+              rows: Sequence[Mapping[str, Any]] | None = None) -> ErasurePlan:
+    """Build the plan (see the module docstring); reads, never writes. ``rows``: the log's
+    :data:`PLAN_COLUMNS` as dicts, read once by a caller planning many subjects."""
     if not isinstance(subject_id, str) or not subject_id:
         raise StoreError("a subject id must be a non-empty string")
     extras = set(extra_event_ids)
     # an extra erased before is a tombstone under its id's pseudonym
     key = pseudonyms(log.layout.root, files=log.layout.files()) if extras else None
     erased_extras = key.of(extras) if key is not None else {}
-    rows = log.arrow(columns=["seq", "event_id", "kind", "subjects", "key_ids", "commitment", "cipher"])
+    if rows is None:
+        rows = log.arrow(columns=PLAN_COLUMNS).to_pylist()
     key_ids = tuple(keystore.key_ids(subject_id)) if keystore is not None else ()
     live = set(key_ids)
     events, tomb, untagged = [], [], 0
@@ -183,7 +190,7 @@ def make_plan(log, subject_id: str, *, mode: str, keystore=None, registry=None,
             known[key_id] = keystore is not None and keystore.exists(key_id)
         return known[key_id]
 
-    for r in rows.to_pylist():
+    for r in rows:
         if r["kind"] in ("tombstone", "erasure"):
             # an extra already erased is simply done
             found_extras.add(erased_extras.get(r["event_id"], r["event_id"]))

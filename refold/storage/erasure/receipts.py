@@ -84,6 +84,8 @@ class Receipt:
     out_of_scope: tuple[str, ...] = ()
     previous_erasure_id: str | None = None
     notes: tuple[str, ...] = ()
+    #: the batch this erasure ran in (:mod:`refold.storage.erasure.batch`), else None
+    batch_id: str | None = None
     format: str = FORMAT
 
     @property
@@ -243,7 +245,10 @@ def verify_receipt(root: str | Path, receipt: str | Path | Receipt, *,
         elif event.commitment != item["commitment"]:  # the commitment covers the original id
             bad.append(f"seq {item['seq']}: commitment differs from the receipt")
         elif item.get("how") == "tombstone":
-            if not (event.is_tombstone and event.erasure_id == rec.erasure_id):
+            # an event two subjects of one batch shared is tombstoned once, by the first
+            # subject's erasure: the other's receipt names that erasure on the event
+            by = item.get("erasure_id") or rec.erasure_id
+            if not (event.is_tombstone and event.erasure_id == by):
                 bad.append(f"seq {event.seq}: not a tombstone of this erasure")
             elif is_pseudonym(item["event_id"]) and event.event_id != item["event_id"]:
                 bad.append(f"seq {event.seq}: the tombstone's id differs from the receipt")
