@@ -61,7 +61,7 @@ def _check(root: Path, result, subjects=(H.X, Z)) -> refold.Memory:
     assert len({e.table_version for e in erasures}) == 1  # every erasure record in one commit
     names = {H.X: [H.X_NAME], Z: [Z_NAME], H.Y: [H.Y_NAME]}
     assert scan(root, [n for s in subjects for n in (*names[s], *CANARIES.get(s, ()))]) == []
-    summary = json.loads(summary_path(mem.layout, result.batch_id).read_text())
+    summary = json.loads(Path(summary_path(mem.layout, result.batch_id)).read_text())
     assert summary == json.loads(json.dumps(result.summary))
     assert [s["erasure_id"] for s in summary["subjects"]] == [r.erasure_id for r in result.receipts]
     assert summary["extraction_calls"] == 0 and summary["totals"]["subjects"] == len(subjects)

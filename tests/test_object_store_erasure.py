@@ -132,3 +132,21 @@ def test_shred_mode_erasure_in_a_bucket_deletes_the_key_objects(moto_process):
     assert gone <= keys_before and not gone & set(bucket.keys())
     assert mem.verify().ok
     assert erasing.verify_receipt(mem, receipt, needles=H.NEEDLES).ok
+
+
+def test_a_batch_erasure_runs_on_a_bucket(moto_process):  # noqa: F811
+    """Erasing two subjects as one batch on a store in a bucket: a receipt per subject and the
+    batch summary land in the bucket, each receipt verifies alone, and the log verifies."""
+    bucket = new_bucket(moto_process)
+    mem = refold.init(f"{bucket.uri}/memory", storage_options=bucket.storage_options)
+    mem.append(H.events())
+    erasing.register_subject(mem, H.X, H.X_NAME)
+    erasing.register_subject(mem, H.Y, H.Y_NAME)
+    mem.fold()
+    batch = mem.erase([H.X, H.Y])
+    assert [r.subject_id for r in batch.receipts] == [H.X, H.Y]
+    assert all(r.status == "erased" and r.scan["hits"] == [] for r in batch.receipts)
+    assert f"memory/receipts/batches/{batch.batch_id}.json" in bucket.keys()
+    assert all(mem.verify_receipt(r).ok for r in batch.receipts)
+    assert mem.verify().ok
+    assert not [e for e in mem.events() if {H.X, H.Y} & set(e.subjects)]

@@ -29,19 +29,17 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from refold.fold.errors import ErasureError, StoreError
 from refold.fold.events import NewEvent, new_event_id
 from ..erased_ids import pseudonyms
-from ..layout import atomic_write_json
 from ..log import EventLog
 from ..scan import scan_report
 from ..subjects import SubjectRegistry
 from . import STEPS, _noop, _now, _resolve, _Run, _save, removed_and_delta
 from .log_rewrite import record_for
-from .planning import PLAN_COLUMNS, ErasurePlan, load_journal, make_plan
+from .planning import PLAN_COLUMNS, ErasurePlan, parse_journal, make_plan
 from .receipts import Receipt
 
 __all__ = ["BatchResult", "erase_batch", "plan_batch", "summary_path"]
@@ -62,8 +60,26 @@ class BatchResult:
     unknown: tuple[str, ...] = ()
 
 
-def summary_path(layout, batch_id: str) -> Path:
-    return Path(layout.receipts) / "batches" / f"{batch_id}.json"
+def _summary_key(batch_id: str) -> str:
+    return f"receipts/batches/{batch_id}.json"
+
+
+def summary_path(layout, batch_id: str) -> str:
+    """Where the batch summary is (a local path, or an object URL on object storage)."""
+    return layout.files().url(_summary_key(batch_id))
+
+
+def _journals(layout) -> list[tuple[str, dict]]:
+    """(name, journal) of every interrupted erasure's journal (``receipts/*.pending.json``)."""
+    files = layout.files()
+    found = []
+    for key in files.list("receipts"):
+        if key.count("/") != 1 or not key.endswith(".pending.json"):
+            continue
+        data = files.get(key)
+        if data is not None:
+            found.append((key.split("/", 1)[1], parse_journal(files.url(key), data)))
+    return sorted(found)
 
 
 def unique_subjects(subject_ids: Iterable[str]) -> list[str]:
@@ -133,10 +149,8 @@ def _union(plans: Mapping[str, ErasurePlan], mode: str, batch_id: str) -> Erasur
 def _pending(layout, subjects: Sequence[str]) -> dict | None:
     """The journal of an interrupted batch of exactly ``subjects`` (any order), if any; a pending
     batch that shares only some of them stops this one (its events are half erased)."""
-    folder = Path(layout.receipts)
     wanted = set(subjects)
-    for path in sorted(folder.glob("batch-*.pending.json")) if folder.exists() else []:
-        journal = load_journal(path)
+    for _name, journal in [(n, j) for n, j in _journals(layout) if n.startswith("batch-")]:
         theirs = set(journal.get("subjects", ()))
         if wanted in (theirs, theirs | set(journal.get("unknown", ()))):
             return journal
@@ -150,10 +164,7 @@ def _pending(layout, subjects: Sequence[str]) -> dict | None:
 
 def _pending_singles(layout) -> set[str]:
     """Subjects with an interrupted single erasure (its journal names them)."""
-    folder = Path(layout.receipts)
-    paths = sorted(folder.glob("*.pending.json")) if folder.exists() else []
-    return {j["subject_id"] for p in paths if not p.name.startswith("batch-")
-            and (j := load_journal(p)).get("subject_id")}
+    return {j["subject_id"] for name, j in _journals(layout) if not name.startswith("batch-") and j.get("subject_id")}
 
 
 def erase_batch(source, subject_ids: Iterable[str], *, mode: str | None = None, keystore=None,
@@ -173,8 +184,6 @@ def erase_batch(source, subject_ids: Iterable[str], *, mode: str | None = None, 
     subjects = unique_subjects(subject_ids)
     log, mode, keystore, registry = _resolve(source, mode, keystore, registry)
     layout = log.layout
-    if not layout.is_local:
-        raise StoreError("erasure needs a local store root (journal, keys and receipts are files)")
     per_canaries = ({s: [c for c in canaries.get(s, ()) if c] for s in subjects} if isinstance(canaries, Mapping)
                     else dict.fromkeys(subjects, [c for c in canaries if c]))
     needles = {s: _needles(registry, s, per_canaries[s]) for s in subjects}
@@ -264,7 +273,7 @@ class _BatchRun(_Run):
         return super().execute()
 
     def _erasure_event(self) -> dict:
-        pseudonym = pseudonyms(self.layout.root, create=True)
+        pseudonym = pseudonyms(self.layout.root, create=True, files=self.layout.files())
         planned = {int(e["seq"]): e["commitment"] for e in self.plan.events}
         # one erasure event per subject, its id the subject's erasure id (so a rerun finds them),
         # all in one commit; each record vouches for the tombstones that name its erasure
@@ -300,7 +309,7 @@ class _BatchRun(_Run):
         return {"removed": removed}
 
     def _forget_ids(self) -> None:
-        pseudonym = pseudonyms(self.layout.root, create=True)
+        pseudonym = pseudonyms(self.layout.root, create=True, files=self.layout.files())
         changed = False
         for plan in [self.journal["plan"], *self.journal["plans"].values()]:
             events = [{**e, "event_id": pseudonym(e["event_id"])} for e in plan["events"]]
@@ -315,7 +324,9 @@ class _BatchRun(_Run):
         self._forget_ids()
         if not self.needles:
             return {"files": None, "hits": 0, "subjects": {}}
-        report = scan_report(self.layout.root, self.names, canaries=self.canaries)
+        versions = self._old_versions()  # (a versioned bucket: old copies go before the scan)
+        report = scan_report(self.layout.root, self.names, canaries=self.canaries,
+                             storage_options=self.log.storage_options)
         # attributed now, each hit to every subject whose needle matched, by its index in that
         # subject's needles: the journal never holds a needle
         per: dict[str, dict] = {}
@@ -330,6 +341,8 @@ class _BatchRun(_Run):
                       "hits": [{"file": h.file, "location": h.location, "needle_index": index[h.needle]}
                                for h in report.hits if h.needle in index],
                       "registry_needles": registered, "caller_needles": len(own) - registered}
+            if versions is not None:
+                per[s]["old_versions"] = versions
         return {"files": report.files, "hits": len(report.hits), "subjects": per}
 
     def _receipt(self) -> BatchResult:
@@ -401,5 +414,5 @@ def _summary(layout, batch_id: str, mode: str, subjects: Sequence[str], receipts
         "extraction_calls": res.get("refold", {}).get("extraction_calls"),
         "state_digest": res.get("refold", {}).get("state_digest"),
     }
-    atomic_write_json(summary_path(layout, batch_id), summary)
+    layout.files().put_json(_summary_key(batch_id), summary)
     return summary

@@ -248,17 +248,17 @@ def pending_journal(layout: Layout, subject_id: str) -> dict | None:
         if key.count("/") != 1 or not key.endswith(".pending.json"):
             continue
         data = files.get(key)
-        journal = None if data is None else _parse_journal(files.url(key), data)
+        journal = None if data is None else parse_journal(files.url(key), data)
         if journal is not None and journal.get("subject_id") == subject_id:
             return journal
     return None
 
 
 def load_journal(path: str | Path) -> dict:
-    return _parse_journal(str(path), Path(path).read_bytes())
+    return parse_journal(str(path), Path(path).read_bytes())
 
 
-def _parse_journal(where: str, data: bytes) -> dict:
+def parse_journal(where: str, data: bytes) -> dict:
     try:
         return json.loads(data)
     except ValueError as exc:
