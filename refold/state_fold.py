@@ -89,8 +89,12 @@ def _event_batches(mem: "Memory", since: int = 0) -> Iterator[list[Event]]:
         for start in range(0, len(events), EVENT_BATCH):
             yield events[start:start + EVENT_BATCH]
         return
-    dt = mem.log_store._table()
-    scanner = dt.to_pyarrow_dataset().scanner(filter=pc.field("seq") >= since, batch_size=EVENT_BATCH)
+    from refold.storage.delta_io import parquet_dataset
+    from refold.storage.schema import EVENTS_SCHEMA
+
+    dt = mem.log_store._table()  # (pyarrow's reader over delta-rs's file list: see StateStore.read)
+    scanner = parquet_dataset(dt, dt.file_uris(), EVENTS_SCHEMA).scanner(filter=pc.field("seq") >= since,
+                                                                         batch_size=EVENT_BATCH)
     for batch in scanner.to_batches():
         if batch.num_rows:
             table = pa.Table.from_batches([batch]).sort_by("seq")
@@ -189,11 +193,10 @@ def merge_buckets(store: StateStore, spec: FoldSpec, group: Sequence[int], *, bu
     """Merged rows of the buckets ``group``, each folded alone from the store's items table.
 
     Reads only those partitions; a failure names the bucket (:class:`PartitionError`)."""
-    dataset = store.table("items").to_pyarrow_dataset()
     rows: list[dict[str, Any]] = []
     for bucket in group:
         try:
-            part = dataset.to_table(filter=pc.field("bucket") == bucket)
+            part = store.read("items", buckets=[bucket])
             part = part.sort_by([("seq", "ascending"), ("ordinal", "ascending")])
             rows += fold_partition(spec, _dicts(part), buckets=buckets)
         except RefoldError:

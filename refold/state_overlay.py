@@ -106,7 +106,7 @@ def _isin(column: str, values: Iterable[str]) -> pc.Expression:
 
 
 def _read(store: StateStore, tag: StateTag, **options: Any) -> pl.DataFrame:
-    return pl.from_arrow(store.read_rows("facts", version=tag.facts_version, layer="merged", **options))
+    return pl.from_arrow(store.read("facts", version=tag.facts_version, layer="merged", **options))
 
 
 def tail_after(mem: "Memory", tag: StateTag) -> list[Event] | None:
@@ -205,7 +205,7 @@ def _new_names(spec: FoldSpec, store: StateStore, tag: StateTag, items: list[dic
     if found.height == 0:
         return {}
     nodes = set(found["node"].to_list())
-    known = store.read_rows("entities", version=tag.entities_version, columns=["node"],
+    known = store.read("entities", version=tag.entities_version, columns=["node"],
                        buckets={bucket_of(n, tag.buckets) for n in nodes}, filter=_isin("node", nodes))
     have = set(known["node"].to_pylist())
     return {n: (t, s[0]) for n, t, s in zip(found["node"].to_list(), found["tenant"].to_list(),

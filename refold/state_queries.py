@@ -40,7 +40,7 @@ def _subject_nodes(tag: StateTag, subject: str, tenant: str | None) -> list[str]
 def _names(store: StateStore, tag: StateTag, nodes: set[str], overlay: "StateOverlay | None") -> dict[str, str]:
     if not nodes:
         return {}
-    rows = store.read_rows("entities", version=tag.entities_version, columns=["node", "name"],
+    rows = store.read("entities", version=tag.entities_version, columns=["node", "name"],
                       buckets={bucket_of(n, tag.buckets) for n in nodes},
                       filter=pc.field("node").isin(pa.array(sorted(nodes), pa.string())))
     names = dict(zip(rows["node"].to_pylist(), rows["name"].to_pylist()))
@@ -63,7 +63,7 @@ def _rows(store: StateStore, tag: StateTag, overlay: "StateOverlay | None", *, n
     for extra in ([wanted] if wanted is not None else []) + \
                  ([pc.field("tenant") == tenant] if tenant is not None else []):
         expr = extra if expr is None else expr & extra
-    df = pl.from_arrow(store.read_rows("facts", buckets=buckets, filter=expr, version=tag.facts_version))
+    df = pl.from_arrow(store.read("facts", buckets=buckets, filter=expr, version=tag.facts_version))
     return df if overlay is None else overlay.apply(df, nodes=nodes, relation=relation, tenant=tenant)
 
 
@@ -138,7 +138,7 @@ def _entities(store: StateStore, tag: StateTag, nodes: set[str],
               overlay: "StateOverlay | None") -> dict[str, dict[str, Any]]:
     if not nodes:
         return {}
-    rows = store.read_rows("entities", version=tag.entities_version,
+    rows = store.read("entities", version=tag.entities_version,
                       buckets={bucket_of(n, tag.buckets) for n in nodes},
                       filter=pc.field("node").isin(pa.array(sorted(nodes), pa.string()))).to_pylist()
     found = {r["node"]: {"tenant": r["tenant"], "name": r["name"], "key": r["key"], "aliases": r["aliases"],
@@ -156,7 +156,7 @@ def lineage_view(store: StateStore, tag: StateTag, overlay: "StateOverlay | None
     frames, wanted, seen = [], {fact_id}, set()
     while wanted:
         seen |= wanted
-        df = pl.from_arrow(store.read_rows("facts", version=tag.facts_version,
+        df = pl.from_arrow(store.read("facts", version=tag.facts_version,
                                       filter=pc.field("fact_id").isin(pa.array(sorted(wanted), pa.string()))))
         if overlay is not None:
             df = overlay.apply(df, fact_ids=wanted)

@@ -77,7 +77,7 @@ def with_rollups(store: StateStore, tag: StateTag, rows: pl.DataFrame, *,
         objects = sorted(set(heads["object"].to_list()))
         if not objects:
             return rows
-        partners = pl.from_arrow(store.read_rows(
+        partners = pl.from_arrow(store.read(
             "facts", version=tag.facts_version, layer="merged", buckets={bucket_of(o, tag.buckets) for o in objects},
             filter=pc.field("subject").isin(pa.array(objects, pa.string())) & pc.field("relation").isin(seconds)))
         if overlay is not None:
@@ -100,13 +100,13 @@ def find_derived(store: StateStore, tag: StateTag, fact_ids: Iterable[str]) -> p
         if not wanted:
             break
         first, second = rule.inputs
-        seconds = pl.from_arrow(store.read_rows("facts", version=tag.facts_version, layer="merged", columns=narrow,
+        seconds = pl.from_arrow(store.read("facts", version=tag.facts_version, layer="merged", columns=narrow,
                                            filter=pc.field("relation") == second))
         if seconds.height == 0:
             continue
         for start in range(0, tag.buckets, SEARCH_GROUP):
             group = range(start, min(start + SEARCH_GROUP, tag.buckets))
-            firsts = pl.from_arrow(store.read_rows("facts", version=tag.facts_version, layer="merged", columns=narrow,
+            firsts = pl.from_arrow(store.read("facts", version=tag.facts_version, layer="merged", columns=narrow,
                                               buckets=group, filter=pc.field("relation") == first))
             j = firsts.join(seconds, left_on="object", right_on="subject", suffix="_b")
             # the overlap test of refold.fold.rollups (pairs that do not overlap derive nothing)
@@ -120,7 +120,7 @@ def find_derived(store: StateStore, tag: StateTag, fact_ids: Iterable[str]) -> p
             if not pairs:
                 continue
             ids = sorted({i for p in pairs for i in p})
-            inputs = pl.from_arrow(store.read_rows("facts", version=tag.facts_version, layer="merged",
+            inputs = pl.from_arrow(store.read("facts", version=tag.facts_version, layer="merged",
                                               filter=pc.field("fact_id").isin(pa.array(ids, pa.string()))))
             rows = derive_frame((rule,), inputs, buckets=tag.buckets)
             rows = rows.filter(pl.col("fact_id").is_in(pl.Series(sorted(wanted), dtype=pl.Utf8).implode()))

@@ -70,14 +70,21 @@ def read_arrow(dt: DeltaTable, schema: pa.Schema, *, columns: Sequence[str] | No
         return table.select(wanted) if wanted else table
 
 
-def parquet_dataset(dt: DeltaTable, uris: Sequence[str], schema: pa.Schema) -> ds.Dataset:
+def parquet_dataset(dt: DeltaTable, uris: Sequence[str], schema: pa.Schema, *,
+                    partitions: Sequence[str] = ()) -> ds.Dataset:
     """A pyarrow dataset over ``uris`` (data files of ``dt``), read through the filesystem that
     ``dt``'s storage options describe (:func:`refold.storage.store_options.arrow_filesystem`):
     every pyarrow read of a table's files goes through here, so a store on object storage is read
-    with the endpoint, credentials and retries its Delta table was opened with."""
+    with the endpoint, credentials and retries its Delta table was opened with. ``partitions``:
+    the table's partition columns (fields of ``schema``), read from the files' Hive-style paths
+    (``bucket=3/``), so a filter may test them."""
     # deltalake keeps the options the table was opened with; there is no public getter
     fs = arrow_filesystem(dt.table_uri, getattr(dt, "_storage_options", None))
-    return ds.dataset(arrow_paths(uris, fs), schema=schema, format="parquet", filesystem=fs)
+    options = {}
+    if partitions:
+        options = {"partitioning": ds.partitioning(pa.schema([schema.field(c) for c in partitions]), flavor="hive"),
+                   "partition_base_dir": arrow_paths([dt.table_uri.rstrip("/")], fs)[0]}
+    return ds.dataset(arrow_paths(uris, fs), schema=schema, format="parquet", filesystem=fs, **options)
 
 
 def read_files(dt: DeltaTable, schema: pa.Schema, *, columns: Sequence[str] | None = None,

@@ -177,27 +177,40 @@ class StateStore:
 
         ``filter`` is applied before the versions are resolved, so on a versioned table it may
         test only columns a row's versions share (its key, subject, relation, object, tenant,
-        layer, bucket), never ``valid_to`` or ``sources``: filter those afterwards."""
-        schema = TABLES[name][0]
+        layer, bucket), never ``valid_to`` or ``sources``: filter those afterwards.
+
+        The files are those delta-rs lists for that version, read with pyarrow's own Parquet
+        reader (through the filesystem the table's storage options describe), never through
+        ``DeltaTable.to_pyarrow_dataset``: a process whose table handles made such a dataset can
+        abort at interpreter shutdown after its output was complete ("terminate called without an
+        active exception"; see :mod:`refold.storage.delta_io`), which no process — a CLI read, an
+        agent's tool call, a fold — may do. ``filter`` tests columns stored in the files; the
+        partition columns are selected by ``buckets`` and ``layer``."""
+        from .delta_io import parquet_dataset
+
+        schema, partitions = TABLES[name]
         wanted_schema = schema if columns is None else pa.schema([schema.field(c) for c in columns])
-        dt = self.table(name, version=version)
-        if dt is None:
-            return wanted_schema.empty_table()
-        expr = filter
-        if buckets is not None:
-            wanted = pc.field("bucket").isin(pa.array(sorted(set(buckets)), pa.int32()))
-            expr = wanted if expr is None else expr & wanted
-        if layer is not None:
-            expr = pc.field("layer") == layer if expr is None else expr & (pc.field("layer") == layer)
         names = list(wanted_schema.names)
         key = KEYS.get(name)
         if key is not None:
             names += [c for c in (key, "seen_at", "deleted") if c not in names]
-        # only the wanted partitions' files become dataset fragments (a dataset of every file
-        # built a partition expression per file: most of a one-subject read)
-        partitions = [] if buckets is None else [("bucket", "in", [str(b) for b in sorted(set(buckets))])]
-        partitions = (partitions + ([] if layer is None else [("layer", "=", layer)])) or None
-        table = dt.to_pyarrow_dataset(file_pruning_predicate=partitions).to_table(filter=expr, columns=names)
+        dt = self.table(name, version=version)
+        if dt is None:
+            return wanted_schema.empty_table()
+        stored = _stored(name)
+        # only the wanted partitions' files are opened (pruned on delta-rs's file list)
+        actions = pa.table(dt.get_add_actions(flatten=True))
+        wanted = None if buckets is None else set(buckets)
+        root = dt.table_uri.rstrip("/")
+        paths = []
+        values = zip(actions["path"].to_pylist(), *(actions[f"partition.{c}"].to_pylist() for c in partitions))
+        for path, *parts in values:
+            at = dict(zip(partitions, parts))
+            if (wanted is None or int(at["bucket"]) in wanted) and (layer is None or at.get("layer") == layer):
+                paths.append(f"{root}/{path}")
+        if not paths:
+            return wanted_schema.empty_table()
+        table = parquet_dataset(dt, paths, stored, partitions=partitions).to_table(columns=names, filter=filter)
         if key is not None and table.num_rows:
             table = _newest(table, key)
         return table.select(wanted_schema.names).cast(wanted_schema)
@@ -345,56 +358,6 @@ class StateStore:
         if os.path.isdir(self.root):
             shutil.rmtree(self.root)
         self._tables, self._versions = {}, {}
-
-    def read_rows(self, name: str, *, buckets: Iterable[int] | None = None, filter: pc.Expression | None = None,
-                  columns: list[str] | None = None, version: int | None = None,
-                  layer: str | None = None) -> pa.Table:
-        """:meth:`read`'s rows (same arguments; ``filter`` on columns other than the partition
-        columns ``layer``/``bucket``, which ``buckets``/``layer`` select), read with pyarrow's own
-        Parquet reader from the files delta-rs lists for that version, never through
-        ``DeltaTable.to_pyarrow_dataset``: a process whose table handles made such a dataset can
-        abort at interpreter shutdown after its output was complete ("terminate called without an
-        active exception"; see :mod:`refold.storage.delta_io`), which a read-only process (a CLI
-        read, an agent's tool call) must not do. Object stores: :meth:`read`."""
-        import pyarrow.dataset as ds
-
-        dt = self.table(name, version=version)
-        if dt is None or not dt.table_uri.startswith("file://"):
-            return self.read(name, buckets=buckets, filter=filter, columns=columns, version=version, layer=layer)
-        schema, partitions = TABLES[name]
-        wanted_schema = schema if columns is None else pa.schema([schema.field(c) for c in columns])
-        names = list(wanted_schema.names)
-        key = KEYS.get(name)
-        if key is not None:
-            names += [c for c in (key, "seen_at", "deleted") if c not in names]
-        stored = _stored(name)
-        in_files = pa.schema([f for f in stored if f.name not in partitions])
-        actions = pa.table(dt.get_add_actions(flatten=True))
-        wanted = None if buckets is None else set(buckets)
-        groups: dict[tuple, list[str]] = {}
-        root = dt.table_uri.removeprefix("file://").rstrip("/")
-        values = zip(actions["path"].to_pylist(), *(actions[f"partition.{c}"].to_pylist() for c in partitions))
-        for path, *parts in values:
-            at = dict(zip(partitions, parts))
-            if (wanted is not None and int(at["bucket"]) not in wanted) or \
-                    (layer is not None and at.get("layer") != layer):
-                continue
-            groups.setdefault(tuple(parts), []).append(f"{root}/{path}")
-        tables = []
-        for parts, paths in groups.items():
-            read = [c for c in names if c not in partitions]
-            table = ds.dataset(paths, schema=in_files, format="parquet").to_table(columns=read, filter=filter)
-            for column, value in zip(partitions, parts):
-                if column in names:
-                    table = table.append_column(stored.field(column),
-                                                pa.array([value] * table.num_rows, stored.field(column).type))
-            tables.append(table.select(names))
-        if not tables:
-            return wanted_schema.empty_table()
-        table = pa.concat_tables(tables)
-        if key is not None and table.num_rows:
-            table = _newest(table, key)
-        return table.select(wanted_schema.names).cast(wanted_schema)
 
 
 def _newest(table: pa.Table, key: str) -> pa.Table:
