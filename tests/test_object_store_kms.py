@@ -7,6 +7,9 @@ KMS key's deletion."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -104,3 +107,28 @@ def test_a_kms_key_per_subject_on_a_versioned_bucket(aws):
     left = {v["Key"] for v in [*listing.get("Versions", ()), *listing.get("DeleteMarkers", ())]}
     assert not {f"memory/keys/ids/{k}" for k in x_keys} & left
     _assert_x_shredded_and_y_readable(bucket, root, "memory", receipt, x_keys)
+
+
+def test_the_cli_inits_erases_and_verifies_a_kms_store_in_a_bucket(aws):
+    """The console script, in processes of their own: AWS settings from the environment."""
+    bucket = new_bucket(aws)
+    kms_key = aws.client("kms").create_key(Description="refold test key")["KeyMetadata"]["Arn"]
+    root = f"{bucket.uri}/cli"
+    env = {**os.environ, **aws.env(), "PYTHONPATH": str(H.REPO)}
+
+    def cli(*args):
+        return subprocess.run([os.path.join(os.path.dirname(sys.executable), "refold"), *args], env=env,
+                              capture_output=True, text=True, timeout=120)
+
+    out = cli("init", root, "--mode", "shred", "--kms-key-id", kms_key, "--kms-endpoint", aws.endpoint)
+    assert out.returncode == 0, out.stderr
+    mem = refold.open(root, create=False, storage_options=bucket.storage_options)
+    mem.append(H.events()[:3])  # about X (one shared with Y)
+    (x_key,) = mem.key_store.key_ids(H.X)
+    erased = cli("erase", root, "--subject", H.X, "--json")
+    assert erased.returncode == 0, erased.stderr
+    receipt = json.loads(erased.stdout)
+    assert receipt["key_store"]["key_store"] == "kms" and receipt["destroyed_key_ids"] == [x_key]
+    assert f"cli/keys/ids/{x_key}" not in bucket.keys()
+    verified = cli("verify", root)
+    assert verified.returncode == 0, verified.stderr
