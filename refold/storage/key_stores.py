@@ -7,7 +7,8 @@ KMS store with file keys by mistake (or the other way round):
 * no ``keys`` entry: :class:`~refold.storage.keys.FileKeyStore` (key files under ``keys/``), or
   on object storage :class:`~refold.storage.object_keys.ObjectKeyStore` (key objects there);
 * ``{"adapter": "kms", ...}``: :class:`~refold.storage.kms_keys.KmsKeyStore` with the
-  :class:`~refold.storage.kms_keys.KmsSettings` stored there.
+  :class:`~refold.storage.kms_keys.KmsSettings` stored there (wrapped key files under ``keys/``),
+  or on object storage :class:`~refold.storage.kms_keys.ObjectKmsKeyStore` (wrapped key objects).
 """
 
 from __future__ import annotations
@@ -60,12 +61,10 @@ def open_keystore(layout: Layout, settings: Mapping[str, Any]) -> KeyStore:
     if not keys:
         return FileKeyStore(layout.keys)
     if keys.get("adapter") == "kms":
-        from .kms_keys import KmsKeyStore, KmsSettings
+        from .kms_keys import KmsKeyStore, KmsSettings, ObjectKmsKeyStore
 
-        if not layout.is_local:  # it keeps the wrapped keys in files under keys/
-            raise StoreError(f"{layout.root}: a KMS key store needs a local store root for now; on object "
-                             "storage use the default key store (key objects under keys/)")
-
+        if not layout.is_local:  # wrapped key objects under keys/, beside the rest of the store
+            return ObjectKmsKeyStore(layout.files(), KmsSettings.from_json(keys), "keys")
         return KmsKeyStore(layout.keys, KmsSettings.from_json(keys))
     raise StoreError(f"{layout.root}/store.json names an unknown key store {keys.get('adapter')!r}; "
                      "this refold knows 'kms' (and the file store, when no key store is named)")

@@ -3,7 +3,9 @@
 Each key owner (a data subject, or a tenant for its subject-less events) gets a 256-bit *data
 key* from KMS ``GenerateDataKey``. The store keeps only the data key *wrapped* (the ciphertext
 blob KMS returns) in a small file per key, ``keys/ids/<key_id>``, laid out as the file adapter's
-key files are (see :class:`~refold.storage.keys.FileKeyStore`); reading a key unwraps it with KMS
+key files are (:class:`KmsKeyStore`, on a local store: see :class:`~refold.storage.keys.FileKeyStore`)
+or, on object storage, as the key objects of :class:`~refold.storage.object_keys.ObjectKeyStore`
+are, through the store-files port (:class:`ObjectKmsKeyStore`); reading a key unwraps it with KMS
 ``Decrypt``. The plaintext data key exists only in this process's memory (a bounded cache, so a
 read of many events asks KMS once per key, not once per event).
 
@@ -13,7 +15,8 @@ key, checked (and logged in CloudTrail) on every call. A copy of the store, back
 therefore unreadable without KMS access. The blob is also bound to its key id by an *encryption
 context* (``refold-key-id``), so a wrapped key moved to another key's file does not open.
 
-Erasing an owner deletes its wrapped key files (a real delete, as the file adapter does): no
+Erasing an owner deletes its wrapped key files (a real delete, as the file adapter does; on a
+versioned bucket the erasure deletes the old versions under the store too): no
 process can unwrap them again, and a cached plaintext is served only while its wrapped key file
 still exists, so other processes stop reading the erased events at once, too. What destroys the
 key *everywhere* (in copies and backups of the store as well) depends on the mode:
@@ -53,6 +56,7 @@ from typing import Any
 from refold.fold.errors import StoreError
 from .filemodes import make_dirs
 from .keys import KEY_BYTES, FileKeyStore, KeyOwner, owner_of
+from .object_keys import ObjectKeyStore
 
 WRAPPED_FORMAT = "refold-wrapped-key/v1"
 #: the encryption context entry that binds a wrapped key to its key id
@@ -193,31 +197,30 @@ class KmsClient:
                           f"{hint.format(op=op, region=region)}")
 
 
-class KmsKeyStore(FileKeyStore):
-    """Key owners' data keys from AWS KMS, kept wrapped in files under ``root`` (a store's
-    ``keys/``); see the module docstring for the layout, the modes and the permissions.
+class _KmsWrapping:
+    """What the KMS adapter does with a key store's three hooks (``_make_key``, ``_open_key``,
+    ``_before_destroy``), whichever store keeps the wrapped keys: the local key files
+    (:class:`KmsKeyStore`) or key objects through the store-files port (:class:`ObjectKmsKeyStore`).
 
-    A key file holds ``{"format", "kms_key_id", "wrapped"}``: the wrapped data key (base64) and
-    the ARN of the KMS key that wrapped it (which the blob names anyway; ``Decrypt`` is told to
-    expect it). ``keys/kms-deletions/<owner digest>`` records the KMS key deletions an erasure
-    scheduled (ARNs and dates, no key, no name), so a rerun of that erasure reports them again.
-
-    ``client``: a boto3 KMS client to use instead of one built from ``settings`` (tests).
-    ``cache_size``: plaintext data keys kept in memory, least recently used dropped first.
+    A key file (object) holds ``{"format", "kms_key_id", "wrapped"}``: the wrapped data key
+    (base64) and the ARN of the KMS key that wrapped it (which the blob names anyway; ``Decrypt``
+    is told to expect it). ``keys/kms-deletions/<owner digest>`` records the KMS key deletions an
+    erasure scheduled (ARNs and dates, no key, no name), so a rerun of that erasure reports them
+    again. The store classes say where that record lives (``_read_deletions``,
+    ``_write_deletions``) and how a key's stored bytes are read (``_stored``); this class comes
+    first in their bases, so its hooks replace the store's plain-key ones.
     """
 
     kind = "kms"
 
-    def __init__(self, root, settings: KmsSettings, *, client: Any = None, cache_size: int = 4096):
-        super().__init__(root)
+    def _init_kms(self, settings: KmsSettings, client: Any, cache_size: int) -> None:
         self.settings = settings
         self.kms = KmsClient(settings, client=client)
-        self._deletions = self.root / "kms-deletions"
         self._cache: OrderedDict[str, bytes] = OrderedDict()
         self._cache_size = cache_size
         self._cache_lock = threading.Lock()
 
-    # -- the hooks of FileKeyStore ----------------------------------------------------------------
+    # -- the hooks of the key store ----------------------------------------------------------------
 
     def _make_key(self, owner: KeyOwner, key_id: str) -> tuple[bytes, bytes]:
         if self.settings.key_per_subject:
@@ -262,13 +265,15 @@ class KmsKeyStore(FileKeyStore):
             return
         done = {d["kms_key_id"]: d for d in self._recorded_deletions(owner)}
         for key_id in key_ids:
-            kms_key = self._record(key_id, self._key_file(key_id).read_bytes())["kms_key_id"]
+            stored = self._stored(key_id)
+            if stored is None:  # deleted meanwhile (a concurrent erasure of the same owner)
+                continue
+            kms_key = self._record(key_id, stored)["kms_key_id"]
             if kms_key not in done:
                 done[kms_key] = self._schedule_deletion(kms_key)
         # durable before the wrapped keys go: a rerun after a crash still reports the deletions
-        make_dirs(self._deletions)
-        self._write_file(self._deletions, owner.digest(),
-                         json.dumps(sorted(done.values(), key=lambda d: d["kms_key_id"]), sort_keys=True).encode())
+        self._write_deletions(owner, json.dumps(sorted(done.values(), key=lambda d: d["kms_key_id"]),
+                                                sort_keys=True).encode())
 
     # -- KMS key deletion -------------------------------------------------------------------------
 
@@ -296,10 +301,8 @@ class KmsKeyStore(FileKeyStore):
                 "state": "PendingDeletion"}
 
     def _recorded_deletions(self, owner: KeyOwner) -> list[dict[str, Any]]:
-        try:
-            return json.loads((self._deletions / owner.digest()).read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return []
+        data = self._read_deletions(owner)
+        return [] if data is None else json.loads(data)
 
     def destruction(self, subject_id: "str | KeyOwner") -> Mapping[str, Any] | None:
         erasure_id = self.erased(subject_id)
@@ -360,6 +363,60 @@ class KmsKeyStore(FileKeyStore):
             raise StoreError(f"KMS key {key} is a {meta.get('KeySpec')} {meta.get('KeyUsage')} key; shred mode "
                              "needs a symmetric encryption key (SYMMETRIC_DEFAULT, ENCRYPT_DECRYPT)")
         return meta
+
+
+class KmsKeyStore(_KmsWrapping, FileKeyStore):
+    """Key owners' data keys from AWS KMS, kept wrapped in files under ``root`` (a local store's
+    ``keys/``, laid out and locked as :class:`~refold.storage.keys.FileKeyStore`'s); see the module
+    docstring for the modes and the permissions, :class:`_KmsWrapping` for what a key file holds.
+
+    ``client``: a boto3 KMS client to use instead of one built from ``settings`` (tests).
+    ``cache_size``: plaintext data keys kept in memory, least recently used dropped first.
+    """
+
+    def __init__(self, root, settings: KmsSettings, *, client: Any = None, cache_size: int = 4096):
+        FileKeyStore.__init__(self, root)
+        self._init_kms(settings, client, cache_size)
+        self._deletions = self.root / "kms-deletions"
+
+    def _stored(self, key_id: str) -> bytes | None:
+        try:
+            return self._key_file(key_id).read_bytes()
+        except FileNotFoundError:
+            return None
+
+    def _read_deletions(self, owner: KeyOwner) -> bytes | None:
+        try:
+            return (self._deletions / owner.digest()).read_bytes()
+        except FileNotFoundError:
+            return None
+
+    def _write_deletions(self, owner: KeyOwner, data: bytes) -> None:
+        make_dirs(self._deletions)
+        self._write_file(self._deletions, owner.digest(), data)
+
+
+class ObjectKmsKeyStore(_KmsWrapping, ObjectKeyStore):
+    """:class:`KmsKeyStore` on a store's side files (object storage): the wrapped keys are key
+    objects under ``prefix`` (``keys/ids/<key_id>`` …), created, listed and deleted as
+    :class:`~refold.storage.object_keys.ObjectKeyStore`'s are (a conditional update of the
+    owner's subject object settles a creation racing a destruction), and the scheduled KMS key
+    deletions are recorded in ``keys/kms-deletions/<owner digest>`` there.
+
+    In per-owner mode a creation that loses that race to an erasure leaves the KMS key it made
+    unused (its data key is never handed out; the wrapped key object is deleted).
+    """
+
+    def __init__(self, files, settings: KmsSettings, prefix: str = "keys", *, client: Any = None,
+                 cache_size: int = 4096):
+        ObjectKeyStore.__init__(self, files, prefix)
+        self._init_kms(settings, client, cache_size)
+
+    def _read_deletions(self, owner: KeyOwner) -> bytes | None:
+        return self.files.get(f"{self.prefix}/kms-deletions/{owner.digest()}")
+
+    def _write_deletions(self, owner: KeyOwner, data: bytes) -> None:
+        self.files.put(f"{self.prefix}/kms-deletions/{owner.digest()}", data)
 
 
 def _snake(op: str) -> str:

@@ -13,6 +13,10 @@ it named. Whichever of two racing writers loses the conditional put re-reads: a 
 finds ``erased`` deletes its key object and refuses, and a destruction sees every id that any
 creation acknowledged. A delete on object storage is real for the current object; on a versioned
 bucket the old versions are deleted by the erasure too (see :mod:`refold.storage.object_versions`).
+
+What a key object holds goes through the same three hooks as the file key store's
+(:meth:`_make_key`, :meth:`_open_key`, :meth:`_before_destroy`), so the KMS adapter keeps its
+wrapped keys here as well (:class:`refold.storage.kms_keys.KmsKeyStore`).
 """
 
 from __future__ import annotations
@@ -66,10 +70,29 @@ class ObjectKeyStore:
         return None if text is None else text.strip()
 
     def get(self, key_id: str) -> bytes | None:
-        data = self.files.get(self._key(key_id))
-        if data is not None and len(data) != KEY_BYTES:
-            raise StoreError(f"key object {key_id} is {len(data)} bytes, expected {KEY_BYTES}: damaged key store")
-        return data
+        data = self._stored(key_id)
+        return None if data is None else self._open_key(key_id, data)
+
+    # -- what a key object holds (hooks for adapters that keep keys wrapped) -----------------------
+
+    def _stored(self, key_id: str) -> bytes | None:
+        """The key object's content as stored (None: absent)."""
+        return self.files.get(self._key(key_id))
+
+    def _make_key(self, owner: KeyOwner, key_id: str) -> tuple[bytes, bytes]:
+        """A new key for ``owner``: ``(key bytes, what the key object stores)``."""
+        key = secrets.token_bytes(KEY_BYTES)
+        return key, key
+
+    def _open_key(self, key_id: str, stored: bytes) -> bytes:
+        """The key bytes from a key object's content."""
+        if len(stored) != KEY_BYTES:
+            raise StoreError(f"key object {key_id} is {len(stored)} bytes, expected {KEY_BYTES}: damaged key store")
+        return stored
+
+    def _before_destroy(self, owner: KeyOwner, key_ids: list[str], erasure_id: str) -> None:
+        """Called after the erased marker is written and the subject object closed, before the
+        key objects of ``key_ids`` (those still present) are deleted."""
 
     def exists(self, key_id: str) -> bool:
         return self.files.exists(self._key(key_id))
@@ -84,8 +107,9 @@ class ObjectKeyStore:
             erased = self.erased(owner)
             if erased is not None:
                 raise _refuse(owner, erased)
-            key_id, key = _new_key_id(), secrets.token_bytes(KEY_BYTES)
-            self.files.create(self._key(key_id), key)
+            key_id = _new_key_id()
+            key, stored = self._make_key(owner, key_id)
+            self.files.create(self._key(key_id), stored)
 
             def add(data: bytes | None) -> bytes:
                 lines = (data or b"").decode("ascii").splitlines()
@@ -115,7 +139,9 @@ class ObjectKeyStore:
 
             self.files.update(self._subject(owner), close)  # no creation can add an id after this
             destroyed = []
-            for key_id in dict.fromkeys([*self._ids(owner), *named]):
+            present = [k for k in dict.fromkeys([*self._ids(owner), *named]) if self.exists(k)]
+            self._before_destroy(owner, present, self.erased(owner) or "")
+            for key_id in present:
                 if self.exists(key_id):
                     self.files.delete(self._key(key_id))
                     destroyed.append(key_id)
