@@ -12,7 +12,7 @@ is journaled: running the same job again resumes it; subjects already erased get
 receipts; an unknown subject is reported as failed (exit 1) and the others are erased.
 ``--dry-run`` prints each subject's plan. Duplicate lines are erased once.
 
-The erasure itself runs in the job's driver (it rewrites files under a local store root). When
+The erasure itself runs in the job's driver (on a folder or a bucket, through the store URI). When
 the refold after an erasure needs new model extractions (a model spec whose batched request
 included an erased event), the job makes them with the configured extractor — sharded on Ray when
 Ray is on — and resumes the erasure.
