@@ -17,9 +17,10 @@ events' rows (the patch needs them: their fact and rejection counts, and their s
 The snapshot purge that follows removes every other snapshot holding an erased event, and the
 refold step resumes from the patched one, so the erasure refold costs what the erased events
 touched, wherever in the log they are. When the patch cannot be made (shred mode: the log must
-be decrypted to read it; a model request that spanned erased and surviving events: that surviving
-event must be extracted again; a missing input; no snapshot) the snapshot is left to the purge
-and the refold resumes from an older snapshot or the start, as before.
+be decrypted to read it; a store on object storage, whose snapshots are objects, not folders to
+patch in place; a model request that spanned erased and surviving events: that surviving event
+must be extracted again; a missing input; no snapshot) the snapshot is left to the purge and the
+refold resumes from an older snapshot or the start, as before.
 """
 
 from __future__ import annotations
@@ -211,6 +212,13 @@ def _skipped(mode: str, any_erased: bool) -> PurgeResult:
                                   "the refold resumes from an older one",))
 
 
+def _on_objects() -> PurgeResult:
+    """The patcher's receipt line on object storage, where snapshots are not patched in place."""
+    return PurgeResult(STORE, 0, ("not patched: the store is on object storage (snapshots are patched in place "
+                                  "only on a local store); the snapshot purge removes every snapshot that holds "
+                                  "the erased events, and the refold resumes from an older one",))
+
+
 def _not_held(info: SnapshotInfo | None) -> PurgeResult:
     if info is None:
         return PurgeResult(STORE, 0, ("no snapshot of the current spec: nothing to patch",))
@@ -239,6 +247,8 @@ class SnapshotPatcher:
             self._seqs = dict(zip(event_ids, seqs))
         if self.mem.mode == "shred" or not event_ids:
             return _skipped(self.mem.mode, bool(event_ids))
+        if not self.mem.layout.is_local:
+            return _on_objects()
         spec: Future = Future()
         spec.set_result(_current_spec(self.mem))
         info = self._snapshot(spec)
@@ -253,6 +263,8 @@ class SnapshotPatcher:
         erased = set(event_ids)
         if self.mem.mode == "shred" or not erased:
             return _skipped(self.mem.mode, bool(erased))
+        if not self.mem.layout.is_local:
+            return _on_objects()
         # the current spec and every retraction: one read of the log on a thread of its own from the
         # start (the erasure rewrote and cleaned up the log, so its table is loaded again first:
         # ~5 ms of delta-rs with the GIL released, ~17 under load), which the patch needs only after
@@ -326,7 +338,7 @@ class SnapshotPatcher:
     def _snapshot(self, spec: "Future | _Part") -> SnapshotInfo | None:
         """The newest snapshot of the current spec (see :meth:`_target`), or None."""
         store = self._store()
-        if not store.enabled:
+        if store.root is None:  # object storage: no in-place patch; the snapshot purge removes the holders
             return None
         specs = store.spec_hashes()
         snaps = store.newest(specs[0] if len(specs) == 1 else spec.result().hash, at_most=1 << 62)

@@ -19,17 +19,27 @@ tombstones keep links), and no event in the snapshot's contained set may have be
 :meth:`SnapshotStore.purge` removes every snapshot containing an erased event, plus any temporary
 folder (whose contents are unknown); the erasure procedure calls it.
 
-Only local store roots keep snapshots; on object stores the fold runs without them. The manifest
-as a value is :class:`~refold.storage.snapshot_info.SnapshotInfo`.
+On object storage (``s3://`` …) the same files are objects under the same keys, through the
+store-files port (:mod:`refold.storage.objects`): a snapshot is built in a private local temporary
+folder exactly as above, each file is uploaded, and the manifest is created LAST (create-if-absent)
+as the commit marker; readers list only positions whose manifest exists, so a half-uploaded
+snapshot is never read (purge, and prune for positions older than those it keeps, delete such
+leftovers). Reading downloads the files one at a time into a private temporary folder that is
+removed afterwards. An erasure's in-place patch needs the local folder; on object storage the
+erasure purges the snapshots holding erased events instead (:mod:`refold.erasing.snapshot_patch`).
+The manifest as a value is :class:`~refold.storage.snapshot_info.SnapshotInfo`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 import os
 import shutil
+import tempfile
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -50,6 +60,7 @@ from .snapshot_files import (Prepared, TableRead, _dictionary_columns, _edge_fil
                              prepare_contained, read_file)
 from .filemodes import apply_tree, make_dirs, modes_in
 from .layout import Layout
+from .objects import ObjectExistsError, StoreFiles
 from .snapshot_info import SnapshotInfo
 
 __all__ = ["Prepared", "SnapshotInfo", "SnapshotStore", "TableRead", "io_worker", "prepare_contained"]
@@ -83,15 +94,19 @@ class SnapshotStore:
         self.layout = layout
         self.root = Path(layout.snapshots) if layout.is_local else None
         self.storage_options = storage_options
+        #: the bucket's side files (object storage only; None on a local root)
+        self.objects: StoreFiles | None = None if layout.is_local else layout.files()
 
     @property
     def enabled(self) -> bool:
-        return self.root is not None
+        return self.root is not None or self.objects is not None
 
     # -- reading --------------------------------------------------------------------------------
 
     def list(self, spec_hash: str | None = None) -> list[SnapshotInfo]:
         """Complete snapshots (of ``spec_hash``, or all), oldest first per spec."""
+        if self.objects is not None:
+            return [info for _, info in self._object_snapshots(spec_hash) if info is not None]
         if self.root is None or not self.root.exists():
             return []
         specs = [self.root / spec_hash] if spec_hash else sorted(p for p in self.root.iterdir() if p.is_dir())
@@ -115,6 +130,8 @@ class SnapshotStore:
 
     def spec_hashes(self) -> list[str]:
         """The spec hashes with a snapshot folder (sorted; a folder may hold no complete snapshot)."""
+        if self.objects is not None:
+            return sorted({key.split("/")[1] for key in self._object_keys(None)})
         if self.root is None or not self.root.exists():
             return []
         return sorted(p.name for p in self.root.iterdir() if p.is_dir() and not p.name.startswith("."))
@@ -129,14 +146,15 @@ class SnapshotStore:
 
     def contained_array(self, info: SnapshotInfo) -> pa.Array:
         """The contained event ids as an Arrow string array (sorted, as written)."""
-        with pq.ParquetFile(Path(info.path) / "contained.parquet") as fh:
+        with self._local(info, ["contained"]) as here, pq.ParquetFile(Path(here.path) / "contained.parquet") as fh:
             return fh.read(columns=["event_id"])["event_id"].combine_chunks()
 
     def contained_table(self, info: SnapshotInfo) -> pa.Table:
         """The contained ids (``event_id``) and, in an indexed snapshot, each one's edge buckets
         (``buckets``), checked against the manifest digest."""
-        table = read_file(info, "contained", "contained", columns=list(
-            (_CONTAINED_INDEXED if info.indexed else _CONTAINED_SCHEMA).names))
+        with self._local(info, ["contained"]) as here:
+            table = read_file(here, "contained", "contained", columns=list(
+                (_CONTAINED_INDEXED if info.indexed else _CONTAINED_SCHEMA).names))
         assert table is not None
         return table.combine_chunks()
 
@@ -152,7 +170,8 @@ class SnapshotStore:
         ``use_threads=False``: each file is decoded on the calling thread (less CPU in all; for a
         caller whose other threads keep the cores busy).
         """
-        return TableRead(info, for_decode=for_decode, contained=contained, use_threads=use_threads).result()
+        with self._local(info) as here:
+            return TableRead(here, for_decode=for_decode, contained=contained, use_threads=use_threads).result()
 
     def load(self, info: SnapshotInfo, spec: FoldSpec) -> LiveFold:
         """A :class:`LiveFold` resumed from ``info`` (files checked against the manifest)."""
@@ -169,9 +188,12 @@ class SnapshotStore:
 
     def write(self, live: LiveFold) -> SnapshotInfo | None:
         """Snapshot ``live`` at its position; None when snapshots are off or it already exists."""
-        if self.root is None or live.last_seq < 0:
+        if not self.enabled or live.last_seq < 0:
             return None
-        if (self.root / live.spec.hash / f"{live.last_seq:012d}" / MANIFEST).exists():
+        if self.objects is not None:
+            if self.objects.exists(f"{_key(live.spec.hash, live.last_seq)}/{MANIFEST}"):
+                return None
+        elif (self.root / live.spec.hash / f"{live.last_seq:012d}" / MANIFEST).exists():
             return None
         live.refresh()  # roll-ups are stored too: bring them up to date with the merged edges
         with paused_gc():  # a tuple per edge: collector passes would walk the whole folded graph
@@ -181,8 +203,14 @@ class SnapshotStore:
         buckets = {b: edges.filter(pc.equal(which, b)) for b in range(count)}
         ids = _sorted_ids(live.contained)
         contained = pa.table([ids, event_buckets(edges, which, ids)], schema=_CONTAINED_INDEXED)
-        return self._write(live.spec.hash, live.last_seq, live.link, live.builder.stats, nodes, buckets,
-                           edges.num_rows, contained, index=node_index(edges, which))
+        args = (live.spec.hash, live.last_seq, live.link, live.builder.stats, nodes, buckets, edges.num_rows,
+                contained)
+        if self.objects is None:
+            return self._write(*args, index=node_index(edges, which))
+        with tempfile.TemporaryDirectory(prefix="refold-snapshot-") as staging:
+            built = self._write(*args, index=node_index(edges, which), root=Path(staging))
+            assert built is not None
+            return self._upload(built)
 
     def replace(self, info: SnapshotInfo, *, nodes: pa.Table, contained: "list[str] | pa.Array | pa.Table | Prepared",
                 stats,
@@ -205,7 +233,8 @@ class SnapshotStore:
         ``contained`` may also come encoded ahead (:func:`prepare_contained`).
         """
         if self.root is None:
-            raise StoreError("this store keeps no snapshots")
+            raise StoreError("snapshots are patched in place only on a local store; on object storage "
+                             "the erasure purges them")
         reuse: dict[int, tuple[Path, str]] = {}
         old_files = _edge_files(info)
         bucketed = bool(old_files) and old_files[0] != "edges"
@@ -240,12 +269,15 @@ class SnapshotStore:
 
     def _write(self, spec_hash: str, last_seq: int, link: str, stats, nodes: pa.Table,
                buckets: dict[int, pa.Table], edge_count: int, contained: "pa.Table | Prepared", *, replace: bool = False,
-               reuse: dict[int, tuple[Path, str]] | None = None, index: pa.Table | None = None) -> SnapshotInfo | None:
+               reuse: dict[int, tuple[Path, str]] | None = None, index: pa.Table | None = None,
+               root: Path | None = None) -> SnapshotInfo | None:
         """Write a snapshot folder: ``buckets`` (bucket number -> rows) and the ``reuse``d
         buckets' files (linked) make up its edges; ``contained``: the ids (sorted), with their
-        buckets when ``index`` is given (format 3)."""
-        assert self.root is not None
-        spec_dir = self.root / spec_hash
+        buckets when ``index`` is given (format 3). ``root``: instead of the store's folder (a
+        staging folder for an upload)."""
+        root = root or self.root
+        assert root is not None
+        spec_dir = root / spec_hash
         final = spec_dir / f"{last_seq:012d}"
         make_dirs(spec_dir)
         tmp = spec_dir / f".tmp-{uuid.uuid4().hex}"
@@ -322,22 +354,110 @@ class SnapshotStore:
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
 
+    # -- object storage -------------------------------------------------------------------------
+
+    def _upload(self, built: SnapshotInfo) -> SnapshotInfo | None:
+        """Upload the staged snapshot folder ``built``: its files, then its manifest LAST and only
+        if absent (the commit marker). None when another writer committed that position first."""
+        assert self.objects is not None
+        folder, key = Path(built.path), _key(built.spec_hash, built.last_seq)
+        for name in sorted(built.files):  # one file in memory at a time
+            self.objects.put(f"{key}/{name}.parquet", (folder / f"{name}.parquet").read_bytes())
+        try:
+            self.objects.create(f"{key}/{MANIFEST}", (folder / MANIFEST).read_bytes())
+        except ObjectExistsError:
+            return None
+        return dataclasses.replace(built, path=self.objects.url(key))
+
+    @contextlib.contextmanager
+    def _local(self, info: SnapshotInfo, names: list[str] | None = None) -> Iterator[SnapshotInfo]:
+        """``info`` with its files on the local disk: itself on a local store; on object storage a
+        copy whose path is a private temporary folder holding the files ``names`` (default all of
+        the manifest's), downloaded one at a time, removed when the block ends."""
+        if self.objects is None:
+            yield info
+            return
+        key = _key(info.spec_hash, info.last_seq)
+        with tempfile.TemporaryDirectory(prefix="refold-snapshot-") as staging:
+            for name in (info.files if names is None else names):
+                data = self.objects.get(f"{key}/{name}.parquet")
+                if data is None:
+                    raise StoreError(f"snapshot {info.path} has no {name}.parquet; delete it (refold rebuilds it)")
+                (Path(staging) / f"{name}.parquet").write_bytes(data)
+                del data
+            yield dataclasses.replace(info, path=staging)
+
+    def _object_keys(self, spec_hash: str | None) -> list[str]:
+        """Every key under ``snapshots/`` (of ``spec_hash``) shaped ``snapshots/SPEC/POSITION/FILE``."""
+        assert self.objects is not None
+        prefix = f"snapshots/{spec_hash}" if spec_hash else "snapshots"
+        return [k for k in self.objects.list(prefix) if k.count("/") == 3]
+
+    def _object_snapshots(self, spec_hash: str | None) -> list[tuple[str, SnapshotInfo | None]]:
+        """(position prefix, its snapshot or None when it has no readable manifest) for every
+        position prefix in the bucket, sorted (oldest first per spec)."""
+        assert self.objects is not None
+        keys = self._object_keys(spec_hash)
+        prefixes = sorted({k.rsplit("/", 1)[0] for k in keys})
+        marked = {k.rsplit("/", 1)[0] for k in keys if k.endswith(f"/{MANIFEST}")}
+        out: list[tuple[str, SnapshotInfo | None]] = []
+        for prefix in prefixes:
+            info = None
+            if prefix in marked:
+                try:
+                    info = SnapshotInfo.from_json(self.objects.get_json(f"{prefix}/{MANIFEST}"),  # type: ignore[attr-defined]
+                                                  self.objects.url(prefix))  # type: ignore[attr-defined]
+                except (ValueError, KeyError, TypeError, StoreError):
+                    info = None  # foreign or damaged: never used
+            out.append((prefix, info))
+        return out
+
+    def _delete_prefix(self, prefix: str) -> None:
+        """Delete a position's objects, the manifest first (readers stop seeing it at once)."""
+        assert self.objects is not None
+        self.objects.delete(f"{prefix}/{MANIFEST}")
+        for key in self.objects.list(prefix):
+            self.objects.delete(key)
+
     # -- removing -------------------------------------------------------------------------------
 
     def remove(self, info: SnapshotInfo) -> None:
+        if self.objects is not None:
+            self._delete_prefix(_key(info.spec_hash, info.last_seq))
+            return
         _remove_dir(Path(info.path))
 
     def prune(self, spec_hash: str, *, keep: int) -> list[SnapshotInfo]:
-        """Keep the ``keep`` newest snapshots of ``spec_hash``; return the removed ones."""
+        """Keep the ``keep`` newest snapshots of ``spec_hash``; return the removed ones. On object
+        storage it also deletes uncommitted uploads (no manifest) at positions older than the
+        oldest snapshot kept (a newer one may still be uploading)."""
         snaps = self.list(spec_hash)
         old = snaps[:-keep] if keep > 0 else snaps
         for info in old:
             self.remove(info)
+        if self.objects is not None and snaps[len(old):]:
+            oldest_kept = snaps[len(old)].last_seq
+            for prefix, info in self._object_snapshots(spec_hash):
+                position = prefix.rsplit("/", 1)[1]
+                if info is None and position.isdigit() and int(position) < oldest_kept:
+                    self._delete_prefix(prefix)
         return old
 
     def _hits(self, event_ids: Iterable[str]) -> tuple[list[SnapshotInfo], list[Path]]:
         wanted = set(event_ids)
-        hits, partial = [], []
+        hits: list[SnapshotInfo] = []
+        partial: list[Path] = []
+        if self.objects is not None:
+            for prefix, info in self._object_snapshots(None):
+                if info is None:
+                    partial.append(Path(prefix))  # an unfinished upload or a damaged one: contents unknown
+                    continue
+                try:
+                    if wanted & self.contained_ids(info):
+                        hits.append(info)
+                except (OSError, pa.ArrowException, StoreError):
+                    hits.append(info)  # unreadable list: cannot prove it is clean
+            return hits, partial
         if self.root is None or not self.root.exists():
             return hits, partial
         for folder in (p for p in self.root.iterdir() if p.is_dir()):
@@ -365,12 +485,22 @@ class SnapshotStore:
         for info in hits:
             self.remove(info)
         for path in partial:
-            _remove_dir(path)
+            if self.objects is not None:
+                self._delete_prefix(path.as_posix())
+            else:
+                _remove_dir(path)
         return PurgeResult("snapshots", len(hits) + len(partial), self._detail(hits, partial))
 
     def _detail(self, hits: list[SnapshotInfo], partial: list[Path]) -> tuple[str, ...]:
+        if self.objects is not None:  # keys relative to the store root
+            return tuple(sorted([*(_key(h.spec_hash, h.last_seq) for h in hits), *(p.as_posix() for p in partial)]))
         root = Path(self.layout.root)
         return tuple(sorted(os.path.relpath(p, root) for p in [*(Path(h.path) for h in hits), *partial]))
+
+
+def _key(spec_hash: str, last_seq: int) -> str:
+    """The key prefix of a snapshot's objects on object storage (relative to the store root)."""
+    return f"snapshots/{spec_hash}/{last_seq:012d}"
 
 
 def _remove_dir(path: Path) -> None:
