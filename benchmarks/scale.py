@@ -149,10 +149,11 @@ def step(name: str, root: Path, n: int, use_ray: bool, engine: str = "partitione
             mem.facts(subject=name_, current_only=True)
             times.append(time.perf_counter() - t0)
         out.update(median=statistics.median(times), rows=first.height)
-        t0 = time.perf_counter()
-        whole = mem.facts()
-        out.update(whole_s=time.perf_counter() - t0, whole_rows=whole.height)
-        derived = whole.filter(whole["derivation"] == "works_in")["fact_id"].to_list()
+        if n <= WHOLE_READ_MAX:
+            t0 = time.perf_counter()
+            whole = mem.facts()
+            out.update(whole_s=time.perf_counter() - t0, whole_rows=whole.height)
+        derived = mem.facts(subject=name_, relation="works_in")["fact_id"].to_list()
         if derived:
             t0 = time.perf_counter()
             mem.why(derived[len(derived) // 2])
@@ -163,6 +164,12 @@ def step(name: str, root: Path, n: int, use_ray: bool, engine: str = "partitione
         raise SystemExit(f"unknown step {name!r}")
     out.update(seconds=time.perf_counter() - start, rss=_rss())
     return out
+
+
+#: the largest store whose whole state the read step also reads: the workload's works_in history
+#: grows with (moves × staff), so the whole-state answer at 1M events holds tens of millions of
+#: derived rows (it took 24 GB here) — what any engine must return for that question
+WHOLE_READ_MAX = 300_000
 
 
 def _time_state_steps() -> dict[str, float]:
@@ -280,8 +287,9 @@ def report(label: str, results: dict[int, dict]) -> bool:
               f"(target <= 50 ms)")
         print("  peak RSS GiB per step: " + ", ".join(
             f"{step_} {r[step_]['rss'] / gib:.2f}" for step_ in ("append", "fold", "refold", "incremental", "erase", "read")))
-        print(f"  reads: whole state facts() {r['read']['whole_s']:.2f} s ({r['read']['whole_rows']} rows)"
-              + (f", why of a works_in fact {r['read']['why_s']:.2f} s" if "why_s" in r["read"] else ""))
+        whole = (f"whole state facts() {r['read']['whole_s']:.2f} s ({r['read']['whole_rows']} rows)"
+                 if "whole_s" in r["read"] else f"whole state not read (over {WHOLE_READ_MAX:,} events)")
+        print(f"  reads: {whole}" + (f", why of a works_in fact {r['read']['why_s']:.2f} s" if "why_s" in r["read"] else ""))
         print("  checks: " + ", ".join(f"{k}: {'yes' if v else 'NO'}" for k, v in checks.items()))
     return ok
 

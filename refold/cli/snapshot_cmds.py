@@ -32,7 +32,7 @@ def snapshot(store: str, list_only: bool, keep: int | None, as_json: bool) -> No
             emit_json(info.as_json() if info else None)
             return
         if info is None:
-            click.echo("nothing to snapshot (empty log, or a store without local snapshots)")
+            click.echo("nothing to snapshot (the log is empty)")
             return
         click.echo(f"snapshot at seq {info.last_seq} ({info.events} events) of spec {info.spec_hash}: "
                    f"{info.nodes} nodes, {info.edges} facts, {info.contained} contributing events")
