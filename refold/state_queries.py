@@ -76,10 +76,18 @@ def facts_from_state(store: StateStore, tag: StateTag, overlay: "StateOverlay | 
         return pl.DataFrame(schema=FACT_COLUMNS)
     nodes = _subject_nodes(tag, subject, tenant) if subject is not None else None
     df = _rows(store, tag, overlay, nodes=nodes, relation=input_relations(tag, relation), tenant=tenant)
+    # a roll-up's validity is the intersection of its inputs': it is valid at t (or open) exactly
+    # when both inputs are, so filtering the inputs first derives only the rows asked for (a
+    # whole-state current read no longer derives every closed row of the history)
+    if valid_at is not None:
+        df = df.filter((pl.col("valid_from") <= valid_at)
+                       & (pl.col("valid_to").is_null() | (pl.col("valid_to") > valid_at)))
+    if current_only:
+        df = df.filter(pl.col("valid_to").is_null())
     df = with_rollups(store, tag, df, subjects=nodes, overlay=overlay)
     if relation is not None:
         df = df.filter(pl.col("relation") == relation)
-    if valid_at is not None:
+    if valid_at is not None:  # (again for the partners a subject's roll-ups read)
         df = df.filter((pl.col("valid_from") <= valid_at)
                        & (pl.col("valid_to").is_null() | (pl.col("valid_to") > valid_at)))
     if current_only:
