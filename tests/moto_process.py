@@ -12,6 +12,8 @@ child process, stopped when the module's tests end. ``process_bucket``: a fresh 
 
 from __future__ import annotations
 
+import contextlib
+import os
 import subprocess
 import sys
 import uuid
@@ -33,10 +35,12 @@ server.stop()
 """
 
 
-@pytest.fixture(scope="module")
-def moto_process() -> Iterator[MotoServer]:
+@contextlib.contextmanager
+def running_moto(env: dict[str, str] | None = None) -> Iterator[MotoServer]:
+    """A moto server in a child process for the ``with`` block; ``env``: moto settings for it
+    (e.g. ``INITIAL_NO_AUTH_ACTION_COUNT=0`` for a server that checks credentials)."""
     proc = subprocess.Popen([sys.executable, "-c", _SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True)
+                            stderr=subprocess.DEVNULL, text=True, env={**os.environ, **(env or {})})
     try:
         endpoint = proc.stdout.readline().strip()
         if not endpoint.startswith("http://"):
@@ -49,6 +53,12 @@ def moto_process() -> Iterator[MotoServer]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+@pytest.fixture(scope="module")
+def moto_process() -> Iterator[MotoServer]:
+    with running_moto() as server:
+        yield server
 
 
 def new_bucket(server: MotoServer, *, versioned: bool = False) -> Bucket:

@@ -23,7 +23,6 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import polars as pl
 import pytest
@@ -31,44 +30,21 @@ import pytest
 import refold
 from refold.fold.spec import FoldSpec
 from refold.storage.store_options import RETRY_DEFAULTS, arrow_filesystem, with_defaults
+from tests.moto_process import running_moto
 from tests.object_store import MotoServer
-from tests.ray_head import REPO, chat_events, head, submit, summary, wait_for_http  # noqa: F401 - head: the fixture
+from tests.ray_head import REPO, chat_events, head, submit, summary  # noqa: F401 - head: the fixture
 
 N_EVENTS = 120
-MOTO = str(Path(sys.executable).parent / "moto_server")
 
 
 def _events(n: int = N_EVENTS) -> list[dict]:
     return chat_events(n)
 
 
-def _start_moto(env: dict[str, str] | None = None) -> tuple[subprocess.Popen, MotoServer]:
-    from tests.ray_head import free_ports
-
-    (port,) = free_ports(1)
-    proc = subprocess.Popen([MOTO, "-H", "127.0.0.1", "-p", str(port)], env={**os.environ, **(env or {})},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    server = MotoServer(endpoint=f"http://127.0.0.1:{port}")
-    wait_for_http(f"{server.endpoint}/moto-api/", proc, what="moto_server")
-    return proc, server
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
 @pytest.fixture(scope="module")
 def s3() -> Iterator[MotoServer]:
-    proc, server = _start_moto()
-    try:
+    with running_moto() as server:
         yield server
-    finally:
-        _stop(proc)
 
 
 @pytest.fixture
@@ -157,14 +133,11 @@ def test_a_job_names_an_endpoint_it_cannot_reach(bucket):
 
 
 def test_a_job_names_refused_credentials():
-    proc, server = _start_moto({"INITIAL_NO_AUTH_ACTION_COUNT": "0"})  # a server that checks keys
-    try:
+    with running_moto({"INITIAL_NO_AUTH_ACTION_COUNT": "0"}) as server:  # a server that checks keys
         uri = "s3://refold-locked/store"
         # the credentials reach the job through its environment (the runtime-env way), not a flag
         error = _one_line_error(_run_job("refold.jobs.erase", uri, "--subject", "s-x",
                                          env={**server.env(), "AWS_ACCESS_KEY_ID": "unknown"}))
-    finally:
-        _stop(proc)
     assert uri in error and "credentials were refused" in error  # (a HEAD answer has no S3 error code)
 
 
