@@ -252,7 +252,7 @@ def test_a_job_rides_out_transient_object_store_errors_with_the_default_retries(
 
 @pytest.mark.ray
 @pytest.mark.slow
-def test_project_and_refold_jobs_on_a_head_node_with_the_store_in_a_bucket(head, s3, bucket, tmp_path):
+def test_project_refold_and_erase_jobs_on_a_head_node_with_the_store_in_a_bucket(head, s3, bucket, tmp_path):
     uri = f"s3://{bucket}/store"
     opts = s3.storage_options()
     mem = refold.init(uri, storage_options=opts)
@@ -292,6 +292,19 @@ def test_project_and_refold_jobs_on_a_head_node_with_the_store_in_a_bucket(head,
     # nor a side file under a local folder named after the URI (an s3:// string taken for a path)
     assert not [*head.temp.rglob("s3:"), *tmp_path.rglob("s3:"), *REPO.glob("s3:")]
     assert any(k.startswith("store/extractions/_delta_log/") for k in _keys(s3, bucket))
+
+    # 3. an erasure backfill of two subjects as one batch, on the bucket, from a subjects file
+    subjects = tmp_path / "subjects.txt"
+    subjects.write_text("s-ana\ns-ben\n")
+    done = submit(head, "refold.jobs.erase", uri, "--subjects-file", str(subjects), "--no-progress",
+                  "--storage-options", json.dumps(opts))
+    out = summary(done)
+    assert done.returncode == 0 and out["ok"], (out, done.stderr[-3000:])
+    assert {s["subject"]: s["status"] for s in out["subjects"]} == {"s-ana": "erased", "s-ben": "erased"}
+    erased = refold.open(uri, storage_options=opts)
+    assert not [e for e in erased.events() if {"s-ana", "s-ben"} & set(e.subjects)]
+    assert erased.verify().ok
+    assert any(k.startswith("store/receipts/batches/") for k in _keys(s3, bucket))
 
 
 def _keys(s3: MotoServer, bucket: str) -> list[str]:
