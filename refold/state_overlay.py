@@ -161,38 +161,21 @@ def state_overlay(mem: "Memory", spec: FoldSpec, store: StateStore, tag: StateTa
     after = pl.from_arrow(pa.Table.from_pylist(fresh, schema=FACT_SCHEMA))
     rows, gone = after.filter(pl.col("fact_id").is_in(pl.Series(sorted(changed), dtype=pl.Utf8).implode())), set()
     if stored_rules(spec.rollups) and changed:  # compose roll-ups: derived by the read itself
-        derived, gone = _derived(spec, store, tag, current, after, changed)
+        derived, gone = _derived(spec, current, after, changed, buckets=tag.buckets)
         rows = pl.concat([rows, derived.select(rows.columns).cast(rows.schema)])
     return StateOverlay(rows=rows, gone=frozenset(gone), names=_new_names(spec, store, tag, items), pending=pending,
                         overlaid=len(tail))
 
 
-def _derived(spec: FoldSpec, store: StateStore, tag: StateTag, current: pl.DataFrame, after: pl.DataFrame,
-             changed: set[str]) -> tuple[pl.DataFrame, set[str]]:
+def _derived(spec: FoldSpec, current: pl.DataFrame, after: pl.DataFrame, changed: set[str], *,
+             buckets: int) -> tuple[pl.DataFrame, set[str]]:
     """(derived rows with an input among ``changed``, ids of the tables' derived rows no longer
-    derived): the roll-ups over the touched subjects' rows before (``current``) and after
-    (``after``) the overlay, with the rows of other subjects they join."""
-    rules = stored_rules(spec.rollups)  # the tables' own roll-ups (compose ones are read-time)
-    compose = [r for r in rules if r.kind == "compose"]
-    firsts = sorted({r.inputs[0] for r in compose})
-    seconds = sorted({r.inputs[1] for r in compose})
-    hot = after.filter(pl.col("fact_id").is_in(pl.Series(sorted(changed), dtype=pl.Utf8).implode()))
-    # a changed first input joins the second inputs of its object; a changed second input is
-    # joined by the first inputs pointing at its subject
-    heads = set(hot.filter(pl.col("relation").is_in(firsts))["object"].to_list())
-    middles = set(hot.filter(pl.col("relation").is_in(seconds))["subject"].to_list())
-    partners = [after.clear()]
-    if heads and seconds:
-        partners.append(_read(store, tag, buckets={bucket_of(h, tag.buckets) for h in heads},
-                              filter=pc.field("relation").isin(seconds) & _isin("subject", heads)))
-    if middles and firsts:
-        partners.append(_read(store, tag, filter=pc.field("relation").isin(firsts) & _isin("object", middles)))
-    mine = set(current["fact_id"].to_list()) | set(after["fact_id"].to_list())
-    others = pl.concat(partners).filter(~pl.col("fact_id").is_in(pl.Series(sorted(mine), dtype=pl.Utf8).implode()))
-    new = derive_frame(rules, pl.concat([after, others]).unique("fact_id", maintain_order=True),
-                       buckets=tag.buckets, touching=changed)
-    old = derive_frame(rules, pl.concat([current, others]).unique("fact_id", maintain_order=True),
-                       buckets=tag.buckets, touching=changed)
+    derived): the stored roll-ups (inverse rules: one input row each, so no other subject's rows
+    join in) over the touched subjects' rows after (``after``) and before (``current``) the
+    overlay. Compose roll-ups are derived by the read itself (refold.state_rollups)."""
+    rules = stored_rules(spec.rollups)
+    new = derive_frame(rules, after, buckets=buckets, touching=changed)
+    old = derive_frame(rules, current, buckets=buckets, touching=changed)
     return new, set(old["fact_id"].to_list()) - set(new["fact_id"].to_list())
 
 
