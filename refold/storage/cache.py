@@ -24,7 +24,7 @@ from refold.fold.errors import StoreError
 from refold.fold.extract import Extraction
 from .cache_rows import (CACHE_SCHEMA, FACT_COLUMNS, CachedFacts, _row_to_extraction,  # noqa: F401 - re-exported
                          _to_table, facts_by_id)
-from .delta_io import Bounds, read_arrow, read_files
+from .delta_io import Bounds, never_null, read_arrow, read_files
 from .table_handles import TableHandle, shared_table
 from .filemodes import apply_commit, apply_tree
 from .layout import Layout
@@ -209,7 +209,7 @@ class ExtractionCache:
                 with handle.fresh() as dt:
                     if dt is None:
                         raise StoreError(f"the extraction cache at {self.path} disappeared; fold again")
-                    fresh = self._fresh(dt, unique)
+                    fresh = self._fresh(dt, unique, seqs or {})
                     if not fresh:
                         return 0
                     rows = _to_table(fresh, seqs or {})
@@ -234,13 +234,14 @@ class ExtractionCache:
             time.sleep(random.uniform(0, min(0.01 * (attempt + 1), 0.2)))
         raise StoreError(f"extraction cache: gave up after {max_attempts} commit conflicts; retry")
 
-    def _fresh(self, dt: DeltaTable, unique: dict[tuple[str, str], Extraction]) -> list[Extraction]:
+    def _fresh(self, dt: DeltaTable, unique: dict[tuple[str, str], Extraction],
+               seqs: dict[str, int]) -> list[Extraction]:
         """The extractions of ``unique`` whose key ``dt`` (the newest version) does not hold."""
         absent = self._absent
         if (absent is not None and absent[0] is dt and absent[1] == dt.version()
                 and all(spec == absent[2] and eid in absent[3] for eid, spec in unique)):
             return list(unique.values())  # get() just saw none of them at this version
-        present = _present(dt, unique)
+        present = _present(dt, unique, seqs)
         return [x for key, x in unique.items() if key not in present]
 
     def purge(self, event_ids: Iterable[str]) -> PurgeResult:
@@ -309,9 +310,17 @@ def _spans(seqs: Iterable[int], most: int = 32) -> list[tuple[int, int]]:
     return [(a, b) for a, b in spans]
 
 
-def _present(dt: DeltaTable, unique: dict[tuple[str, str], Extraction]) -> set[tuple[str, str]]:
-    """Which of these (event_id, spec_hash) keys the table holds at ``dt``'s version."""
+def _present(dt: DeltaTable, unique: dict[tuple[str, str], Extraction],
+             seqs: dict[str, int]) -> set[tuple[str, str]]:
+    """Which of these (event_id, spec_hash) keys the table holds at ``dt``'s version.
+
+    An event's row always carries the event's seq when it has one, so where ``seqs`` gives every
+    id's seq and no stored row lacks one, only the files whose seq range can hold them are read:
+    a fold's stream of writes reads its last few files, not every file whose id range (which
+    caller-chosen ids do not keep ordered) spans theirs."""
     ids = sorted({eid for eid, _ in unique})
-    rows = read_arrow(dt, CACHE_SCHEMA, columns=["event_id", "spec_hash"], filter=_ids_filter(ids),
-                      prune=_ids_range(ids))
+    prune = _ids_range(ids)
+    if all(eid in seqs for eid in ids) and never_null(dt, "seq"):
+        prune = [{"seq": span} for span in _spans(seqs[eid] for eid in ids)]
+    rows = read_arrow(dt, CACHE_SCHEMA, columns=["event_id", "spec_hash"], filter=_ids_filter(ids), prune=prune)
     return set(zip(rows["event_id"].to_pylist(), rows["spec_hash"].to_pylist()))

@@ -32,7 +32,7 @@ from deltalake import DeltaTable
 
 from .store_options import arrow_filesystem, arrow_paths
 
-__all__ = ["Bounds", "parquet_dataset", "read_arrow", "read_files"]
+__all__ = ["Bounds", "never_null", "parquet_dataset", "read_arrow", "read_files"]
 
 
 #: One pruning alternative: column → (low, high), inclusive; None leaves that end open (a null
@@ -182,6 +182,24 @@ class _FileStats:
             self._columns[name] = ((self.actions[f"min.{name}"].to_pylist(), self.actions[f"max.{name}"].to_pylist())
                                    if f"min.{name}" in names and f"max.{name}" in names else None)
         return self._columns[name]
+
+    def never_null(self, name: str) -> bool:
+        """Whether the log's statistics show no null ``name`` in any file (False when a file
+        keeps no null count for it)."""
+        key = f"null_count.{name}"
+        if key not in self.actions.column_names:
+            return not self.paths
+        counts = self.actions[key]
+        return counts.null_count == 0 and pc.sum(counts).as_py() in (0, None)
+
+
+def never_null(dt: DeltaTable, name: str) -> bool:
+    """Whether no data file of ``dt`` holds a null ``name`` (from the log's statistics): then a
+    read pruned on ``name``'s ranges misses no row it could hold."""
+    try:
+        return _file_stats(dt).never_null(name)
+    except Exception:  # noqa: BLE001 - no statistics: not known
+        return False
 
 
 #: id(DeltaTable) → (a weak reference to it, its statistics at one version): a fold prunes the
