@@ -38,7 +38,7 @@ from refold.fold.events import Event
 from refold.fold.extract import Extractor
 from refold.fold.partition import (
     DEFAULT_BUCKETS, FACT_SCHEMA, ITEM_SCHEMA, advance_subjects, bucket_of, derive_frame, entities_from_names,
-    entity_names, entity_rows, fold_partition, items_of, read_time_rules, stored_rules,
+    entity_rows, first_surfaces, items_of, merge_items, names_of_surfaces, read_time_rules, stored_rules,
 )
 from refold.fold.spec import FoldSpec
 from refold.folding import FoldReport, extract_missing, needs_extraction
@@ -190,21 +190,32 @@ def merge_group(store: StateStore, spec: FoldSpec, group: Sequence[int], *, buck
 
 
 def merge_buckets(store: StateStore, spec: FoldSpec, group: Sequence[int], *, buckets: int) -> pa.Table:
-    """Merged rows of the buckets ``group``, each folded alone from the store's items table.
+    """Merged rows of the buckets ``group`` from the store's items table (subjects never span
+    buckets, so the group merges as one: :func:`~refold.fold.partition.merge_items`).
 
     Reads only those partitions; a failure names the bucket (:class:`PartitionError`)."""
-    rows: list[dict[str, Any]] = []
+    parts = []
     for bucket in group:
         try:
-            part = store.read("items", buckets=[bucket])
-            part = part.sort_by([("seq", "ascending"), ("ordinal", "ascending")])
-            rows += fold_partition(spec, _dicts(part), buckets=buckets)
+            parts.append(store.read("items", buckets=[bucket]))
         except RefoldError:
             raise
         except Exception as exc:  # noqa: BLE001 - name the partition, keep the cause
-            raise PartitionError(f"folding partition bucket={bucket} of {store.root} failed: {exc!r}; "
+            raise PartitionError(f"reading partition bucket={bucket} of {store.root} failed: {exc!r}; "
                                  "rerun the fold (finished partitions are kept)") from exc
-    return pa.Table.from_pylist(rows, schema=FACT_SCHEMA)
+    try:
+        return _merge(spec, pa.concat_tables(parts), buckets)
+    except RefoldError:
+        raise
+    except Exception as exc:  # noqa: BLE001
+        raise PartitionError(f"folding partitions bucket={_group_name(group)} of {store.root} failed: {exc!r}; "
+                             "rerun the fold (finished partitions are kept)") from exc
+
+
+def _merge(spec: FoldSpec, items: pa.Table, buckets: int) -> pa.Table:
+    """Merged rows (:data:`FACT_SCHEMA`) of ``items`` (whole subjects' item rows)."""
+    merged = merge_items(spec, pl.from_arrow(items), buckets=buckets, rows=lambda f: _dicts(f.to_arrow()))
+    return merged.to_arrow().select(FACT_SCHEMA.names).cast(FACT_SCHEMA)
 
 
 def fold_state(mem: "Memory", spec: FoldSpec, *, extractor: Extractor | None, full: bool = False,
@@ -344,18 +355,17 @@ def _finish(mem, spec, store: StateStore, *, head: _Head, tenants: Iterable[str]
 
 def _full_entities(spec: FoldSpec, store: StateStore, buckets: int) -> tuple[int, int]:
     """The entity stage of a full fold, bucket group by bucket group: first every node's names
-    (the items naming a group's nodes: their subjects' or objects' bucket is in the group), then
-    the summaries of each group's subjects; returns (entities version, merged row count)."""
+    (one pass over the items, a group's partitions at a time: each group gives the first
+    occurrence of each surface it names, objects in other buckets included), then the
+    summaries of each group's subjects; returns (entities version, merged row count)."""
     groups = _groups(buckets, group_size(store, buckets))
-    names = []
-    for group in groups:
-        wanted = pa.array(group, pa.int32())
-        naming = pc.field("bucket").isin(wanted) | pc.field("object_bucket").isin(wanted)
-        items = pl.from_arrow(store.read("items", columns=_OCC_COLUMNS, filter=naming))
-        names.append(entity_names(spec, items, buckets_in=group))
-    name_of = {n: s[0] for frame in names for n, s in zip(frame["node"].to_list(), frame["surfaces"].to_list())}
+    partials = [first_surfaces(spec, pl.from_arrow(store.read("items", buckets=group, columns=_OCC_COLUMNS)))
+                for group in groups]
+    names = names_of_surfaces(pl.concat(partials))
+    name_of = dict(zip(names["node"].to_list(), (s[0] for s in names["surfaces"].to_list())))
     version, merged_rows = -1, 0
-    for group, found in zip(groups, names):
+    for group in groups:
+        found = names.filter(pl.col("bucket").is_in(pl.Series(group, dtype=pl.Int32).implode()))
         merged = pl.from_arrow(store.read("facts", buckets=group, columns=_SUMMARY_COLUMNS,
                                           layer="merged"))
         merged_rows += merged.height
@@ -659,11 +669,10 @@ def purge_state(store: StateStore, spec: FoldSpec, event_ids: Sequence[str]) -> 
     items = store.read("items", buckets=where)
     surviving = items.filter(pc.invert(_isin("event_id", event_ids)))
     store.write("items", surviving, buckets=where)
-    mine = surviving.filter(_isin("subject_node", subjects)).sort_by([("seq", "ascending"), ("ordinal", "ascending")])
-    fresh = fold_partition(spec, _dicts(mine), buckets=buckets)
+    fresh = _merge(spec, surviving.filter(_isin("subject_node", subjects)), buckets)
     old = pl.from_arrow(store.read("facts", buckets=_buckets(subjects, buckets), layer="merged"))
     mask = _among("subject", subjects)
-    merged = pl.concat([old.filter(~mask), pl.from_arrow(pa.Table.from_pylist(fresh, schema=FACT_SCHEMA))])
+    merged = pl.concat([old.filter(~mask), pl.from_arrow(fresh)])
     # rewritten, not appended: every version of these buckets' rows goes, then the vacuum
     store.write("facts", merged.to_arrow(), buckets=_buckets(subjects, buckets), layer="merged")
     _finish(None, spec, store, head=_Head(tag.log_seq, tag.log_link), tenants=tag.tenants, buckets=buckets,

@@ -30,7 +30,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import networkx as nx
@@ -39,14 +39,16 @@ import pyarrow as pa
 
 from .events import Event, Fact
 from .extract import ExtractedFact, Extraction
+from .columnar import simple_edges, split_simple
 from .merge import GraphBuilder, MergeChanges, MergeStats, entity_key, fact_id_of, node_id
 from .rollups import summarize
 from .spec import FoldSpec
 
 __all__ = [
     "DEFAULT_BUCKETS", "ENTITY_SCHEMA", "FACT_SCHEMA", "ITEM_SCHEMA", "advance_subjects", "bucket_of",
-    "derive_for_subjects", "derive_frame", "entities_from_names", "entity_names", "entity_rows", "fold_pairs", "fold_partition",
-    "items_frame", "items_of", "merged_frame", "read_time_rules", "stored_rules", "subject_buckets",
+    "derive_for_subjects", "derive_frame", "entities_from_names", "entity_names", "entity_rows", "first_surfaces",
+    "fold_pairs", "fold_partition",
+    "items_frame", "items_of", "merge_items", "merged_frame", "names_of_surfaces", "read_time_rules", "stored_rules", "subject_buckets",
 ]
 
 #: Buckets of a new state: a full fold's peak memory follows the largest bucket (~1/64 of the
@@ -176,6 +178,30 @@ def fold_partition(spec: FoldSpec, items: Iterable[dict[str, Any]], *, buckets: 
     for event, extraction in _pairs(items, spec.hash):
         builder.apply(event, extraction)
     return _merged_rows(builder.graph, buckets)
+
+
+def merge_items(spec: FoldSpec, items: pl.DataFrame, *, buckets: int,
+                rows: Callable[[pl.DataFrame], Iterable[dict[str, Any]]] | None = None) -> pl.DataFrame:
+    """Merged rows (:data:`FACT_SCHEMA`, sorted by (recorded_seq, fact_id)) of ``items`` (item
+    rows of any set of whole subjects, in any order): what :func:`fold_partition` gives for them.
+
+    The groups whose merge has a closed form are merged as polars expressions
+    (:mod:`refold.fold.columnar`); the others go through :func:`fold_partition`, whose item
+    dicts ``rows`` makes from a frame (default: ``iter_rows(named=True)``)."""
+    simple, rest = split_simple(spec, items)
+    parts = []
+    if simple.height:
+        parts.append(simple_edges(simple, fact_id=fact_id_of).cast(FACT_POLARS))
+    if rest.height:
+        made = fold_partition(spec, (rows or _named_rows)(rest), buckets=buckets)
+        parts.append(merged_frame(made))
+    if not parts:
+        return pl.DataFrame(schema=FACT_POLARS)
+    return pl.concat(parts).sort(["recorded_seq", "fact_id"])
+
+
+def _named_rows(frame: pl.DataFrame) -> Iterable[dict[str, Any]]:
+    return frame.iter_rows(named=True)
 
 
 def advance_subjects(spec: FoldSpec, current: Iterable[dict[str, Any]], items: Iterable[dict[str, Any]], *,
@@ -374,9 +400,26 @@ def entity_names(spec: FoldSpec, items: pl.DataFrame, *, nodes: Iterable[str] | 
         occ = occ.filter(pl.col("node").is_in(pl.Series(sorted(set(nodes)), dtype=pl.Utf8).implode()))
     if buckets_in is not None:
         occ = occ.filter(pl.col("bucket").is_in(pl.Series(sorted(set(buckets_in)), dtype=pl.Int32).implode()))
-    return (occ.sort(["seq", "ordinal", "pos"])
-            .group_by("node", maintain_order=True)
-            .agg(pl.col("tenant").first(), pl.col("surface").unique(maintain_order=True).alias("surfaces")))
+    return names_of_surfaces(occ)
+
+
+def first_surfaces(spec: FoldSpec, items: pl.DataFrame) -> pl.DataFrame:
+    """The first occurrence of each (node, surface name) in ``items``: a partial of the name
+    stage. Partials of any split of the items, concatenated, give :func:`names_of_surfaces`
+    the same names as all the items at once (a full fold reads the items a bucket group at a
+    time, and a node is named by items in its subjects' buckets too)."""
+    return _firsts(occurrences(spec, items))
+
+
+def names_of_surfaces(occ: pl.DataFrame) -> pl.DataFrame:
+    """(node, tenant, surfaces) from occurrences or :func:`first_surfaces` partials: each
+    node's distinct surfaces in order of first occurrence."""
+    return (_firsts(occ).group_by("node", maintain_order=True)
+            .agg(pl.col("tenant").first(), pl.col("bucket").first(), pl.col("surface").alias("surfaces")))
+
+
+def _firsts(occ: pl.DataFrame) -> pl.DataFrame:
+    return occ.sort(["seq", "ordinal", "pos"]).unique(["node", "surface"], keep="first", maintain_order=True)
 
 
 def entities_from_names(names: pl.DataFrame, merged: pl.DataFrame, name_of: dict[str, str], *,
@@ -434,9 +477,8 @@ def fold_pairs(spec: FoldSpec, pairs: Iterable[tuple[Event, Extraction | None]],
     memory: the partitioned fold without a store (tests, small logs)."""
     rows = [i for e, x in pairs for i in items_of(e, None if x is None else x.facts, buckets)]
     items = items_frame(rows)
-    merged_parts = []
-    for (bucket,), part in items.sort(["bucket", "seq", "ordinal"]).group_by(["bucket"], maintain_order=True):
-        merged_parts.append(merged_frame(fold_partition(spec, part.iter_rows(named=True), buckets=buckets)))
+    merged_parts = [merge_items(spec, part, buckets=buckets)
+                    for _, part in items.group_by(["bucket"], maintain_order=True)]
     merged = pl.concat(merged_parts) if merged_parts else merged_frame([])
     derived = derive_frame(spec.rollups, merged, buckets=buckets)
     return merged, derived, entity_rows(spec, items, merged, buckets=buckets)
