@@ -24,7 +24,7 @@ from refold.fold.spec import FoldSpec
 T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
 SPEC = FoldSpec()
 PEOPLE = ["Ada", "ada", "The Ada", " Ada ", "Bob", "Cy", "Dee", "!!!"]  # ("!!!": no entity key: rejected)
-PLACES = ["Acme", "acme", "Globex", "Paris", "Rome", "Oslo"]
+PLACES = ["Acme", "acme", "Globex", "Paris", "Rome", "Oslo", 'Zoë "Z" Ltd']
 RELATIONS = ["works_at", "employed_by", "located_in", "lives_in", "moved_to", "likes", "--"]  # ("--": no name)
 
 fact_st = st.tuples(st.sampled_from(PEOPLE + PLACES), st.sampled_from(RELATIONS), st.sampled_from(PLACES),
@@ -89,6 +89,9 @@ def check(pairs, buckets, valid_at=None):
                        "summary": json.loads(r["summary"]), "summary_sources": r["summary_sources"]}
            for r in entities.to_dicts()}
     assert got == nodes
+    # (the summary string is json.dumps's, byte for byte, names with quotes and accents included)
+    assert {r["node"]: r["summary"] for r in entities.to_dicts()} == \
+        {n: json.dumps(d["summary"], ensure_ascii=False) for n, d in graph.nodes(data=True)}
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

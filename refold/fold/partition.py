@@ -41,7 +41,6 @@ from .events import Event, Fact
 from .extract import ExtractedFact, Extraction
 from .columnar import simple_edges, split_simple
 from .merge import GraphBuilder, MergeChanges, MergeStats, entity_key, fact_id_of, node_id
-from .rollups import summarize
 from .spec import FoldSpec
 
 __all__ = [
@@ -425,26 +424,44 @@ def _firsts(occ: pl.DataFrame) -> pl.DataFrame:
 def entities_from_names(names: pl.DataFrame, merged: pl.DataFrame, name_of: dict[str, str], *,
                         buckets: int) -> pl.DataFrame:
     """Entity rows of the nodes in ``names`` (:func:`entity_names`), summaries from their current
-    ``merged`` rows as subject, the objects' names from ``name_of``."""
+    ``merged`` rows as subject, the objects' names from ``name_of``.
+
+    A summary is what :func:`refold.fold.rollups.summarize` gives, as ``json.dumps`` writes it
+    (relations in order of their first current fact by record order, each object's name in
+    that order), built as string columns: each distinct name and relation is encoded once."""
     if names.height == 0:
         return pl.from_arrow(ENTITY_SCHEMA.empty_table())
-    current = merged.filter(pl.col("valid_to").is_null() & pl.col("subject").is_in(names["node"].implode()))
-    by_subject: dict[str, list[dict]] = {}
-    for d in current.select(["subject", "relation", "object", "recorded_seq", "fact_id", "sources",
-                             "valid_to"]).to_dicts():
-        by_subject.setdefault(d["subject"], []).append(d)
-    missing = sorted({d["object"] for ds in by_subject.values() for d in ds} - name_of.keys())
+    current = (merged.filter(pl.col("valid_to").is_null() & pl.col("subject").is_in(names["node"].implode()))
+               .sort(["recorded_seq", "fact_id"]))
+    objects = current["object"].unique().to_list()
+    missing = sorted(set(objects) - name_of.keys())
     if missing:
         raise ValueError(f"entity rows: no surface name for {len(missing)} object node(s), e.g. {missing[0]!r}")
-    rows = []
-    for node, tenant, surfaces in zip(names["node"].to_list(), names["tenant"].to_list(),
-                                      names["surfaces"].to_list()):
-        mine = by_subject.get(node)
-        summary, sources = summarize(mine, name_of.__getitem__) if mine else ({}, [])
-        rows.append({"bucket": bucket_of(node, buckets), "node": node, "tenant": tenant, "name": surfaces[0],
-                     "key": entity_key(surfaces[0]), "aliases": list(surfaces[1:]),
-                     "summary": json.dumps(summary, ensure_ascii=False), "summary_sources": sources})
-    return pl.from_arrow(pa.Table.from_pylist(rows, schema=ENTITY_SCHEMA))
+    encoded = {o: json.dumps(name_of[o], ensure_ascii=False) for o in objects}
+    relations = {r: json.dumps(r, ensure_ascii=False) for r in current["relation"].unique().to_list()}
+    parts = (current.with_columns(pl.col("object").replace_strict(encoded, return_dtype=pl.Utf8).alias("_name"),
+                                  pl.col("relation").replace_strict(relations, return_dtype=pl.Utf8).alias("_rel"))
+             .group_by(["subject", "relation"], maintain_order=True)
+             .agg(pl.col("_rel").first(), pl.col("_name").str.join(", ")))
+    summaries = parts.group_by("subject", maintain_order=True).agg(
+        pl.concat_str([pl.lit("{"), (pl.col("_rel") + pl.lit(": [") + pl.col("_name") + pl.lit("]")).str.join(", "),
+                       pl.lit("}")]).alias("summary"))
+    sources = (current.select("subject", "sources").explode("sources").drop_nulls("sources")
+               .group_by("subject", maintain_order=True)
+               .agg(pl.col("sources").unique(maintain_order=True).alias("summary_sources")))
+    surfaces = names["surfaces"]
+    keys = {n: entity_key(n) for n in surfaces.list.first().unique().to_list()}
+    out = (names.select("node", "tenant", "surfaces")
+           .join(summaries, left_on="node", right_on="subject", how="left", maintain_order="left")
+           .join(sources, left_on="node", right_on="subject", how="left", maintain_order="left"))
+    return out.select(
+        pl.col("node").map_elements(lambda n: bucket_of(n, buckets), return_dtype=pl.Int32).alias("bucket"),
+        "node", "tenant", pl.col("surfaces").list.first().alias("name"),
+        pl.col("surfaces").list.first().replace_strict(keys, return_dtype=pl.Utf8).alias("key"),
+        pl.col("surfaces").list.slice(1).alias("aliases"),
+        pl.col("summary").fill_null("{}"),
+        pl.col("summary_sources").fill_null(pl.lit([], dtype=pl.List(pl.Utf8))),
+    ).cast(pl.from_arrow(ENTITY_SCHEMA.empty_table()).schema)
 
 
 def entity_rows(spec: FoldSpec, items: pl.DataFrame, merged: pl.DataFrame, *, buckets: int,
