@@ -133,7 +133,7 @@ def _items(mem: "Memory", spec: FoldSpec, events: list[Event], *, extractor: Ext
 def _cached(cache, spec: FoldSpec, events: list[Event]) -> dict[str, Any]:
     """The cached extractions of ``events`` for ``spec``, by event id (those cached)."""
     found = cache.facts(spec.hash, [e.event_id for e in events], seqs=[e.seq for e in events])
-    if len(found) < len(events):  # rows cached without a seq are not found by a seq-pruned read
+    if len(found) < len(events) and not cache.every_row_has_seq():  # (else a seq-pruned read saw them all)
         found.update(cache.facts(spec.hash, [e.event_id for e in events if e.event_id not in found]))
     return found
 

@@ -178,6 +178,13 @@ class ExtractionCache:
                               where={"spec_hash": [spec_hash], "event_id": ids}, prune=prune)
         return facts_by_id(rows)
 
+    def every_row_has_seq(self) -> bool:
+        """Whether every cached row carries its event's seq (from the log's statistics): then a
+        seq-pruned :meth:`get` or :meth:`facts` misses nothing, and a caller need not look again
+        for the ids it did not find."""
+        with self._handle.view() as view:
+            return view is None or never_null(view, "seq")
+
     def frame(self):
         """The whole cache as a polars DataFrame (for audits and notebooks)."""
         import polars as pl
