@@ -73,9 +73,13 @@ class DeltaSource:
     """The log's head read straight from Delta, only from a start position (delete mode: an erased
     event is a tombstone row, so the erased ids before the start come from one narrow read)."""
 
-    def __init__(self, log):
+    def __init__(self, log, *, erased: bool = True):
+        """``erased`` False: the caller uses only the events of a window, not the erased ids
+        before it; then only the files that can hold the window are read (an erasure's
+        tombstones lie all over the log, so the narrow read of them opens every file)."""
         self.log = log
         self.root = log.layout.root
+        self.erased = erased
         self._cached: tuple[int, list[Event], list[tuple[int, str]]] | None = None
 
     def window(self, start: int) -> tuple[list[Event], set[str]]:
@@ -87,8 +91,8 @@ class DeltaSource:
             # file on this thread (a tail is one or a few files: a dataset scan's set-up and
             # its expression filter cost ~1 ms more than the read)
             with shared_table(self.log.layout.events, self.log.storage_options).view() as dt:
-                rows = read_files(dt, EVENTS_SCHEMA, prune=[{"seq": (start_read, None)},
-                                                            {"kind": ("tombstone", "tombstone")}]).sort_by("seq")
+                prune = [{"seq": (start_read, None)}] + ([{"kind": ("tombstone", "tombstone")}] if self.erased else [])
+                rows = read_files(dt, EVENTS_SCHEMA, prune=prune).sort_by("seq")
                 end = last_seq(dt)
             before = pc.sum(pc.less(rows["seq"], start_read)).as_py() or 0  # rows are sorted by seq
             tail_rows, tombs = rows.slice(before), rows.slice(0, before)

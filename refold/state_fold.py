@@ -557,7 +557,7 @@ def _tail(mem: "Memory", tag: StateTag) -> list[Event] | None:
     (rewritten or another log: the caller refolds in full)."""
     from refold.projection import DeltaSource, ListSource
 
-    source = DeltaSource(mem.log_store) if mem.mode != "shred" else ListSource(mem.events())
+    source = DeltaSource(mem.log_store, erased=False) if mem.mode != "shred" else ListSource(mem.events())
     if tag.log_seq < 0:
         return source.window(0)[0]
     tail, _ = source.window(tag.log_seq + 1)

@@ -114,7 +114,7 @@ def tail_after(mem: "Memory", tag: StateTag) -> list[Event] | None:
     no longer holds that position (rewritten, or another log: only a fold can answer then)."""
     from refold.projection import DeltaSource
 
-    source = DeltaSource(mem.log_store)
+    source = DeltaSource(mem.log_store, erased=False)  # (the tail only)
     if tag.log_seq < 0:
         return source.window(0)[0]
     events, _ = source.window(tag.log_seq)

@@ -39,7 +39,7 @@ from ..scan import scan_report
 from ..subjects import SubjectRegistry
 from . import STEPS, _noop, _now, _resolve, _Run, _save, removed_and_delta
 from .log_rewrite import record_for
-from .planning import PLAN_COLUMNS, ErasurePlan, parse_journal, make_plan
+from .planning import ErasurePlan, make_plan, parse_journal, plan_rows
 from .receipts import Receipt
 
 __all__ = ["BatchResult", "erase_batch", "plan_batch", "summary_path"]
@@ -98,7 +98,7 @@ def plan_batch(log, subject_ids: Sequence[str], *, mode: str, keystore=None, reg
     """Each subject's plan (read-only); raises :class:`ErasureError` naming every unknown subject
     (no events, keys, registry entry or earlier receipt) before anything is written, or with
     ``skip_unknown`` leaves them out of the result."""
-    rows = log.arrow(columns=PLAN_COLUMNS).to_pylist()  # the log read once for every subject
+    rows = plan_rows(log, subject_ids)  # the log read once for every subject (their rows only)
     plans = {s: make_plan(log, s, mode=mode, keystore=keystore, registry=registry, rows=rows)
              for s in subject_ids}
     unknown = [s for s, p in plans.items() if p.nothing_to_do and p.previous_erasure_id is None]
