@@ -631,18 +631,17 @@ class StatePurger:
         self.mem = mem
 
     def purge(self, event_ids: Iterable[str]) -> PurgeResult:
-        import os
-
         from refold.folding import recorded_specs
 
         ids = sorted(set(event_ids))
         self.mem._state_at = {}  # this process's up-to-date marks no longer hold
-        root = self.mem.layout._join("state")
-        if not ids or not os.path.isdir(root):
+        # (listed through the store's files: a folder, or a bucket, where the state is objects)
+        found = sorted({key.split("/")[1] for key in self.mem.layout.files().list("state") if key.count("/") >= 2})
+        if not ids or not found:
             return PurgeResult(store="state", rows=0)
         specs = recorded_specs(self.mem)
         removed, detail = 0, []
-        for spec_hash in sorted(os.listdir(root)):
+        for spec_hash in found:
             store = self.mem.state_store(specs[spec_hash]) if spec_hash in specs else None
             if store is None or store.tag() is None:
                 # no spec to refold with, or a fold that never finished: drop it (it may hold erased data)

@@ -150,3 +150,25 @@ def test_a_batch_erasure_runs_on_a_bucket(moto_process):  # noqa: F811
     assert all(mem.verify_receipt(r).ok for r in batch.receipts)
     assert mem.verify().ok
     assert not [e for e in mem.events() if {H.X, H.Y} & set(e.subjects)]
+
+
+def test_an_erasure_refolds_the_state_tables_in_a_bucket(moto_process):  # noqa: F811
+    """A store folded into partitioned state tables in a bucket: the erasure refolds the
+    buckets X touched and vacuums the old files (listed through the bucket, not a folder),
+    so no object and no old version holds X, and the tables still answer for Y."""
+    bucket = new_bucket(moto_process, versioned=True)
+    mem = refold.init(f"{bucket.uri}/memory", storage_options=bucket.storage_options)
+    mem.append(H.events())
+    erasing.register_subject(mem, H.X, H.X_NAME, aliases=[H.X_ALIAS], identifiers=[H.X_EMAIL])
+    mem.fold(engine="partitioned")
+    assert any(k.startswith("memory/state/") for k in bucket.keys())
+    before = scan_report(mem.root, H.NEEDLES, storage_options=bucket.storage_options)
+    assert any(h.file.startswith("state/") for h in before.hits), "X is in the state tables first"
+    receipt = erasing.erase(mem, H.X, canaries=H.CANARIES, include_mentions=True)
+    assert receipt.status == "erased" and receipt.scan["hits"] == [] and receipt.scan["errors"] == []
+    assert scan_report(mem.root, H.NEEDLES, storage_options=bucket.storage_options).hits == ()
+    assert any(k.startswith("memory/state/") for k in bucket.keys()), "refolded, not dropped"
+    again = refold.open(mem.root, storage_options=bucket.storage_options)
+    facts = again.facts(subject=H.Y_NAME)
+    assert facts.height and again._state_tables(again.current_spec()) is not None
+    assert mem.verify().ok and erasing.verify_receipt(mem, receipt, needles=H.NEEDLES).ok

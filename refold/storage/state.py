@@ -37,6 +37,7 @@ from deltalake.exceptions import TableNotFoundError
 from refold.fold.errors import StoreError
 from refold.fold.partition import ENTITY_SCHEMA, FACT_SCHEMA, ITEM_SCHEMA
 
+from .filemodes import apply_commit, make_dirs
 from .layout import Layout
 
 __all__ = ["KEYS", "StateStore", "StateTag", "TABLES"]
@@ -290,8 +291,11 @@ class StateStore:
         target = self.table(name)
         if target is None:
             predicate = None  # a new table: nothing to replace
+            if self._local:
+                make_dirs(self.path(name))  # (state/ and its spec's folder get the store's modes)
         config = {"delta.dataSkippingStatsColumns": _STATS[name], "delta.enableDeletionVectors": "false",
                   "delta.enableChangeDataFeed": "false"}
+        since = -1 if target is None else target.version()
         try:
             whole = mode == "overwrite" and predicate is None  # (may replace an older format's schema)
             write_deltalake(self.path(name) if target is None else target, rows, mode=mode, predicate=predicate,
@@ -311,14 +315,28 @@ class StateStore:
                              "rerun the fold (a partial write is replaced by the next one)") from exc
         dt = self.table(name)
         assert dt is not None
+        self._private(name, dt, since)
         return dt.version()
+
+    @property
+    def _local(self) -> bool:
+        return "://" not in self.root or self.root.startswith("file://")
+
+    def _private(self, name: str, dt: DeltaTable, since: int) -> None:
+        """Give what the commits after version ``since`` of ``name`` wrote the modes the store
+        calls for (private, or group-shared): delta-rs creates files with the process umask."""
+        if self._local:
+            for version in range(since + 1, dt.version() + 1):
+                apply_commit(self.path(name), version)
 
     def clear_tag(self) -> None:
         """Mark the state as being rewritten (a full fold starts): no tag until it finishes, so
         a fold killed half-way is never taken for a complete state."""
         dt = self.table("facts")
         if dt is not None and self.tag() is not None:
+            since = dt.version()
             dt.alter.set_table_properties({_PREFIX + "log_seq": ""}, raise_if_not_exists=False)
+            self._private("facts", dt, since)
 
     def notes(self, name: str) -> list[dict[str, str]]:
         """The ``note`` of each commit to ``name`` since its last tag (newest first)."""
@@ -334,9 +352,11 @@ class StateStore:
 
     def set_tag(self, tag: StateTag) -> None:
         """Tag the newest ``facts`` version (a fold that changed no row of it)."""
-        self.table("facts").alter.set_table_properties(
-            tag.metadata(), raise_if_not_exists=False,
-            commit_properties=CommitProperties(custom_metadata=tag.metadata()))
+        dt = self.table("facts")
+        since = dt.version()
+        dt.alter.set_table_properties(tag.metadata(), raise_if_not_exists=False,
+                                      commit_properties=CommitProperties(custom_metadata=tag.metadata()))
+        self._private("facts", dt, since)
 
     def vacuum(self) -> list[str]:
         """Delete every file an old version of the state tables held (after an erasure rewrote
@@ -352,10 +372,14 @@ class StateStore:
         return self.tag() is not None
 
     def drop(self) -> None:
-        """Remove every state table of this spec (local stores)."""
+        """Remove every state table of this spec (a folder, or every object under it)."""
         import shutil
 
-        if os.path.isdir(self.root):
+        if "://" in self.root and not self.root.startswith("file://"):
+            files = self.layout.files()
+            for key in files.list(f"state/{self.spec_hash}"):
+                files.delete(key)
+        elif os.path.isdir(self.root):
             shutil.rmtree(self.root)
         self._tables, self._versions = {}, {}
 
