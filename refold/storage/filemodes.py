@@ -97,27 +97,31 @@ def apply_tree(folder: str | os.PathLike) -> None:
 
 def apply_commit(table: str | os.PathLike, version: int) -> None:
     """Give what Delta table version ``version`` wrote the modes the table's folder calls for:
-    its commit file, the data files it adds, a checkpoint of that version and
-    ``_last_checkpoint``. The cost of :func:`apply_tree` grows with the table's history (one
+    its commit file, the data files it adds (and the partition folders holding them), a
+    checkpoint of that version and ``_last_checkpoint``. The cost of :func:`apply_tree` grows with the table's history (one
     ``stat`` per file ever written and not vacuumed: ~6 ms per append after 1,000 appends);
     this follows one commit. Files that vanish meanwhile are skipped."""
     folder = Path(table)
-    file, _ = modes_in(folder.parent)
+    file, directory = modes_in(folder.parent)
     log = folder / "_delta_log"
     commit = log / f"{version:020d}.json"
     paths = [commit, log / "_last_checkpoint", *log.glob(f"{version:020d}.checkpoint*.parquet")]
+    folders = {folder, log}
     try:
         with open(commit, encoding="utf-8") as fh:
             for line in fh:
                 add = json.loads(line).get("add")
                 if add and "://" not in add["path"]:
-                    paths.append(folder / unquote(add["path"]))
+                    path = folder / unquote(add["path"])
+                    paths.append(path)
+                    # (a partitioned table's files lie in partition folders: ``bucket=3/``)
+                    folders.update(p for p in path.parents if p != folder and folder in p.parents)
     except (OSError, ValueError):
         pass  # no such commit (cleaned up already): nothing of it to fix
-    for path in paths:
+    for path, mode in [*((f, directory) for f in folders), *((p, file) for p in paths)]:
         try:
-            if stat.S_IMODE(os.stat(path).st_mode) != file:
-                os.chmod(path, file)
+            if stat.S_IMODE(os.stat(path).st_mode) != mode:
+                os.chmod(path, mode)
         except OSError:
             continue
 
