@@ -22,6 +22,7 @@ the tables hold now.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
 import polars as pl
@@ -36,7 +37,7 @@ from refold.storage.state import StateStore, StateTag
 if TYPE_CHECKING:
     from refold.state_overlay import StateOverlay
 
-__all__ = ["find_derived", "input_relations", "rules_of", "with_rollups"]
+__all__ = ["find_derived", "input_relations", "pairs_deriving", "rules_of", "with_rollups"]
 
 #: buckets a derived-id search reads at a time (memory follows a group's r1 rows and their pairs)
 SEARCH_GROUP = 8
@@ -89,6 +90,37 @@ def with_rollups(store: StateStore, tag: StateTag, rows: pl.DataFrame, *,
     return pl.concat([rows, derived.select(rows.columns).cast(rows.schema)])
 
 
+#: an open valid time's end, for interval tests (later than any stated time)
+_OPEN = datetime(9999, 12, 31, tzinfo=timezone.utc)
+
+
+def _spans(rows: pl.DataFrame) -> pl.DataFrame:
+    """``rows`` with ``_end`` (``valid_to``, open as :data:`_OPEN`), without empty intervals
+    (they overlap nothing)."""
+    rows = rows.with_columns(pl.col("valid_to").fill_null(_OPEN).alias("_end"))
+    return rows.filter(pl.col("valid_from") < pl.col("_end"))
+
+
+def pairs_deriving(rule: RollupRule, firsts: pl.DataFrame, seconds: pl.DataFrame,
+                   fact_ids: set[str]) -> list[tuple[str, str]]:
+    """The (first input, second input) fact ids of the compose ``rule``'s rows among
+    ``fact_ids``, from merged rows of its first (``firsts``) and second (``seconds``) input
+    relation (``fact_id``, ``subject``, ``object``, ``valid_from``, ``valid_to``).
+
+    The pairs that overlap in valid time (the test of :func:`refold.fold.rollups.derive`: the
+    others derive nothing) are the join's own predicates: joining an organisation's whole staff
+    history with its whole location history first took gigabytes at 1M events."""
+    a = _spans(firsts)
+    b = _spans(seconds).select(pl.col("fact_id").alias("fact_id_b"), pl.col("subject").alias("subject_b"),
+                               pl.col("valid_from").alias("from_b"), pl.col("_end").alias("end_b"))
+    if a.height == 0 or b.height == 0:
+        return []
+    j = a.join_where(b, pl.col("object") == pl.col("subject_b"),
+                     pl.col("valid_from") < pl.col("end_b"), pl.col("from_b") < pl.col("_end"))
+    return [(x, y) for x, y in zip(j["fact_id"].to_list(), j["fact_id_b"].to_list())
+            if fact_id_of("rollup", rule.name, x, y) in fact_ids]
+
+
 def find_derived(store: StateStore, tag: StateTag, fact_ids: Iterable[str]) -> pl.DataFrame:
     """The compose-derived rows among ``fact_ids`` (ids no stored row has), found by joining the
     rules' inputs' ids and intervals a bucket group at a time; the rows are then derived from
@@ -108,15 +140,7 @@ def find_derived(store: StateStore, tag: StateTag, fact_ids: Iterable[str]) -> p
             group = range(start, min(start + SEARCH_GROUP, tag.buckets))
             firsts = pl.from_arrow(store.read("facts", version=tag.facts_version, layer="merged", columns=narrow,
                                               buckets=group, filter=pc.field("relation") == first))
-            j = firsts.join(seconds, left_on="object", right_on="subject", suffix="_b")
-            # the overlap test of refold.fold.rollups (pairs that do not overlap derive nothing)
-            start_t = pl.max_horizontal("valid_from", "valid_from_b")
-            end_t = pl.when(pl.col("valid_to").is_null()).then(pl.col("valid_to_b")) \
-                .when(pl.col("valid_to_b").is_null()).then(pl.col("valid_to")) \
-                .otherwise(pl.min_horizontal("valid_to", "valid_to_b"))
-            j = j.filter(end_t.is_null() | (end_t > start_t))
-            pairs = [(a, b) for a, b in zip(j["fact_id"].to_list(), j["fact_id_b"].to_list())
-                     if fact_id_of("rollup", rule.name, a, b) in wanted]
+            pairs = pairs_deriving(rule, firsts, seconds, wanted)
             if not pairs:
                 continue
             ids = sorted({i for p in pairs for i in p})

@@ -135,3 +135,22 @@ def test_compose_rows_of_one_subject_equal_the_full_join(raw):
         got = derive_for_subjects(SPEC.rollups, rows, partners, [subject], buckets=7)
         assert edge_set(got.to_dicts()) == edge_set(full.filter(pl.col("subject") == subject).to_dicts())
         assert got["bucket"].to_list() == full.filter(pl.col("subject") == subject)["bucket"].to_list()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(raw=st.lists(event_st, min_size=0, max_size=25))
+def test_the_search_for_a_derived_id_finds_the_inputs_of_every_compose_row(raw):
+    """``why`` of a compose-derived id finds its inputs with an interval join
+    (refold.state_rollups.pairs_deriving): exactly the pairs of the full join's rows."""
+    import polars as pl
+
+    from refold.fold.partition import derive_frame, read_time_rules
+    from refold.state_rollups import pairs_deriving
+
+    merged, _, _ = fold_pairs(SPEC, build_log(raw), buckets=7)
+    for rule in read_time_rules(SPEC.rollups):
+        full = derive_frame((rule,), merged, buckets=7)
+        ids = set(full["fact_id"].to_list())
+        first, second = (merged.filter(pl.col("relation") == r) for r in rule.inputs)
+        found = pairs_deriving(rule, first, second, ids | {"f_unknown"})
+        assert sorted(found) == sorted(tuple(i) for i in full["inputs"].to_list())
