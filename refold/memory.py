@@ -198,9 +198,10 @@ class Memory:
     #: keep this many snapshots per spec (the newest)
     snapshot_keep: int = 4
 
-    #: how :meth:`fold` folds: ``"partitioned"`` writes the state tables (state/<spec-hash>/,
-    #: see docs/fold.md); ``"graph"`` advances one in-process graph and writes snapshots
-    fold_engine: Literal["graph", "partitioned"] = "graph"
+    #: how :meth:`fold` folds: ``"partitioned"`` (the default) writes the state tables
+    #: (state/<spec-hash>/, see docs/fold.md), and reads answer from them; ``"graph"`` advances
+    #: one in-process graph and writes snapshots (the reference fold, see docs/snapshots.md)
+    fold_engine: Literal["graph", "partitioned"] = "partitioned"
 
     def fold(self, *, extractor: str | Extractor = "rules", spec: FoldSpec | None = None,
              full: bool = False, progress: bool = False, runner=None, snapshot_every: int | None = None,

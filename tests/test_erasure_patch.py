@@ -15,6 +15,9 @@ from refold.storage.snapshots import SnapshotStore
 from tests.fold_helpers import canonical_graph, fact_event
 from tests.snapshot_helpers import CountingRules
 
+#: these tests are about the graph engine (its snapshots, their patching, its reads)
+FOLD_ENGINE = "graph"
+
 X = "s-x"
 
 

@@ -21,6 +21,9 @@ from tests.snapshot_helpers import CountingRules
 from tests.test_erasure_patch import X, _full, _patched, _store, _x
 from tests.fold_helpers import canonical_graph
 
+#: these tests are about the graph engine (its snapshots, their patching, its reads)
+FOLD_ENGINE = "graph"
+
 
 def test_patched_rows_lie_in_their_buckets_and_untouched_buckets_are_linked(tmp_path, monkeypatch):
     monkeypatch.setattr(snapshots, "BUCKET_ROWS", 6)

@@ -18,6 +18,9 @@ from tests.fold_helpers import canonical_graph
 from tests.snapshot_helpers import CountingRules
 from tests.test_erasure_patch import X, _full, _patched, _store, _x
 
+#: these tests are about the graph engine (its snapshots, their patching, its reads)
+FOLD_ENGINE = "graph"
+
 
 def _as_single_file(info: snapshots.SnapshotInfo) -> None:
     """Rewrite ``info``'s folder with one ``edges.parquet`` (the layout before buckets, format 2:

@@ -19,6 +19,9 @@ from tests.fold_helpers import canonical_graph, fact_event
 from tests.snapshot_helpers import CountingRules
 from tests.test_erasure_patch import X, _full, _others, _patched
 
+#: these tests are about the graph engine (its snapshots, their patching, its reads)
+FOLD_ENGINE = "graph"
+
 pytestmark = pytest.mark.usefixtures("tiny_buckets")
 
 

@@ -18,6 +18,9 @@ from refold.storage.snapshots import SnapshotStore
 from tests.fold_helpers import canonical_graph
 from tests.test_erasure_patch import X, _full, _patched, _store, _x
 
+#: these tests are about the graph engine (its snapshots, their patching, its reads)
+FOLD_ENGINE = "graph"
+
 
 def _extraction(i: int) -> Extraction:
     request = ModelRequest(event_ids=(f"ev-{i:03d}", f"ev-{i + 1:03d}"), payload='{"p": %d}' % i) if i % 3 == 0 else None

@@ -52,6 +52,7 @@ def test_a_process_on_the_graph_engine_erases_a_partitioned_store_by_its_state_t
     """What the erasure refolds is decided by the store (its state tables), not by the engine
     the erasing process would fold with: `refold erase` from the CLI runs on the default."""
     _store(tmp_path)
+    monkeypatch.setattr(refold.Memory, "fold_engine", "graph")  # (a process that folds the graph)
     fresh = refold.open(tmp_path / "store")
     assert fresh.fold_engine == "graph"
 
@@ -70,7 +71,7 @@ def test_the_state_digest_follows_the_state_not_its_files(tmp_path):
     again = refold.open(mem.root)
     again.fold(engine="partitioned", full=True, buckets=8)  # other files, one version per row
     assert _digest(again) == receipt.state_digest
-    fresh = refold.open(mem.root)  # the graph engine by default: the receipt names the scheme
+    fresh = refold.open(mem.root)  # (the receipt names the scheme)
     checks = {c.name: c for c in erasing.verify_receipt(fresh, receipt).checks}
     assert checks["state digest"].ok
     wrong = dataclasses.replace(receipt, state_digest=erasing.STATE_SCHEME + "0" * 64)
@@ -81,6 +82,6 @@ def test_the_state_digest_follows_the_state_not_its_files(tmp_path):
 def test_a_store_of_the_graph_engine_keeps_the_columnar_graph_digest(tmp_path):
     mem = refold.init(tmp_path / "store")
     mem.append(_log(60) + [fact_event(NAME, "likes", "zephyrmarmalade", day=3, subjects=[X])])
-    mem.fold()
+    mem.fold(engine="graph")
     erasing.register_subject(mem, X, NAME)
     assert mem.erase(X).state_digest.startswith(erasing.DIGEST_SCHEME)

@@ -19,6 +19,9 @@ import refold
 from refold.fold.errors import IntegrityError
 from tests.fold_helpers import fact_event
 
+#: these tests are about the graph engine (its snapshots, their patching, its reads)
+FOLD_ENGINE = "graph"
+
 
 def _facts(n: int, start: int = 0) -> list[dict]:
     return [fact_event(f"Person{i}", "lives_in", f"City{i}", day=i) for i in range(start, start + n)]

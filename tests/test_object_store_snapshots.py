@@ -22,6 +22,9 @@ from refold.storage.snapshots import SnapshotStore
 from tests import erasure_helpers as H
 from tests.moto_process import moto_process, new_bucket  # noqa: F401
 
+#: these tests are about the graph engine (its snapshots, their patching, its reads)
+FOLD_ENGINE = "graph"
+
 
 @pytest.fixture(scope="module")
 def bucket(moto_process):

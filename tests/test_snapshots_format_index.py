@@ -23,6 +23,9 @@ from tests.fold_helpers import canonical_graph
 from tests.snapshot_helpers import CountingRules
 from tests.test_erasure_patch import X, _full, _patched, _store, _x
 
+#: these tests are about the graph engine (its snapshots, their patching, its reads)
+FOLD_ENGINE = "graph"
+
 
 def _edges(info) -> tuple[list[dict], list[int]]:
     """Every edge row of ``info`` and the bucket file it lies in."""

@@ -15,6 +15,9 @@ from refold.storage.snapshots import SnapshotStore
 from tests.fold_helpers import canonical_graph, fact_event
 from tests.snapshot_helpers import CountingRules
 
+#: these tests are about the graph engine (its snapshots, their patching, its reads)
+FOLD_ENGINE = "graph"
+
 
 def _facts(n: int, start: int = 0, *, city: str = "City") -> list[dict]:
     return [fact_event(f"Person{i % 7}", "lives_in", f"{city}{i % 5}", day=i) if i % 2 else

@@ -17,6 +17,9 @@ from refold.storage.snapshots import SnapshotStore
 from tests.fold_helpers import canonical_graph, fact_event
 from tests.snapshot_helpers import CountingRules
 
+#: these tests are about the graph engine (its snapshots, their patching, its reads)
+FOLD_ENGINE = "graph"
+
 
 def _facts(n: int, start: int = 0) -> list[dict]:
     out = []

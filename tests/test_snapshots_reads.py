@@ -32,6 +32,9 @@ from tests.fold_helpers import fact_event
 from tests.test_erasure_patch import X, _store, _x
 from tests.test_snapshots_pruning import KINDS, SCHEMA, alternative, table  # noqa: F401 - the fixture
 
+#: these tests are about the graph engine (its snapshots, their patching, its reads)
+FOLD_ENGINE = "graph"
+
 values = st.lists(st.integers(min_value=-5, max_value=760), max_size=6)
 
 
