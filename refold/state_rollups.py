@@ -87,7 +87,26 @@ def with_rollups(store: StateStore, tag: StateTag, rows: pl.DataFrame, *,
         derived = derive_for_subjects(rules, heads, partners, subjects, buckets=tag.buckets)
     if derived.height == 0:
         return rows
+    _remember(derived)
     return pl.concat([rows, derived.select(rows.columns).cast(rows.schema)])
+
+
+#: compose-derived ids this process's reads made → (rule name, first input id, second input id),
+#: the newest :data:`HINTS` of them: ``why`` of an id a read just returned finds its inputs here
+#: instead of searching the inputs' join. An id is the hash of its rule and inputs, so a hint
+#: cannot be wrong, and the inputs are still read from the state (an erased input derives nothing).
+_HINTS: dict[str, tuple[str, str, str]] = {}
+HINTS = 100_000
+
+
+def _remember(derived: pl.DataFrame) -> None:
+    for fact_id, rule, inputs in zip(derived["fact_id"].to_list(), derived["derivation"].to_list(),
+                                     derived["inputs"].to_list()):
+        if len(inputs) == 2:
+            _HINTS.pop(fact_id, None)
+            _HINTS[fact_id] = (rule, inputs[0], inputs[1])
+    while len(_HINTS) > HINTS:
+        del _HINTS[next(iter(_HINTS))]
 
 
 #: an open valid time's end, for interval tests (later than any stated time)
@@ -107,16 +126,40 @@ def pairs_deriving(rule: RollupRule, firsts: pl.DataFrame, seconds: pl.DataFrame
     ``fact_ids``, from merged rows of its first (``firsts``) and second (``seconds``) input
     relation (``fact_id``, ``subject``, ``object``, ``valid_from``, ``valid_to``).
 
-    The pairs that overlap in valid time (the test of :func:`refold.fold.rollups.derive`: the
-    others derive nothing) are the join's own predicates: joining an organisation's whole staff
-    history with its whole location history first took gigabytes at 1M events."""
-    a = _spans(firsts)
-    b = _spans(seconds).select(pl.col("fact_id").alias("fact_id_b"), pl.col("subject").alias("subject_b"),
+    Only pairs that overlap in valid time derive a row (:func:`refold.fold.rollups.derive`).
+    Where a key's second rows are disjoint intervals (a single-valued relation's history: an
+    organisation's locations), the ones a first row overlaps are a run of them, found by two
+    as-of joins; other keys are joined on the key and filtered. Joining an organisation's whole
+    staff history with its whole location history first took gigabytes at 1M events."""
+    a = _spans(firsts).with_row_index("_a")
+    b = _spans(seconds).select(pl.col("fact_id").alias("fact_id_b"), pl.col("subject").alias("object"),
                                pl.col("valid_from").alias("from_b"), pl.col("_end").alias("end_b"))
     if a.height == 0 or b.height == 0:
         return []
-    j = a.join_where(b, pl.col("object") == pl.col("subject_b"),
-                     pl.col("valid_from") < pl.col("end_b"), pl.col("from_b") < pl.col("_end"))
+    b = b.sort(["object", "from_b", "end_b"])
+    before = pl.col("end_b").shift(1).over("object")
+    b = b.with_columns((before.is_null() | (before <= pl.col("from_b"))).all().over("object").alias("_disjoint"),
+                       pl.int_range(pl.len()).over("object").alias("_rank"))
+    runs, rest = b.filter(pl.col("_disjoint")), b.filter(~pl.col("_disjoint"))
+    found = []
+    if rest.height:
+        j = a.join(rest, on="object").filter((pl.col("valid_from") < pl.col("end_b")) & (pl.col("from_b") < pl.col("_end")))
+        found.append(j.select("fact_id", "fact_id_b"))
+    if runs.height:
+        # the run of seconds a row [from, end) overlaps: from the first whose end is after
+        # ``from`` to the last whose start is before ``end`` (both sorted: the intervals are disjoint)
+        first = a.sort("valid_from").join_asof(runs.select("object", "end_b", pl.col("_rank").alias("_lo")).sort("end_b"),
+                                               left_on="valid_from", right_on="end_b", by="object",
+                                               strategy="forward", allow_exact_matches=False, check_sortedness=False)
+        last = a.sort("_end").join_asof(runs.select("object", "from_b", pl.col("_rank").alias("_hi")).sort("from_b"),
+                                        left_on="_end", right_on="from_b", by="object",
+                                        strategy="backward", allow_exact_matches=False, check_sortedness=False)
+        span = (first.select("_a", "fact_id", "object", "_lo").join(last.select("_a", "_hi"), on="_a")
+                .filter(pl.col("_lo").is_not_null() & pl.col("_hi").is_not_null() & (pl.col("_lo") <= pl.col("_hi"))))
+        pairs = (span.with_columns(pl.int_ranges("_lo", pl.col("_hi") + 1).alias("_rank")).explode("_rank")
+                 .join(runs.select("object", "_rank", "fact_id_b"), on=["object", "_rank"]))
+        found.append(pairs.select("fact_id", "fact_id_b"))
+    j = pl.concat(found)
     return [(x, y) for x, y in zip(j["fact_id"].to_list(), j["fact_id_b"].to_list())
             if fact_id_of("rollup", rule.name, x, y) in fact_ids]
 
@@ -128,6 +171,12 @@ def find_derived(store: StateStore, tag: StateTag, fact_ids: Iterable[str]) -> p
     wanted = set(fact_ids)
     found: list[pl.DataFrame] = []
     narrow = ["fact_id", "subject", "relation", "object", "valid_from", "valid_to"]
+    for rule in rules_of(tag):  # first the ids a read of this process derived (no search)
+        pairs = [(a, b) for i in wanted if (h := _HINTS.get(i)) is not None and h[0] == rule.name for a, b in [h[1:]]]
+        if pairs:
+            rows = _derive_pairs(store, tag, rule, pairs, wanted)
+            found.append(rows)
+            wanted -= set(rows["fact_id"].to_list())
     for rule in rules_of(tag):
         if not wanted:
             break
@@ -143,13 +192,19 @@ def find_derived(store: StateStore, tag: StateTag, fact_ids: Iterable[str]) -> p
             pairs = pairs_deriving(rule, firsts, seconds, wanted)
             if not pairs:
                 continue
-            ids = sorted({i for p in pairs for i in p})
-            inputs = pl.from_arrow(store.read("facts", version=tag.facts_version, layer="merged",
-                                              filter=pc.field("fact_id").isin(pa.array(ids, pa.string()))))
-            rows = derive_frame((rule,), inputs, buckets=tag.buckets)
-            rows = rows.filter(pl.col("fact_id").is_in(pl.Series(sorted(wanted), dtype=pl.Utf8).implode()))
+            rows = _derive_pairs(store, tag, rule, pairs, wanted)
             found.append(rows)
             wanted -= set(rows["fact_id"].to_list())
             if not wanted:
                 break
     return pl.concat(found) if found else pl.DataFrame()
+
+
+def _derive_pairs(store: StateStore, tag: StateTag, rule: RollupRule, pairs: list[tuple[str, str]],
+                  wanted: set[str]) -> pl.DataFrame:
+    """The rows among ``wanted`` that ``rule`` derives from the input ``pairs`` (read by id)."""
+    ids = sorted({i for p in pairs for i in p})
+    inputs = pl.from_arrow(store.read("facts", version=tag.facts_version, layer="merged",
+                                      filter=pc.field("fact_id").isin(pa.array(ids, pa.string()))))
+    rows = derive_frame((rule,), inputs, buckets=tag.buckets)
+    return rows.filter(pl.col("fact_id").is_in(pl.Series(sorted(wanted), dtype=pl.Utf8).implode()))

@@ -7,6 +7,8 @@ the whole state, a neighbourhood, ``why``) answers the same derived facts as the
 
 from __future__ import annotations
 
+import pytest
+
 from pathlib import Path
 
 import polars as pl
@@ -79,13 +81,21 @@ def test_a_moved_organisation_writes_no_row_per_member(mem):
         assert got.height == 2 and got.equals(ref.facts(subject=who, relation="works_in"))
 
 
-def test_why_explains_a_rollup_derived_at_read_time(mem):
+@pytest.mark.parametrize("hinted", [True, False], ids=["after-a-read", "searched"])
+def test_why_explains_a_rollup_derived_at_read_time(mem, monkeypatch, hinted):
+    """``why`` of an id a read of this process derived (its inputs remembered), and of one it
+    did not (a search of the inputs' join): the same answer as the graph engine's."""
+    from refold import state_rollups
+
     mem.append(_staff_log())
     ref = _reference(Path(mem.root))
     mem.fold(engine="partitioned", full=True)
     by_id = {e.event_id: e for e in mem.events()}
     derived = mem.facts(subject="Person0", relation="works_in")
     assert derived.height == 3 and not derived["current"].all()  # Boston, Paris (closed), Rome
+    assert set(derived["fact_id"].to_list()) <= set(state_rollups._HINTS)
+    if not hinted:
+        monkeypatch.setattr(state_rollups, "_HINTS", {})
     for fact_id in derived["fact_id"].to_list():
         got = mem.why(fact_id)
         assert got == why(ref.state().graph, fact_id, lambda ids: {i: by_id[i] for i in ids if i in by_id})

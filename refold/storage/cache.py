@@ -25,6 +25,7 @@ from refold.fold.extract import Extraction
 from .cache_rows import (CACHE_SCHEMA, FACT_COLUMNS, CachedFacts, _row_to_extraction,  # noqa: F401 - re-exported
                          _to_table, facts_by_id)
 from .delta_io import Bounds, never_null, read_arrow, read_files
+from .delta_io import seq_spans as _spans
 from .table_handles import TableHandle, shared_table
 from .filemodes import apply_commit, apply_tree
 from .layout import Layout
@@ -299,22 +300,6 @@ def _ids_range(ids: Sequence[str], spec_hash: str | None = None) -> list[Bounds]
     """Where rows for ``ids`` lie (time-ordered ids keep this range, and so the files read, few)."""
     bounds: Bounds = {"event_id": (min(ids), max(ids))}
     return [{**bounds, "spec_hash": (spec_hash, spec_hash)} if spec_hash is not None else bounds]
-
-
-def _spans(seqs: Iterable[int], most: int = 32) -> list[tuple[int, int]]:
-    """Sorted seqs as at most ``most`` inclusive ranges (closest neighbours merged first)."""
-    points = sorted(set(seqs))
-    if not points:
-        return []
-    gaps = sorted((b - a for a, b in zip(points, points[1:])), reverse=True)
-    widest = gaps[most - 1] if len(gaps) >= most else 0  # split only at the most - 1 widest gaps
-    spans = [[points[0], points[0]]]
-    for seq in points[1:]:
-        if seq - spans[-1][1] > widest:
-            spans.append([seq, seq])
-        else:
-            spans[-1][1] = seq
-    return [(a, b) for a, b in spans]
 
 
 def _present(dt: DeltaTable, unique: dict[tuple[str, str], Extraction],

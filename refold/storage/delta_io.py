@@ -20,7 +20,7 @@ Both readers take a ``DeltaTable`` (the tables kept open per process are in
 from __future__ import annotations
 
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -32,7 +32,7 @@ from deltalake import DeltaTable
 
 from .store_options import arrow_filesystem, arrow_paths
 
-__all__ = ["Bounds", "never_null", "parquet_dataset", "read_arrow", "read_files"]
+__all__ = ["Bounds", "never_null", "parquet_dataset", "read_arrow", "read_files", "seq_spans"]
 
 
 #: One pruning alternative: column → (low, high), inclusive; None leaves that end open (a null
@@ -254,3 +254,19 @@ def _may_hold(low_stat, high_stat, low, high) -> bool:
     except TypeError:  # statistics of another type than the bounds: no conclusion
         return True
     return True
+
+
+def seq_spans(seqs: Iterable[int], most: int = 32) -> list[tuple[int, int]]:
+    """Sorted seqs as at most ``most`` inclusive ranges (closest neighbours merged first)."""
+    points = sorted(set(seqs))
+    if not points:
+        return []
+    gaps = sorted((b - a for a, b in zip(points, points[1:])), reverse=True)
+    widest = gaps[most - 1] if len(gaps) >= most else 0  # split only at the most - 1 widest gaps
+    spans = [[points[0], points[0]]]
+    for seq in points[1:]:
+        if seq - spans[-1][1] > widest:
+            spans.append([seq, seq])
+        else:
+            spans[-1][1] = seq
+    return [(a, b) for a, b in spans]

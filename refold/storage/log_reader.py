@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
 
 import polars as pl
@@ -15,7 +15,7 @@ from deltalake import DeltaTable
 from refold.fold.chain import GENESIS
 from refold.fold.errors import IntegrityError
 from refold.fold.events import Event
-from .delta_io import Bounds, parquet_dataset, read_arrow, read_files
+from .delta_io import Bounds, parquet_dataset, read_arrow, read_files, seq_spans
 from .table_handles import shared_table
 from .heads import Head, read_published_head
 from .layout import Layout
@@ -203,9 +203,13 @@ class LogReader:
             expr = expr & part
         return expr
 
-    def events_by_id(self, dt: DeltaTable | None, ids: list[str]) -> list[Event]:
+    def events_by_id(self, dt: DeltaTable | None, ids: list[str], *,
+                     seqs: Iterable[int] | None = None) -> list[Event]:
+        """The events among ``ids``; ``seqs``, their log positions where the caller knows them
+        (a fact's ``source_seqs``): only the files whose seq range holds one are read."""
         dt = dt or self._table()
-        table = read_arrow(dt, EVENTS_SCHEMA, filter=pc.field("event_id").isin(ids))
+        prune = None if seqs is None else [{"seq": span} for span in seq_spans(seqs)]
+        table = read_arrow(dt, EVENTS_SCHEMA, filter=pc.field("event_id").isin(ids), prune=prune)
         return list(table_to_events(table))
 
     def published_head(self) -> Head | None:
