@@ -1,8 +1,10 @@
 """Running the partitioned fold against a store: state as Delta tables (see refold.storage.state).
 
     full         log (in batches) → extraction cache (extract what is missing) → items table
-                 → per bucket group: read its items, fold each bucket alone → merged rows
-                 → entities (names from items, summaries) → stored roll-ups (inverse rules)
+                 → per bucket group: read its items, merge them (merge_items: the plain
+                   (tenant, subject, relation) groups in closed form, the rest event by event)
+                 → entities (names from one pass over the items, summaries) → stored roll-ups
+                   (inverse rules)
                  → the last commit is tagged with the log position (the snapshot)
     incremental  the events after the tag → their items (appended) → only the subjects they touch
                  are advanced from their current rows, the buckets holding them rewritten, and the

@@ -22,11 +22,12 @@ tests/test_fold_columnar.py and, through ``fold_pairs``, against the reference f
 from __future__ import annotations
 
 from collections.abc import Callable
+
 import polars as pl
 
 from .spec import FoldSpec
 
-__all__ = ["split_simple", "simple_edges"]
+__all__ = ["simple_edges", "split_simple"]
 
 _GROUP = ["tenant", "subject_node", "_relation"]
 _ORDER = ["seq", "ordinal"]
