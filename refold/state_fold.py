@@ -48,7 +48,7 @@ from refold.progress import FoldProgress
 from refold.storage.cache import PurgeResult
 from refold.storage.schema import _utc_times, table_to_events
 from refold.storage.state import FORMAT as STATE_FORMAT
-from refold.storage.state import StateStore, StateTag
+from refold.storage.state import StateStore, StateTag, among
 
 if TYPE_CHECKING:
     from refold.memory import Memory
@@ -415,9 +415,6 @@ _BASE_COLUMNS = ["fact_id", "tenant", "subject", "relation", "object", "valid_fr
                  "recorded_at", "sources", "source_seqs", "source_principals", "confidence"]
 
 
-def _isin(column: str, values: Iterable[str]) -> pc.Expression:
-    return pc.field(column).isin(pa.array(sorted(set(values)), pa.string()))
-
 
 def _among(column: str, values: Iterable[str]) -> pl.Expr:
     """``column`` is one of ``values`` (polars)."""
@@ -495,22 +492,22 @@ def _refresh_entities(spec: FoldSpec, store: StateStore, buckets: int, nodes: se
         return -1 if dt is None else dt.version()
     where = _buckets(nodes, buckets)
     append = new_items is not None
-    old = pl.from_arrow(store.read("entities", buckets=where, filter=_isin("node", nodes) if append else None))
+    old = pl.from_arrow(store.read("entities", buckets=where, filter=among("node", nodes) if append else None))
     prior = None
     if append:
         items, prior = new_items, old
     else:
         items = pl.from_arrow(store.read("items", columns=_OCC_COLUMNS,
-                                         filter=_isin("subject_node", nodes) | _isin("object_node", nodes)))
+                                         filter=among("subject_node", nodes) | among("object_node", nodes)))
     summarised = None if merged is None else set(merged["subject"].to_list())
     if merged is None:
         merged = pl.from_arrow(store.read("facts", buckets=_buckets(nodes, buckets), columns=_SUMMARY_COLUMNS,
-                                          layer="merged", filter=_isin("subject", nodes)))
+                                          layer="merged", filter=among("subject", nodes)))
     objects = set(merged.filter(pl.col("valid_to").is_null())["object"].to_list()) - nodes
     names = {}
     if objects:
         known = store.read("entities", buckets=_buckets(objects, buckets), columns=["node", "name"],
-                           filter=_isin("node", objects))
+                           filter=among("node", objects))
         names = dict(zip(known["node"].to_pylist(), known["name"].to_pylist()))
     fresh = entity_rows(spec, items, merged.select(_SUMMARY_COLUMNS), buckets=buckets, nodes=nodes, names=names,
                         prior=prior)
@@ -537,7 +534,7 @@ def _refresh_entities(spec: FoldSpec, store: StateStore, buckets: int, nodes: se
             # object, which lives in the row's subject's bucket: only those buckets are read
             homes = set(items.filter(_among("object_node", changed))["bucket"].to_list())
             referrers = store.read("facts", buckets=homes, columns=["subject", "valid_to"], layer="merged",
-                                   filter=_isin("object", changed))
+                                   filter=among("object", changed))
             more = set(referrers.filter(pc.is_null(referrers["valid_to"]))["subject"].to_pylist()) - nodes
             if more:
                 version = _refresh_entities(spec, store, buckets, more, set())
@@ -598,7 +595,7 @@ def _incremental(mem, spec, store: StateStore, tag: StateTag, *, extractor, prog
     # (as new versions): 1% new events touch nearly every bucket, so rewriting buckets would
     # rewrite the whole state
     current = pl.from_arrow(store.read("facts", buckets=_buckets(subjects, buckets),
-                                       layer="merged", filter=_isin("subject", subjects)))
+                                       layer="merged", filter=among("subject", subjects)))
     rows.sort(key=lambda r: (r["seq"], r["ordinal"]))
     fresh, changed = advance_subjects(spec, current.to_dicts(), rows, buckets=buckets)
     after = pl.from_arrow(pa.Table.from_pylist(fresh, schema=FACT_SCHEMA))
@@ -661,16 +658,16 @@ def purge_state(store: StateStore, spec: FoldSpec, event_ids: Sequence[str]) -> 
     tag = store.tag()
     assert tag is not None
     buckets = tag.buckets
-    hit = store.read("items", columns=["bucket", "subject_node", "object_node"], filter=_isin("event_id", event_ids))
+    hit = store.read("items", columns=["bucket", "subject_node", "object_node"], filter=among("event_id", event_ids))
     if hit.num_rows == 0:
         return 0
     where = set(hit["bucket"].to_pylist())
     subjects = set(hit["subject_node"].to_pylist())
     nodes = subjects | set(hit["object_node"].to_pylist())
     items = store.read("items", buckets=where)
-    surviving = items.filter(pc.invert(_isin("event_id", event_ids)))
+    surviving = items.filter(pc.invert(among("event_id", event_ids)))
     store.write("items", surviving, buckets=where)
-    fresh = _merge(spec, surviving.filter(_isin("subject_node", subjects)), buckets)
+    fresh = _merge(spec, surviving.filter(among("subject_node", subjects)), buckets)
     old = pl.from_arrow(store.read("facts", buckets=_buckets(subjects, buckets), layer="merged"))
     mask = _among("subject", subjects)
     merged = pl.concat([old.filter(~mask), pl.from_arrow(fresh)])

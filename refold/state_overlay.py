@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from refold.fold.entities import entity_key
 from refold.fold.events import Event
@@ -34,7 +33,7 @@ from refold.fold.partition import (
 from refold.fold.spec import FoldSpec
 from refold.fold.stated import stated_extraction
 from refold.folding import needs_extraction
-from refold.storage.state import StateStore, StateTag
+from refold.storage.state import StateStore, StateTag, among
 
 if TYPE_CHECKING:
     from refold.memory import Memory
@@ -101,9 +100,6 @@ class StateOverlay:
                 "summary_sources": []}
 
 
-def _isin(column: str, values: Iterable[str]) -> pc.Expression:
-    return pc.field(column).isin(pa.array(sorted(set(values)), pa.string()))
-
 
 def _read(store: StateStore, tag: StateTag, **options: Any) -> pl.DataFrame:
     return pl.from_arrow(store.read("facts", version=tag.facts_version, layer="merged", **options))
@@ -156,7 +152,7 @@ def state_overlay(mem: "Memory", spec: FoldSpec, store: StateStore, tag: StateTa
         return StateOverlay(pending=pending, overlaid=len(tail))
     items.sort(key=lambda r: (r["seq"], r["ordinal"]))
     subjects = {i["subject_node"] for i in items}
-    current = _read(store, tag, buckets={bucket_of(s, tag.buckets) for s in subjects}, filter=_isin("subject", subjects))
+    current = _read(store, tag, buckets={bucket_of(s, tag.buckets) for s in subjects}, filter=among("subject", subjects))
     fresh, changed = advance_subjects(spec, current.to_dicts(), items, buckets=tag.buckets)
     after = pl.from_arrow(pa.Table.from_pylist(fresh, schema=FACT_SCHEMA))
     rows, gone = after.filter(pl.col("fact_id").is_in(pl.Series(sorted(changed), dtype=pl.Utf8).implode())), set()
@@ -189,7 +185,7 @@ def _new_names(spec: FoldSpec, store: StateStore, tag: StateTag, items: list[dic
         return {}
     nodes = set(found["node"].to_list())
     known = store.read("entities", version=tag.entities_version, columns=["node"],
-                       buckets={bucket_of(n, tag.buckets) for n in nodes}, filter=_isin("node", nodes))
+                       buckets={bucket_of(n, tag.buckets) for n in nodes}, filter=among("node", nodes))
     have = set(known["node"].to_pylist())
     return {n: (t, s[0]) for n, t, s in zip(found["node"].to_list(), found["tenant"].to_list(),
                                             found["surfaces"].to_list()) if n not in have}

@@ -40,7 +40,7 @@ from refold.fold.partition import ENTITY_SCHEMA, FACT_SCHEMA, ITEM_SCHEMA
 from .filemodes import apply_commit, make_dirs
 from .layout import Layout
 
-__all__ = ["KEYS", "StateStore", "StateTag", "TABLES"]
+__all__ = ["KEYS", "StateStore", "StateTag", "TABLES", "among"]
 
 #: table name → (schema of its rows, partition columns)
 TABLES = {
@@ -103,6 +103,11 @@ class StateTag:
                    facts_version=version,
                    rollups=tuple((n, k, tuple(i), o) for n, k, i, o in json.loads(info.get(_PREFIX + "read_rollups",
                                                                                           "[]"))))
+
+
+def among(column: str, values: Iterable[str]) -> pc.Expression:
+    """A read filter: string ``column`` is one of ``values`` (for :meth:`StateStore.read`)."""
+    return pc.field(column).isin(pa.array(sorted(set(values)), pa.string()))
 
 
 class StateStore:
