@@ -21,7 +21,8 @@ moving and changing jobs, organisations located in cities; rules extractor; appe
                    sorting their facts by (tenant, subject, relation, seq)
 
 Every step runs in its own child process, so "peak RSS" is that process's own high-water mark
-(``ru_maxrss``, interpreter and imports included). Cost per event is relative to the smallest N.
+(``ru_maxrss``, interpreter and imports included); with ``--ray`` the refold also prints the
+highest peak of the Ray worker processes that ran its merge tasks (``ray_merger().worker_peak_rss``). Cost per event is relative to the smallest N.
 ``--engine`` picks the fold (default ``partitioned``: the state tables; ``graph``: one in-memory
 graph and snapshots, for comparison). ``--ray`` runs the fold steps a second time with the merge
 as Ray tasks on a local Ray runtime with 2 CPUs and prints both. Ratios are printed against the
@@ -120,6 +121,8 @@ def step(name: str, root: Path, n: int, use_ray: bool, engine: str = "partitione
         start = time.perf_counter()  # Ray's start-up is not the fold's cost
         report = refold.open(root).fold(extractor=ext, full=True, **opts)
         out.update(calls=ext.calls, facts=report.facts, derived=report.derived_facts)
+        if use_ray:
+            out["worker_rss"] = opts["merger"].worker_peak_rss
     elif name == "append_new":
         new = max(int(n * NEW_SHARE), 1)
         out["events"] = _append(refold.open(root), workload(new, seed=12, start=10 * n, with_subject=False))
@@ -285,7 +288,9 @@ def report(label: str, results: dict[int, dict]) -> bool:
             "erasure erased X's events": r["erase"]["erased"] > 0,
         }
         ok &= all(checks.values())
-        print(f"{r['events']} events: refold peak RSS {r['refold']['rss'] / gib:.2f} GiB (target <= 2 GiB at 1M); "
+        workers = (f" (driver; merge workers {r['refold']['worker_rss'] / gib:.2f} GiB)"
+                   if "worker_rss" in r["refold"] else "")
+        print(f"{r['events']} events: refold peak RSS {r['refold']['rss'] / gib:.2f} GiB{workers} (target <= 2 GiB at 1M); "
               f"refold / floor {refold_s / r['floor']['seconds']:.1f}x (target <= 20x); "
               f"refold / incremental 1% {refold_s / r['incremental']['seconds']:.1f}x (target >= 50x); "
               f"refold / whole erasure {refold_s / r['erase']['seconds']:.1f}x"

@@ -407,9 +407,11 @@ def test_the_merge_stage_runs_as_ray_tasks_that_write_their_own_partitions(mem, 
     original = StateStore.write
     monkeypatch.setattr(StateStore, "write", lambda self, name, rows, **kw: driver_writes.append(
         (name, kw.get("layer"))) or original(self, name, rows, **kw))
-    remote = refold.open(mem.root).fold(engine="partitioned", full=True, merger=ray_merger())
+    merger = ray_merger()
+    remote = refold.open(mem.root).fold(engine="partitioned", full=True, merger=merger)
     monkeypatch.undo()
     assert ("facts", "merged") not in driver_writes
+    assert merger.worker_peak_rss > 50 * 2**20  # (the workers' own high-water mark, reported back)
     assert (remote.facts, remote.derived_facts) == (local.facts, local.derived_facts)
     assert canonical_graph(_state_graph(refold.open(mem.root))) == expected
     # one commit per group, each noting its group (what a rerun after a kill reuses)

@@ -29,20 +29,25 @@ __all__ = ["ray_merger"]
 
 
 def _merge_group(root: str, storage_options: dict[str, str] | None, spec_json: dict[str, Any],
-                 group: list[int], buckets: int, run: str) -> int:
-    """A Ray task: merge ``group`` in the store at ``root`` and commit it there; the rows written."""
+                 group: list[int], buckets: int, run: str) -> tuple[int, int]:
+    """A Ray task: merge ``group`` in the store at ``root`` and commit it there; (the rows
+    written, the worker process's peak RSS in bytes so far)."""
+    import resource
+
     from refold.state_fold import merge_group
     from refold.storage.layout import Layout  # (imported in the worker)
 
     spec = FoldSpec.from_json(spec_json)
     store = StateStore(Layout(root), spec.hash, storage_options=storage_options)
-    return merge_group(store, spec, group, buckets=buckets, run=run)
+    rows = merge_group(store, spec, group, buckets=buckets, run=run)
+    return rows, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # (Linux: KiB)
 
 
 def ray_merger(*, address: str | None = None, num_cpus: float = 0.5):
     """A merger (see :func:`refold.state_fold.local_merger`) that runs each bucket group as a Ray
     task of ``num_cpus`` writing its own partitions; Ray is started (or joined: ``address``) on
-    first use."""
+    first use. ``merger.worker_peak_rss``: the highest peak RSS (bytes) a worker process that
+    ran one of its tasks had reached (a worker runs many tasks: its peak over all of them)."""
 
     def merge(store: StateStore, spec: FoldSpec, groups: Sequence[Sequence[int]], buckets: int, *,
               run: str) -> Iterator[tuple[Sequence[int], int]]:
@@ -60,10 +65,12 @@ def ray_merger(*, address: str | None = None, num_cpus: float = 0.5):
             done, _ = ray.wait(list(pending), num_returns=1)
             group = pending.pop(done[0])
             try:
-                written = ray.get(done[0])
+                written, peak = ray.get(done[0])
             except ray.exceptions.RayTaskError as exc:  # the task's own error, named by its bucket
                 raise PartitionError(f"Ray task for buckets {group[0]}-{group[-1]} failed: "
                                      f"{exc.cause!r}; rerun the fold (finished groups are kept)") from exc
+            merge.worker_peak_rss = max(merge.worker_peak_rss, peak)
             yield group, written
 
+    merge.worker_peak_rss = 0
     return merge
