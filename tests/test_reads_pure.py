@@ -7,6 +7,9 @@ A ``write_memory`` is visible to the next ``search_memory``/``facts`` in this pr
 another one, under the rules spec and under a model spec folded earlier. The "model" is the only
 mock: :class:`TinyModel`, an in-test Extractor under a non-rules spec (no model can run here),
 which states ``memory_written`` facts as every adapter does and finds one fact in other text.
+
+These tests fold with the graph engine (its snapshots, the reads it still answers: ``as_of``,
+principal, shred mode); tests/test_reads_pure_state.py holds the same for the state tables.
 """
 
 from __future__ import annotations
@@ -24,6 +27,9 @@ from refold import tools
 from refold.fold.extract import ExtractedFact, Extraction
 from refold.fold.spec import FoldSpec
 from refold.fold.stated import stated_extraction
+
+#: the graph engine's reads (see the module docstring)
+FOLD_ENGINE = "graph"
 
 EMB = "hashing"
 WRITE = {"subject": "Alice", "relation": "lives_in", "object": "Berlin", "trace_id": "run-1",
