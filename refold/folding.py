@@ -126,8 +126,8 @@ def extract_missing(events: Sequence[Event], *, spec: FoldSpec, extractor: Extra
     (and at the end), but not more than once a second: each cache write is a Delta commit
     (~15 ms, and it grows with the table), so writing every small batch made a 20k-event fold
     spend minutes committing and a fast extractor (rules: 512 events in ~10 ms) commit far more
-    than it extracted, while a crash still loses at most a few seconds of extraction. ``collect``, when given, also receives every new
-    extraction by event id (so the caller need not read them back from the cache). ``cached``:
+    than it extracted, while a crash still loses at most a few seconds of extraction.
+    ``collect``, when given, also receives every new extraction by event id (so the caller need not read them back from the cache). ``cached``:
     ids the caller already knows are in the cache (then the cache is not asked again).
     """
     wanted = [e.event_id for e in events if needs_extraction(e)]

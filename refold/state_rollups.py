@@ -113,7 +113,7 @@ def _remember(derived: pl.DataFrame) -> None:
 _OPEN = datetime(9999, 12, 31, tzinfo=timezone.utc)
 
 
-def _spans(rows: pl.DataFrame) -> pl.DataFrame:
+def _intervals(rows: pl.DataFrame) -> pl.DataFrame:
     """``rows`` with ``_end`` (``valid_to``, open as :data:`_OPEN`), without empty intervals
     (they overlap nothing)."""
     rows = rows.with_columns(pl.col("valid_to").fill_null(_OPEN).alias("_end"))
@@ -131,8 +131,8 @@ def pairs_deriving(rule: RollupRule, firsts: pl.DataFrame, seconds: pl.DataFrame
     organisation's locations), the ones a first row overlaps are a run of them, found by two
     as-of joins; other keys are joined on the key and filtered. Joining an organisation's whole
     staff history with its whole location history first took gigabytes at 1M events."""
-    a = _spans(firsts).with_row_index("_a")
-    b = _spans(seconds).select(pl.col("fact_id").alias("fact_id_b"), pl.col("subject").alias("object"),
+    a = _intervals(firsts).with_row_index("_a")
+    b = _intervals(seconds).select(pl.col("fact_id").alias("fact_id_b"), pl.col("subject").alias("object"),
                                pl.col("valid_from").alias("from_b"), pl.col("_end").alias("end_b"))
     if a.height == 0 or b.height == 0:
         return []

@@ -45,9 +45,9 @@ from .spec import FoldSpec
 
 __all__ = [
     "DEFAULT_BUCKETS", "ENTITY_SCHEMA", "FACT_SCHEMA", "ITEM_SCHEMA", "advance_subjects", "bucket_of",
-    "derive_for_subjects", "derive_frame", "entities_from_names", "entity_names", "entity_rows", "first_surfaces",
-    "fold_pairs", "fold_partition",
-    "items_frame", "items_of", "merge_items", "merged_frame", "names_of_surfaces", "read_time_rules", "stored_rules", "subject_buckets",
+    "derive_for_subjects", "derive_frame", "entities_from_names", "entity_names", "entity_rows",
+    "first_surfaces", "fold_pairs", "fold_partition", "items_frame", "items_of", "merge_items",
+    "merged_frame", "names_of_surfaces", "read_time_rules", "stored_rules", "subject_buckets"
 ]
 
 #: Buckets of a new state: a full fold's peak memory follows the largest bucket (~1/64 of the

@@ -24,8 +24,7 @@ from refold.fold.errors import StoreError
 from refold.fold.extract import Extraction
 from .cache_rows import (CACHE_SCHEMA, FACT_COLUMNS, CachedFacts, _row_to_extraction,  # noqa: F401 - re-exported
                          _to_table, facts_by_id)
-from .delta_io import Bounds, never_null, read_arrow, read_files
-from .delta_io import seq_spans as _spans
+from .delta_io import Bounds, never_null, read_arrow, read_files, seq_spans
 from .table_handles import TableHandle, shared_table
 from .filemodes import apply_commit, apply_tree
 from .layout import Layout
@@ -141,7 +140,7 @@ class ExtractionCache:
             return {}
         prune = _ids_range(ids, spec_hash)
         if seqs is not None:
-            prune = [{"seq": span, "spec_hash": (spec_hash, spec_hash)} for span in _spans(seqs)]
+            prune = [{"seq": span, "spec_hash": (spec_hash, spec_hash)} for span in seq_spans(seqs)]
         with self._handle.view() as view:
             if view is None:
                 return {}
@@ -170,7 +169,7 @@ class ExtractionCache:
         ids = list(event_ids)
         if not ids:
             return {}
-        prune = ([{"seq": span, "spec_hash": (spec_hash, spec_hash)} for span in _spans(seqs)]
+        prune = ([{"seq": span, "spec_hash": (spec_hash, spec_hash)} for span in seq_spans(seqs)]
                  if seqs is not None else _ids_range(ids, spec_hash))
         with self._handle.view() as view:  # (file by file: a few rows of a few files, see read_files)
             if view is None:
@@ -313,6 +312,6 @@ def _present(dt: DeltaTable, unique: dict[tuple[str, str], Extraction],
     ids = sorted({eid for eid, _ in unique})
     prune = _ids_range(ids)
     if all(eid in seqs for eid in ids) and never_null(dt, "seq"):
-        prune = [{"seq": span} for span in _spans(seqs[eid] for eid in ids)]
+        prune = [{"seq": span} for span in seq_spans(seqs[eid] for eid in ids)]
     rows = read_arrow(dt, CACHE_SCHEMA, columns=["event_id", "spec_hash"], filter=_ids_filter(ids), prune=prune)
     return set(zip(rows["event_id"].to_pylist(), rows["spec_hash"].to_pylist()))

@@ -296,7 +296,7 @@ class StateStore:
         target = self.table(name)
         if target is None:
             predicate = None  # a new table: nothing to replace
-            if self._local:
+            if self.layout.is_local:
                 make_dirs(self.path(name))  # (state/ and its spec's folder get the store's modes)
         config = {"delta.dataSkippingStatsColumns": _STATS[name], "delta.enableDeletionVectors": "false",
                   "delta.enableChangeDataFeed": "false"}
@@ -323,14 +323,10 @@ class StateStore:
         self._private(name, dt, since)
         return dt.version()
 
-    @property
-    def _local(self) -> bool:
-        return "://" not in self.root or self.root.startswith("file://")
-
     def _private(self, name: str, dt: DeltaTable, since: int) -> None:
         """Give what the commits after version ``since`` of ``name`` wrote the modes the store
         calls for (private, or group-shared): delta-rs creates files with the process umask."""
-        if self._local:
+        if self.layout.is_local:
             for version in range(since + 1, dt.version() + 1):
                 apply_commit(self.path(name), version)
 
@@ -380,7 +376,7 @@ class StateStore:
         """Remove every state table of this spec (a folder, or every object under it)."""
         import shutil
 
-        if "://" in self.root and not self.root.startswith("file://"):
+        if not self.layout.is_local:
             files = self.layout.files()
             for key in files.list(f"state/{self.spec_hash}"):
                 files.delete(key)

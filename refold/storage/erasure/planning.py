@@ -166,7 +166,7 @@ def _engine_note(engines: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
 PLAN_COLUMNS = ["seq", "event_id", "kind", "subjects", "key_ids", "commitment", "cipher"]
 
 
-def plan_rows(log, subject_ids: Sequence[str], *, extras: bool | None = None) -> list[dict[str, Any]]:
+def plan_rows(log, subject_ids: Sequence[str], *, extras: bool = False) -> list[dict[str, Any]]:
     """The log's :data:`PLAN_COLUMNS` rows a plan for ``subject_ids`` can act on, as dicts: the
     events tagged with one of them and every encrypted event (its keys decide), plus, with
     ``extras``, every event (an extra event id may name any). The plan's loop would pass over
@@ -193,7 +193,7 @@ def make_plan(log, subject_id: str, *, mode: str, keystore=None, registry=None,
     key = pseudonyms(log.layout.root, files=log.layout.files()) if extras else None
     erased_extras = key.of(extras) if key is not None else {}
     if rows is None:
-        rows = plan_rows(log, [subject_id], extras=bool(extras) or None)
+        rows = plan_rows(log, [subject_id], extras=bool(extras))
     key_ids = tuple(keystore.key_ids(subject_id)) if keystore is not None else ()
     live = set(key_ids)
     events, tomb, untagged = [], [], 0
