@@ -391,7 +391,7 @@ def _full_rollups(spec: FoldSpec, store: StateStore, buckets: int) -> int:
     total = 0
     for group in _groups(buckets, group_size(store, buckets)) if firsts else []:
         mine = pl.from_arrow(store.read("facts", buckets=group, columns=_BASE_COLUMNS, layer="merged",
-                                        filter=pc.field("relation").isin(firsts)))
+                                        filter=among("relation", firsts)))
         if mine.height == 0:
             continue
         derived = derive_frame(rules, mine, buckets=buckets)
@@ -431,14 +431,14 @@ def _refresh_derived(spec: FoldSpec, store: StateStore, buckets: int, *, before:
     versions of merged rows, or rows now gone; ``after``: current rows). ``append``: the merged
     layer still holds the old versions; the new versions of the ``changed`` rows of ``after``
     take their place here and are committed together with the derived rows' new versions and
-    deletion markers, in one append. Else the merged layer is already up to date and the buckets
-    holding such derived rows are rewritten. Returns the change in the derived row count.
+    deletion markers, in one append. Else (an erasure) the merged layer is already up to date and
+    such derived rows are replaced, every version of them, by id. Returns the change in the
+    derived row count.
 
     Only the stored rules (inverse: a row per input row) are refreshed: compose roll-ups are
     derived when read, so a moved organisation re-derives nothing here."""
     rules = stored_rules(spec.rollups)
     inverse = sorted({r.inputs[0] for r in rules})
-    both = pl.concat([before.select(_BASE_COLUMNS), after.select(_BASE_COLUMNS)]).filter(_among("fact_id", changed))
     direct = after.select(_BASE_COLUMNS).filter(pl.col("relation").is_in(inverse) & _among("fact_id", changed))
     # (an append: the changed rows' new versions come first, so they win over the stored ones)
     pending = after.filter(_among("fact_id", changed)) if append else after.clear()
@@ -457,24 +457,17 @@ def _refresh_derived(spec: FoldSpec, store: StateStore, buckets: int, *, before:
             flags = pa.array([False] * (pending.height + new.height) + [True] * gone.height, pa.bool_())
             store.write("facts", pa.concat_tables(rows), mode="append", seen_at=seen_at, deleted=flags)
         return len(fresh_ids - set(old["fact_id"].to_list())) - gone.height
-    # where the rows to replace live: an inverse row in its input's object's bucket (old
-    # versions too: an erased input's rows must go)
-    homes = set(both.filter(pl.col("relation").is_in(inverse))["object"].to_list())
-    homes |= set(new["subject"].to_list())
-    where = sorted(_buckets(homes, buckets))
-    ids = pl.Series(sorted(changed), dtype=pl.Utf8).implode()
-    delta = 0
-    size = group_size(store, buckets)
-    for start in range(0, len(where), size):  # (memory follows a group of buckets)
-        group = where[start:start + size]
-        old = pl.from_arrow(store.read("facts", buckets=group, layer="derived"))
-        hit = old["inputs"].list.eval(pl.element().is_in(ids)).list.any()
-        mine = new.filter(pl.col("bucket").is_in(pl.Series(group, dtype=pl.Int32).implode()))
-        store.write("facts", pl.concat([old.filter(~hit), mine.cast(old.schema)]).to_arrow(), buckets=group,
-                    layer="derived")
-        delta += len(set(mine["fact_id"].to_list()) - set(old["fact_id"].to_list())) - \
-            old.filter(hit & ~_among("fact_id", fresh_ids)).height
-    return delta
+    # the derived rows the state holds with a changed input: what the rules gave over the
+    # inputs' stored versions (a derived id is a hash of its inputs' ids, which every version
+    # of a row shares); they are replaced, every version of them, by id in the buckets of their
+    # subjects: delta-rs rewrites only the files that hold them
+    old = derive_frame(rules, before.select(_BASE_COLUMNS).filter(_among("fact_id", changed)), buckets=buckets,
+                       touching=changed)
+    homes = set(old["bucket"].to_list()) | set(new["bucket"].to_list())
+    if homes:
+        store.write("facts", new.to_arrow(), buckets=homes, layer="derived",
+                    ids=set(old["fact_id"].to_list()) | fresh_ids)
+    return len(fresh_ids) - old.height
 
 
 def _refresh_entities(spec: FoldSpec, store: StateStore, buckets: int, nodes: set[str], renamed: set[str],
@@ -654,27 +647,45 @@ class StatePurger:
 
 
 def purge_state(store: StateStore, spec: FoldSpec, event_ids: Sequence[str]) -> int:
-    """Remove ``event_ids``' items from ``store`` and refold what they touched; return the rows removed."""
+    """Remove ``event_ids``' items from ``store`` and refold what they touched; return the rows removed.
+
+    The items and merged rows are rewritten bucket by bucket (only the buckets of the erased
+    items' subjects: a subject's rows are a small part of its bucket); the derived rows of the
+    subjects' facts live in their objects' buckets, which can be large (an organisation's staff),
+    so they are replaced by fact id, delta-rs rewriting only the files that hold them. Then the
+    vacuum removes the old files: no version left holds the erased items or what they gave."""
     tag = store.tag()
     assert tag is not None
     buckets = tag.buckets
-    hit = store.read("items", columns=["bucket", "subject_node", "object_node"], filter=among("event_id", event_ids))
+    hit = store.read("items", columns=["bucket", "seq", "subject_node", "object_node"],
+                     filter=among("event_id", event_ids))
     if hit.num_rows == 0:
         return 0
     where = set(hit["bucket"].to_pylist())
     subjects = set(hit["subject_node"].to_pylist())
-    nodes = subjects | set(hit["object_node"].to_pylist())
+    named = subjects | set(hit["object_node"].to_pylist())
     items = store.read("items", buckets=where)
     surviving = items.filter(pc.invert(among("event_id", event_ids)))
     store.write("items", surviving, buckets=where)
-    fresh = _merge(spec, surviving.filter(among("subject_node", subjects)), buckets)
-    old = pl.from_arrow(store.read("facts", buckets=_buckets(subjects, buckets), layer="merged"))
-    mask = _among("subject", subjects)
-    merged = pl.concat([old.filter(~mask), pl.from_arrow(fresh)])
-    # rewritten, not appended: every version of these buckets' rows goes, then the vacuum
-    store.write("facts", merged.to_arrow(), buckets=_buckets(subjects, buckets), layer="merged")
-    _finish(None, spec, store, head=_Head(tag.log_seq, tag.log_link), tenants=tag.tenants, buckets=buckets,
-            subjects=subjects, nodes=nodes, renamed=nodes, before=old.filter(mask),
-            after=merged.filter(mask), counts=(tag.facts, tag.derived))
+    after = pl.from_arrow(_merge(spec, surviving.filter(among("subject_node", subjects)), buckets))
+    home = _buckets(subjects, buckets)
+    old = pl.from_arrow(store.read("facts", buckets=home, layer="merged"))
+    mine = _among("subject", subjects)
+    store.write("facts", pl.concat([old.filter(~mine), after]).to_arrow(), buckets=home, layer="merged")
+    before = old.filter(mine)
+    changed = set(before["fact_id"].to_list()) | set(after["fact_id"].to_list())
+    derived = _refresh_derived(spec, store, buckets, before=before, after=after, changed=changed, append=False,
+                               seen_at=-1)
+    # a node the erased items named changes only where they held the first occurrence of one of
+    # its names (or it is one of their subjects: its summary): the others are left as they are
+    firsts = pl.from_arrow(store.read("entities", buckets=_buckets(named, buckets), columns=["node", "name_seqs"],
+                                      filter=among("node", named)))
+    erased = pl.Series(sorted(set(hit["seq"].to_pylist())), dtype=pl.Int64).implode()
+    renamed = set(firsts.filter(pl.col("name_seqs").list.eval(pl.element().is_in(erased)).list.any())["node"]
+                  .to_list())
+    entities_version = _refresh_entities(spec, store, buckets, subjects | renamed, renamed)
+    store.set_tag(dataclasses.replace(tag, entities_version=entities_version,
+                                      facts=tag.facts + after.height - before.height, derived=tag.derived + derived,
+                                      rollups=_read_rollups(spec)))
     store.vacuum()
     return items.num_rows - surviving.num_rows

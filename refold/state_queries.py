@@ -16,15 +16,13 @@ from typing import TYPE_CHECKING, Any
 
 import networkx as nx
 import polars as pl
-import pyarrow as pa
-import pyarrow.compute as pc
 
 from refold.fold.entities import entity_key
 from refold.fold.merge import node_id
 from refold.fold.partition import bucket_of
 from refold.fold.queries import FACT_COLUMNS
 from refold.state_rollups import find_derived, input_relations, with_rollups
-from refold.storage.state import StateStore, StateTag
+from refold.storage.state import StateStore, StateTag, among
 
 if TYPE_CHECKING:
     from refold.state_overlay import StateOverlay
@@ -42,7 +40,7 @@ def _names(store: StateStore, tag: StateTag, nodes: set[str], overlay: "StateOve
         return {}
     rows = store.read("entities", version=tag.entities_version, columns=["node", "name"],
                       buckets={bucket_of(n, tag.buckets) for n in nodes},
-                      filter=pc.field("node").isin(pa.array(sorted(nodes), pa.string())))
+                      filter=among("node", nodes))
     names = dict(zip(rows["node"].to_pylist(), rows["name"].to_pylist()))
     if overlay is not None:
         names.update({n: overlay.names[n][1] for n in nodes - names.keys() if n in overlay.names})
@@ -55,13 +53,13 @@ def _rows(store: StateStore, tag: StateTag, overlay: "StateOverlay | None", *, n
     buckets = None
     if nodes is not None:
         buckets = {bucket_of(n, tag.buckets) for n in nodes}
-        expr = pc.field("subject").isin(pa.array(nodes, pa.string()))
+        expr = among("subject", nodes)
     if isinstance(relation, set):
-        wanted = pc.field("relation").isin(pa.array(sorted(relation), pa.string()))
+        wanted = among("relation", relation)
     else:
-        wanted = pc.field("relation") == relation if relation else None
+        wanted = among("relation", [relation]) if relation else None
     for extra in ([wanted] if wanted is not None else []) + \
-                 ([pc.field("tenant") == tenant] if tenant is not None else []):
+                 ([among("tenant", [tenant])] if tenant is not None else []):
         expr = extra if expr is None else expr & extra
     df = pl.from_arrow(store.read("facts", buckets=buckets, filter=expr, version=tag.facts_version))
     return df if overlay is None else overlay.apply(df, nodes=nodes, relation=relation, tenant=tenant)
@@ -148,7 +146,7 @@ def _entities(store: StateStore, tag: StateTag, nodes: set[str],
         return {}
     rows = store.read("entities", version=tag.entities_version,
                       buckets={bucket_of(n, tag.buckets) for n in nodes},
-                      filter=pc.field("node").isin(pa.array(sorted(nodes), pa.string()))).to_pylist()
+                      filter=among("node", nodes)).to_pylist()
     found = {r["node"]: {"tenant": r["tenant"], "name": r["name"], "key": r["key"], "aliases": r["aliases"],
                          "summary": json.loads(r["summary"]), "summary_sources": r["summary_sources"]}
              for r in rows}
@@ -165,7 +163,7 @@ def lineage_view(store: StateStore, tag: StateTag, overlay: "StateOverlay | None
     while wanted:
         seen |= wanted
         df = pl.from_arrow(store.read("facts", version=tag.facts_version,
-                                      filter=pc.field("fact_id").isin(pa.array(sorted(wanted), pa.string()))))
+                                      filter=among("fact_id", wanted)))
         if overlay is not None:
             df = overlay.apply(df, fact_ids=wanted)
         missing = wanted - set(df["fact_id"].to_list())

@@ -26,13 +26,11 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
 import polars as pl
-import pyarrow as pa
-import pyarrow.compute as pc
 
 from refold.fold.merge import fact_id_of
 from refold.fold.partition import bucket_of, derive_for_subjects, derive_frame
 from refold.fold.spec import RollupRule
-from refold.storage.state import StateStore, StateTag
+from refold.storage.state import StateStore, StateTag, among
 
 if TYPE_CHECKING:
     from refold.state_overlay import StateOverlay
@@ -80,7 +78,7 @@ def with_rollups(store: StateStore, tag: StateTag, rows: pl.DataFrame, *,
             return rows
         partners = pl.from_arrow(store.read(
             "facts", version=tag.facts_version, layer="merged", buckets={bucket_of(o, tag.buckets) for o in objects},
-            filter=pc.field("subject").isin(pa.array(objects, pa.string())) & pc.field("relation").isin(seconds)))
+            filter=among("subject", objects) & among("relation", seconds)))
         if overlay is not None:
             partners = overlay.apply(partners, nodes=objects, relation=set(seconds))
             partners = partners.filter(pl.col("layer") == "merged")
@@ -182,13 +180,13 @@ def find_derived(store: StateStore, tag: StateTag, fact_ids: Iterable[str]) -> p
             break
         first, second = rule.inputs
         seconds = pl.from_arrow(store.read("facts", version=tag.facts_version, layer="merged", columns=narrow,
-                                           filter=pc.field("relation") == second))
+                                           filter=among("relation", [second])))
         if seconds.height == 0:
             continue
         for start in range(0, tag.buckets, SEARCH_GROUP):
             group = range(start, min(start + SEARCH_GROUP, tag.buckets))
             firsts = pl.from_arrow(store.read("facts", version=tag.facts_version, layer="merged", columns=narrow,
-                                              buckets=group, filter=pc.field("relation") == first))
+                                              buckets=group, filter=among("relation", [first])))
             pairs = pairs_deriving(rule, firsts, seconds, wanted)
             if not pairs:
                 continue
@@ -205,6 +203,6 @@ def _derive_pairs(store: StateStore, tag: StateTag, rule: RollupRule, pairs: lis
     """The rows among ``wanted`` that ``rule`` derives from the input ``pairs`` (read by id)."""
     ids = sorted({i for p in pairs for i in p})
     inputs = pl.from_arrow(store.read("facts", version=tag.facts_version, layer="merged",
-                                      filter=pc.field("fact_id").isin(pa.array(ids, pa.string()))))
+                                      filter=among("fact_id", ids)))
     rows = derive_frame((rule,), inputs, buckets=tag.buckets)
     return rows.filter(pl.col("fact_id").is_in(pl.Series(sorted(wanted), dtype=pl.Utf8).implode()))

@@ -508,3 +508,60 @@ def test_events_without_facts_only_move_the_tag(mem, monkeypatch):
     assert after.entities_version == before.entities_version
     monkeypatch.undo()
     assert canonical_graph(_state_graph(refold.open(mem.root))) == canonical_graph(_reference(Path(mem.root)))
+
+
+def _full_refold_digest(root: Path, tmp_path: Path, buckets: int) -> str:
+    """The state digest of a full refold of a copy of the store at ``root`` (one version per row)."""
+    from refold.state_fold import group_size
+
+    copy = tmp_path / "copy"
+    shutil.copytree(root, copy)
+    again = refold.open(copy)
+    again.fold(engine="partitioned", full=True, buckets=buckets)
+    store = again.state_store(again.current_spec())
+    return store.digest(buckets=buckets, group=group_size(store, buckets))
+
+
+def test_an_erasure_renames_only_the_nodes_whose_first_name_it_erased(tmp_path, monkeypatch):
+    """The erased events named "ACME" first (the node's display name), "Oslo" long after others
+    did, and "zephyrmarmalade" alone. Only the erased subject and the nodes whose first surface
+    went are refreshed: "Acme" becomes the name, the node only the erased events named goes, and
+    "Oslo" (its first name kept) is left alone; the state equals a full refold's, names' seqs
+    included."""
+    from refold import state_fold
+
+    name = "Quillon Varga"
+    mem = refold.init(tmp_path / "store")
+    mine = [fact_event(name, "works_at", "ACME", day=1, subjects=["s-x"]),
+            fact_event(name, "likes", "zephyrmarmalade", day=2, subjects=["s-x"])]
+    others = [fact_event("Person1", "works_at", "Acme", day=3), fact_event("Person2", "works_at", "ACME", day=4),
+              fact_event("Person3", "lives_in", "Oslo", day=5)]
+    mem.append(others[2:] + mine + others[:2] + [fact_event(name, "lives_in", "Oslo", day=6, subjects=["s-x"])])
+    mem.fold(engine="partitioned", full=True, buckets=4)
+    erasing.register_subject(mem, "s-x", name)
+    refreshed = []
+    original = state_fold._refresh_entities
+    monkeypatch.setattr(state_fold, "_refresh_entities", lambda spec, store, buckets, nodes, renamed, **kw: (
+        refreshed.append((set(nodes), set(renamed))) or original(spec, store, buckets, nodes, renamed, **kw)))
+    mem.erase("s-x")
+    acme, oslo, x = (node_id("default", n) for n in ("Acme", "Oslo", name))
+    nodes, renamed = refreshed[0]
+    assert acme in renamed and x in nodes and oslo not in nodes
+    after = refold.open(mem.root)
+    assert _state_graph(after).nodes[acme]["name"] == "Acme"
+    assert canonical_graph(_state_graph(after)) == canonical_graph(_reference(Path(mem.root)))
+    store = after.state_store(after.current_spec())
+    assert store.digest(buckets=4, group=4) == _full_refold_digest(Path(mem.root), tmp_path, 4)
+
+
+def test_an_incremental_fold_keeps_each_names_first_seq(mem, tmp_path):
+    """New surfaces of known nodes become aliases at their own seqs, known ones keep theirs: the
+    state after incremental folds digests equal to a full refold's."""
+    mem.append(_log(60))
+    mem.fold(engine="partitioned", full=True, buckets=4)
+    mem.append([fact_event("Person1", "works_at", "ACME", day=40), fact_event("person1", "likes", "Chess", day=41)])
+    mem.fold(engine="partitioned")
+    mem.append(_log(20, start=60) + [fact_event("PERSON1", "lives_in", "oslo", day=42)])
+    mem.fold(engine="partitioned")
+    store = mem.state_store(mem.current_spec())
+    assert store.digest(buckets=4, group=4) == _full_refold_digest(Path(mem.root), tmp_path, 4)

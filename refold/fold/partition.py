@@ -79,10 +79,14 @@ FACT_SCHEMA = pa.schema([
     ("confidence", pa.float64()), ("superseded_by", pa.string()), ("ended_by", pa.string()),
 ])
 
-#: An entity (a reference-fold node): ``summary`` is the JSON of {relation: [object names]}.
+#: An entity (a reference-fold node): ``summary`` is the JSON of {relation: [object names]};
+#: ``name_seqs`` the log seq of each name's first occurrence ([name, *aliases]): an erasure
+#: renames a node only where it erased such an occurrence, so it leaves every other node's row
+#: alone without reading the items that name it.
 ENTITY_SCHEMA = pa.schema([
     ("bucket", pa.int32()), ("node", pa.string()), ("tenant", pa.string()), ("name", pa.string()),
-    ("key", pa.string()), ("aliases", _STRS), ("summary", pa.string()), ("summary_sources", _STRS),
+    ("key", pa.string()), ("aliases", _STRS), ("name_seqs", pa.list_(pa.int64())), ("summary", pa.string()),
+    ("summary_sources", _STRS),
 ])
 
 FACT_POLARS = pl.from_arrow(FACT_SCHEMA.empty_table()).schema
@@ -382,16 +386,18 @@ def occurrences(spec: FoldSpec, items: pl.DataFrame) -> pl.DataFrame:
 
 def entity_names(spec: FoldSpec, items: pl.DataFrame, *, nodes: Iterable[str] | None = None,
                  buckets_in: Iterable[int] | None = None, prior: pl.DataFrame | None = None) -> pl.DataFrame:
-    """(node, tenant, surfaces) per node named by ``items``: its surface names in log order,
-    each once (the first is its display name). ``nodes``/``buckets_in``: only those nodes, or the
+    """(node, tenant, surfaces, seqs) per node named by ``items``: its surface names in log
+    order, each once (the first is its display name), and the seq of each one's first occurrence. ``nodes``/``buckets_in``: only those nodes, or the
     nodes of those buckets; ``prior``: entity rows as they were before ``items``."""
     occ = occurrences(spec, items)
     if prior is not None and prior.height:
-        # an entity's surfaces so far, in order, ahead of every new item (seq -1)
+        # an entity's surfaces so far, in order and at the seqs they were first seen (all before
+        # the new items' seqs), ties in list order
         before = prior.select(
             "node", "bucket", "tenant", pl.concat_list([pl.col("name"), pl.col("aliases")]).alias("surface"),
-        ).explode("surface").with_columns(
-            pl.lit(-1, dtype=pl.Int64).alias("seq"), pl.lit(0, dtype=pl.Int32).alias("ordinal"),
+            pl.col("name_seqs").alias("seq"),
+        ).explode("surface", "seq").with_columns(
+            pl.lit(0, dtype=pl.Int32).alias("ordinal"),
             pl.int_range(pl.len()).over("node").cast(pl.Int8).alias("pos"),
         ).select(list(_OCC_SCHEMA)).cast(_OCC_SCHEMA)
         occ = pl.concat([before, occ])
@@ -411,10 +417,11 @@ def first_surfaces(spec: FoldSpec, items: pl.DataFrame) -> pl.DataFrame:
 
 
 def names_of_surfaces(occ: pl.DataFrame) -> pl.DataFrame:
-    """(node, tenant, surfaces) from occurrences or :func:`first_surfaces` partials: each
-    node's distinct surfaces in order of first occurrence."""
+    """(node, tenant, surfaces, seqs) from occurrences or :func:`first_surfaces` partials: each
+    node's distinct surfaces in order of first occurrence, and the seqs of those occurrences."""
     return (_firsts(occ).group_by("node", maintain_order=True)
-            .agg(pl.col("tenant").first(), pl.col("bucket").first(), pl.col("surface").alias("surfaces")))
+            .agg(pl.col("tenant").first(), pl.col("bucket").first(), pl.col("surface").alias("surfaces"),
+                 pl.col("seq").alias("seqs")))
 
 
 def _firsts(occ: pl.DataFrame) -> pl.DataFrame:
@@ -451,14 +458,14 @@ def entities_from_names(names: pl.DataFrame, merged: pl.DataFrame, name_of: dict
                .agg(pl.col("sources").unique(maintain_order=True).alias("summary_sources")))
     surfaces = names["surfaces"]
     keys = {n: entity_key(n) for n in surfaces.list.first().unique().to_list()}
-    out = (names.select("node", "tenant", "surfaces")
+    out = (names.select("node", "tenant", "surfaces", "seqs")
            .join(summaries, left_on="node", right_on="subject", how="left", maintain_order="left")
            .join(sources, left_on="node", right_on="subject", how="left", maintain_order="left"))
     return out.select(
         pl.col("node").map_elements(lambda n: bucket_of(n, buckets), return_dtype=pl.Int32).alias("bucket"),
         "node", "tenant", pl.col("surfaces").list.first().alias("name"),
         pl.col("surfaces").list.first().replace_strict(keys, return_dtype=pl.Utf8).alias("key"),
-        pl.col("surfaces").list.slice(1).alias("aliases"),
+        pl.col("surfaces").list.slice(1).alias("aliases"), pl.col("seqs").alias("name_seqs"),
         pl.col("summary").fill_null("{}"),
         pl.col("summary_sources").fill_null(pl.lit([], dtype=pl.List(pl.Utf8))),
     ).cast(pl.from_arrow(ENTITY_SCHEMA.empty_table()).schema)

@@ -24,7 +24,7 @@ from refold.fold.errors import StoreError
 from refold.fold.extract import Extraction
 from .cache_rows import (CACHE_SCHEMA, FACT_COLUMNS, CachedFacts, _row_to_extraction,  # noqa: F401 - re-exported
                          _to_table, facts_by_id)
-from .delta_io import Bounds, never_null, read_arrow, read_files, seq_spans
+from .delta_io import Bounds, never_null, read_arrow, read_files, seq_spans, sql_in
 from .table_handles import TableHandle, shared_table
 from .filemodes import apply_commit, apply_tree
 from .layout import Layout
@@ -266,13 +266,12 @@ class ExtractionCache:
                 hit.add(eid)
         if not hit:
             return PurgeResult("extractions", 0)
-        quoted = ", ".join("'" + e.replace("'", "''") + "'" for e in sorted(hit))
         for attempt in range(50):
             with handle.fresh() as dt:
                 if dt is None:
                     return PurgeResult("extractions", 0)
                 try:
-                    metrics = dt.delete(f"event_id IN ({quoted})")
+                    metrics = dt.delete(sql_in("event_id", hit))
                     self._apply_modes()
                     return PurgeResult("extractions", int(metrics.get("num_deleted_rows", 0)))
                 except CommitFailedError:

@@ -32,7 +32,7 @@ from deltalake import DeltaTable
 
 from .store_options import arrow_filesystem, arrow_paths
 
-__all__ = ["Bounds", "never_null", "parquet_dataset", "read_arrow", "read_files", "seq_spans"]
+__all__ = ["Bounds", "never_null", "parquet_dataset", "read_arrow", "read_files", "scan", "seq_spans", "sql_in"]
 
 
 #: One pruning alternative: column → (low, high), inclusive; None leaves that end open (a null
@@ -58,16 +58,22 @@ def read_arrow(dt: DeltaTable, schema: pa.Schema, *, columns: Sequence[str] | No
     if not uris:  # (no filter to run: nothing to keep, and a plan over no rows costs ~0.3 ms)
         table = schema.empty_table()
         return table.select(wanted) if wanted else table
-    dataset = parquet_dataset(dt, uris, schema)
+    return scan(parquet_dataset(dt, uris, schema), columns=wanted, filter=filter)
+
+
+def scan(dataset: ds.Dataset, *, columns: Sequence[str] | None = None,
+         filter: pc.Expression | None = None) -> pa.Table:
+    """``dataset.to_table(columns=..., filter=...)``, also where some files hold string_view
+    columns: files written by delta-rs MERGE/DELETE (DataFusion) store strings that way, and a
+    pushed-down filter then meets mixed string/string_view kernels; the rows are then read
+    whole and filtered after (a filter on ``column.cast(string)`` avoids that slower path)."""
     try:
-        return dataset.to_table(columns=wanted, filter=filter)
+        return dataset.to_table(columns=columns, filter=filter)
     except (pa.ArrowNotImplementedError, pa.ArrowTypeError):
-        # Files written by delta-rs MERGE/DELETE (DataFusion) store strings as string_view; pushed
-        # down filters then meet mixed string/string_view kernels. Filter after reading instead.
         table = dataset.to_table()
         if filter is not None:
             table = table.filter(filter)
-        return table.select(wanted) if wanted else table
+        return table.select(list(columns)) if columns else table
 
 
 def parquet_dataset(dt: DeltaTable, uris: Sequence[str], schema: pa.Schema, *,
@@ -270,3 +276,13 @@ def seq_spans(seqs: Iterable[int], most: int = 32) -> list[tuple[int, int]]:
         else:
             spans[-1][1] = seq
     return [(a, b) for a, b in spans]
+
+
+def sql_in(column: str, values: Iterable[str]) -> str:
+    """A Delta SQL predicate term: string ``column`` is one of ``values`` (quotes doubled).
+
+    delta-rs records a commit's predicate in its ``commitInfo``, which outlives an erasure's
+    vacuum: only ids that the log keeps anyway (event ids, fact-id hashes) may be named here,
+    never a name or other content."""
+    quoted = ", ".join("'" + v.replace("'", "''") + "'" for v in sorted(set(values)))
+    return f"{column} IN ({quoted})"

@@ -37,6 +37,7 @@ from deltalake.exceptions import TableNotFoundError
 from refold.fold.errors import StoreError
 from refold.fold.partition import ENTITY_SCHEMA, FACT_SCHEMA, ITEM_SCHEMA
 
+from .delta_io import sql_in
 from .filemodes import apply_commit, make_dirs
 from .layout import Layout
 
@@ -60,11 +61,16 @@ _STATS = {"items": "bucket,seq", "facts": "layer,bucket,recorded_seq,seen_at", "
 def _stored(name: str) -> pa.Schema:
     schema = TABLES[name][0]
     return pa.schema(list(schema) + _VERSION_FIELDS) if name in KEYS else schema
+#: the columns whose values a commit's predicate may name (:meth:`StateStore.write` ``ids``):
+#: delta-rs keeps the predicate in the commit log, which outlives an
+#: erasure's vacuum, so only ids the log keeps anyway (event ids, fact-id hashes), never a name
+_ID_COLUMNS = {"facts": "fact_id"}
 _PREFIX = "refold."
 #: the state tables' format: a tag of another format is not a state this code can read (reads
 #: answer the graph engine's way, and the next partitioned fold refolds in full, replacing the
 #: tables). "2": compose roll-ups are no longer stored (derived when read, named by the tag).
-FORMAT = "2"
+#: "3": entities carry ``name_seqs`` (see :data:`refold.fold.partition.ENTITY_SCHEMA`).
+FORMAT = "3"
 
 
 @dataclass(frozen=True)
@@ -106,8 +112,11 @@ class StateTag:
 
 
 def among(column: str, values: Iterable[str]) -> pc.Expression:
-    """A read filter: string ``column`` is one of ``values`` (for :meth:`StateStore.read`)."""
-    return pc.field(column).isin(pa.array(sorted(set(values)), pa.string()))
+    """A read filter: string ``column`` is one of ``values`` (for :meth:`StateStore.read`).
+
+    The column is cast to string first: files that an erasure's delta-rs rewrite wrote hold it
+    as string_view, which a pushed-down ``isin`` of strings cannot test."""
+    return pc.field(column).cast(pa.string()).isin(pa.array(sorted(set(values)), pa.string()))
 
 
 class StateStore:
@@ -192,7 +201,7 @@ class StateStore:
         active exception"; see :mod:`refold.storage.delta_io`), which no process — a CLI read, an
         agent's tool call, a fold — may do. ``filter`` tests columns stored in the files; the
         partition columns are selected by ``buckets`` and ``layer``."""
-        from .delta_io import parquet_dataset
+        from .delta_io import parquet_dataset, scan
 
         schema, partitions = TABLES[name]
         wanted_schema = schema if columns is None else pa.schema([schema.field(c) for c in columns])
@@ -216,7 +225,10 @@ class StateStore:
                 paths.append(f"{root}/{path}")
         if not paths:
             return wanted_schema.empty_table()
-        table = parquet_dataset(dt, paths, stored, partitions=partitions).to_table(columns=names, filter=filter)
+        dataset = parquet_dataset(dt, paths, stored, partitions=partitions)
+        if filter is not None and len(paths) > _NARROW_FILES:
+            dataset = _narrowed(dataset, filter)
+        table = scan(dataset, columns=names, filter=filter)
         if key is not None and table.num_rows:
             table = _newest(table, key)
         return table.select(wanted_schema.names).cast(wanted_schema)
@@ -264,14 +276,18 @@ class StateStore:
 
     def write(self, name: str, rows: pa.Table, *, buckets: Iterable[int] | None = None,
               layer: str | None = None, tag: StateTag | None = None, mode: str = "overwrite",
-              note: dict[str, str] | None = None, seen_at: int = -1, deleted: pa.Array | None = None) -> int:
+              note: dict[str, str] | None = None, seen_at: int = -1, deleted: pa.Array | None = None,
+              ids: Iterable[str] | None = None) -> int:
         """Replace the partitions ``buckets`` (all: None) of ``name`` (of ``layer`` in ``facts``)
         with ``rows``, or append them (``mode="append"``: on a versioned table, new versions of
         those rows stamped ``seen_at``, ``deleted`` marking the ones gone); return the new
         table version.
 
-        Every row must lie in those partitions (delta-rs checks the predicate). ``note``: custom
-        metadata of the commit (a full fold's progress, see :meth:`notes`)."""
+        ``ids`` (fact ids): replace only the rows of those partitions with one of
+        these ids, every version of them; delta-rs rewrites just the files holding such rows, in
+        the same commit. Every row must lie in those partitions (and carry one of ``ids``):
+        delta-rs checks the predicate. ``note``: custom metadata of the commit (a full fold's
+        progress, see :meth:`notes`)."""
         partitions = TABLES[name][1]
         schema = _stored(name)
         if name in KEYS:
@@ -289,6 +305,8 @@ class StateStore:
                 dt = self.table(name)
                 return -1 if dt is None else dt.version()
             terms.append(f"bucket IN ({', '.join(str(b) for b in wanted)})")
+        if ids is not None:
+            terms.append(sql_in(_ID_COLUMNS[name], ids))
         predicate = " AND ".join(terms) if terms and mode == "overwrite" else None
         # the kept handle, brought up to date, is what delta-rs writes through: given the path
         # instead, it loaded the table afresh for every write (the commit log since the last
@@ -383,6 +401,25 @@ class StateStore:
         elif os.path.isdir(self.root):
             shutil.rmtree(self.root)
         self._tables, self._versions = {}, {}
+
+
+#: a filtered read of more files than this first finds the files holding a matching row
+_NARROW_FILES = 16
+
+
+def _narrowed(dataset, filter: pc.Expression):
+    """``dataset`` cut to the files holding a row that ``filter`` matches, found by a scan of
+    only the filter's columns: a filter that picks a few rows out of many files (an erasure's
+    items, one node's names) then decodes the other columns of those files only (an erasure at
+    1M events read 12 columns of every items file to keep none of them)."""
+    import pyarrow.dataset as ds
+
+    try:
+        found = set(dataset.to_table(columns=["__filename"], filter=filter)["__filename"].to_pylist())
+    except (pa.ArrowNotImplementedError, pa.ArrowTypeError):
+        return dataset  # (string_view files: the caller's read filters after reading)
+    return ds.FileSystemDataset([f for f in dataset.get_fragments() if f.path in found], dataset.schema,
+                                dataset.format, dataset.filesystem)
 
 
 def _newest(table: pa.Table, key: str) -> pa.Table:
