@@ -66,7 +66,7 @@ def scan(dataset: ds.Dataset, *, columns: Sequence[str] | None = None,
     """``dataset.to_table(columns=..., filter=...)``, also where some files hold string_view
     columns: files written by delta-rs MERGE/DELETE (DataFusion) store strings that way, and a
     pushed-down filter then meets mixed string/string_view kernels; the rows are then read
-    whole and filtered after (a filter on ``column.cast(string)`` avoids that slower path)."""
+    whole and filtered after."""
     try:
         return dataset.to_table(columns=columns, filter=filter)
     except (pa.ArrowNotImplementedError, pa.ArrowTypeError):

@@ -112,11 +112,8 @@ class StateTag:
 
 
 def among(column: str, values: Iterable[str]) -> pc.Expression:
-    """A read filter: string ``column`` is one of ``values`` (for :meth:`StateStore.read`).
-
-    The column is cast to string first: files that an erasure's delta-rs rewrite wrote hold it
-    as string_view, which a pushed-down ``isin`` of strings cannot test."""
-    return pc.field(column).cast(pa.string()).isin(pa.array(sorted(set(values)), pa.string()))
+    """A read filter: string ``column`` is one of ``values`` (for :meth:`StateStore.read`)."""
+    return pc.field(column).isin(pa.array(sorted(set(values)), pa.string()))
 
 
 class StateStore:
