@@ -589,6 +589,10 @@ def _incremental(mem, spec, store: StateStore, tag: StateTag, *, extractor, prog
     # rewrite the whole state
     current = pl.from_arrow(store.read("facts", buckets=_buckets(subjects, buckets),
                                        layer="merged", filter=among("subject", subjects)))
+    # the merge changes only open rows (it corroborates, supersedes or retracts an open fact, or
+    # adds one): the closed history goes neither through it nor into the stages after it
+    # (summaries are of open rows too)
+    current = current.filter(pl.col("valid_to").is_null())
     rows.sort(key=lambda r: (r["seq"], r["ordinal"]))
     fresh, changed = advance_subjects(spec, current.to_dicts(), rows, buckets=buckets)
     after = pl.from_arrow(pa.Table.from_pylist(fresh, schema=FACT_SCHEMA))

@@ -211,7 +211,10 @@ def advance_subjects(spec: FoldSpec, current: Iterable[dict[str, Any]], items: I
                      buckets: int) -> tuple[list[dict[str, Any]], set[str]]:
     """(merged rows, ids of the rows made or changed) of the subjects that ``items`` (new events,
     in log order) touch, given their ``current`` merged rows: incremental projection per subject
-    (state at n + events (n, m] = state at m), reading nothing of other subjects."""
+    (state at n + events (n, m] = state at m), reading nothing of other subjects.
+
+    ``current`` may be only their open rows (``valid_to`` null): the merge never changes a
+    closed row, so the result is then those rows as they become, and the new ones."""
     graph = nx.MultiDiGraph()
     for row in current:
         d = {k: row[k] for k in _EDGE_KEYS}
