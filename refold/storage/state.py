@@ -222,10 +222,7 @@ class StateStore:
                 paths.append(f"{root}/{path}")
         if not paths:
             return wanted_schema.empty_table()
-        dataset = parquet_dataset(dt, paths, stored, partitions=partitions)
-        if filter is not None and len(paths) > _NARROW_FILES:
-            dataset = _narrowed(dataset, filter)
-        table = scan(dataset, columns=names, filter=filter)
+        table = scan(parquet_dataset(dt, paths, stored, partitions=partitions), columns=names, filter=filter)
         if key is not None and table.num_rows:
             table = _newest(table, key)
         return table.select(wanted_schema.names).cast(wanted_schema)
@@ -398,25 +395,6 @@ class StateStore:
         elif os.path.isdir(self.root):
             shutil.rmtree(self.root)
         self._tables, self._versions = {}, {}
-
-
-#: a filtered read of more files than this first finds the files holding a matching row
-_NARROW_FILES = 16
-
-
-def _narrowed(dataset, filter: pc.Expression):
-    """``dataset`` cut to the files holding a row that ``filter`` matches, found by a scan of
-    only the filter's columns: a filter that picks a few rows out of many files (an erasure's
-    items, one node's names) then decodes the other columns of those files only (an erasure at
-    1M events read 12 columns of every items file to keep none of them)."""
-    import pyarrow.dataset as ds
-
-    try:
-        found = set(dataset.to_table(columns=["__filename"], filter=filter)["__filename"].to_pylist())
-    except (pa.ArrowNotImplementedError, pa.ArrowTypeError):
-        return dataset  # (string_view files: the caller's read filters after reading)
-    return ds.FileSystemDataset([f for f in dataset.get_fragments() if f.path in found], dataset.schema,
-                                dataset.format, dataset.filesystem)
 
 
 def _newest(table: pa.Table, key: str) -> pa.Table:
