@@ -320,18 +320,16 @@ def _crash_point(step: str) -> None:
 
 
 def _finish(mem, spec, store: StateStore, *, head: _Head, tenants: Iterable[str], buckets: int,
-            subjects: set[str] | None, nodes: set[str] | None = None, renamed: set[str] | None = None,
-            new_items: pl.DataFrame | None = None, before: pl.DataFrame | None = None,
-            after: pl.DataFrame | None = None, changed: set[str] | None = None,
-            counts: tuple[int, int] = (0, 0)) -> StateTag:
+            subjects: set[str] | None, nodes: set[str] | None = None, new_items: pl.DataFrame | None = None,
+            before: pl.DataFrame | None = None, after: pl.DataFrame | None = None,
+            changed: set[str] | None = None, counts: tuple[int, int] = (0, 0)) -> StateTag:
     """The stages after the merge: entities, then the roll-ups, then the tag.
 
-    ``subjects`` None: everything (a full fold). Else the subjects whose merged rows changed:
-    ``before``/``after`` their merged rows before and after, ``changed`` the ids of the rows that
-    changed (None: all of them), ``nodes`` the nodes whose surface names changed, ``renamed``
-    those whose display name may have changed (their referrers' summaries are refreshed too).
-    ``new_items`` given (an append): new row versions are appended; otherwise (an erasure) the
-    buckets are rewritten. ``counts``: the (merged, derived) row counts before the change."""
+    ``subjects`` None: everything (a full fold). Else (an append: an incremental fold) the
+    subjects whose merged rows changed: ``before``/``after`` their merged rows before and after,
+    ``changed`` the ids of the rows that changed, ``nodes`` the nodes the ``new_items`` name;
+    new row versions are appended. ``counts``: the (merged, derived) row counts before the
+    change. (An erasure runs its own stages: :func:`purge_state`.)"""
     tenants = tuple(sorted(tenants))
     if subjects is None:
         entities_version, facts_count = _full_entities(spec, store, buckets)
@@ -340,14 +338,11 @@ def _finish(mem, spec, store: StateStore, *, head: _Head, tenants: Iterable[str]
                        entities_version=entities_version, facts=facts_count, derived=derived,
                        rollups=_read_rollups(spec))
     else:
-        append = new_items is not None
-        seen = head.seq if append else -1
-        entities_version = _refresh_entities(spec, store, buckets, (nodes or set()) | subjects, renamed or set(),
-                                             new_items=new_items, merged=after if append else None, seen_at=seen)
-        if changed is None:
-            changed = set(before["fact_id"].to_list()) | set(after["fact_id"].to_list())
+        assert new_items is not None and before is not None and after is not None and changed is not None
+        entities_version = _refresh_entities(spec, store, buckets, (nodes or set()) | subjects, set(),
+                                             new_items=new_items, merged=after, seen_at=head.seq)
         delta = _refresh_derived(spec, store, buckets, before=before, after=after, changed=changed,
-                                 append=append, seen_at=seen)
+                                 append=True, seen_at=head.seq)
         tag = StateTag(log_seq=head.seq, log_link=head.link, buckets=buckets, tenants=tenants,
                        entities_version=entities_version, facts=counts[0] + after.height - before.height,
                        derived=counts[1] + delta, rollups=_read_rollups(spec))

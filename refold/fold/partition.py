@@ -390,8 +390,9 @@ def occurrences(spec: FoldSpec, items: pl.DataFrame) -> pl.DataFrame:
 def entity_names(spec: FoldSpec, items: pl.DataFrame, *, nodes: Iterable[str] | None = None,
                  buckets_in: Iterable[int] | None = None, prior: pl.DataFrame | None = None) -> pl.DataFrame:
     """(node, tenant, surfaces, seqs) per node named by ``items``: its surface names in log
-    order, each once (the first is its display name), and the seq of each one's first occurrence. ``nodes``/``buckets_in``: only those nodes, or the
-    nodes of those buckets; ``prior``: entity rows as they were before ``items``."""
+    order, each once (the first is its display name), and the seq of each one's first
+    occurrence. ``nodes``/``buckets_in``: only those nodes, or the nodes of those buckets;
+    ``prior``: entity rows as they were before ``items``."""
     occ = occurrences(spec, items)
     if prior is not None and prior.height:
         # an entity's surfaces so far, in order and at the seqs they were first seen (all before
