@@ -37,7 +37,7 @@ from deltalake.exceptions import TableNotFoundError
 from refold.fold.errors import StoreError
 from refold.fold.partition import ENTITY_SCHEMA, FACT_SCHEMA, ITEM_SCHEMA
 
-from .delta_io import sql_in
+from .delta_io import parquet_dataset, scan, sql_in
 from .filemodes import apply_commit, make_dirs
 from .layout import Layout
 
@@ -61,9 +61,11 @@ _STATS = {"items": "bucket,seq", "facts": "layer,bucket,recorded_seq,seen_at", "
 def _stored(name: str) -> pa.Schema:
     schema = TABLES[name][0]
     return pa.schema(list(schema) + _VERSION_FIELDS) if name in KEYS else schema
-#: the columns whose values a commit's predicate may name (:meth:`StateStore.write` ``ids``):
-#: delta-rs keeps the predicate in the commit log, which outlives an
-#: erasure's vacuum, so only ids the log keeps anyway (event ids, fact-id hashes), never a name
+
+
+#: the column whose values a commit's predicate may name (:meth:`StateStore.write` ``ids``):
+#: delta-rs keeps the predicate in the commit log until the erasure's scrub removes the old
+#: commit files, so only hashes (fact ids), never a name
 _ID_COLUMNS = {"facts": "fact_id"}
 _PREFIX = "refold."
 #: the state tables' format: a tag of another format is not a state this code can read (reads
@@ -198,8 +200,6 @@ class StateStore:
         active exception"; see :mod:`refold.storage.delta_io`), which no process — a CLI read, an
         agent's tool call, a fold — may do. ``filter`` tests columns stored in the files; the
         partition columns are selected by ``buckets`` and ``layer``."""
-        from .delta_io import parquet_dataset, scan
-
         schema, partitions = TABLES[name]
         wanted_schema = schema if columns is None else pa.schema([schema.field(c) for c in columns])
         names = list(wanted_schema.names)
