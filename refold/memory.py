@@ -65,6 +65,7 @@ class Memory:
         self._recorded_specs: set[str] = set()  # specs known to be in the log (never erased)
         self._state_stores: dict = {}  # spec hash → StateStore (its open Delta table handles)
         self._state_at: dict = {}  # spec hash → (log version, (store, tag, overlay)) a read answered from
+        self._state_past: dict = {}  # (spec hash, log seq) → (store, tag, overlay) of a read as of that seq
         self._seen_epoch = read_epoch(self.layout)  # the erasure epoch this object's caches belong to
 
     def erasure_epoch(self) -> str:
@@ -83,6 +84,7 @@ class Memory:
                 self._live = {}
                 self._state_stores = {}
                 self._state_at = {}
+                self._state_past = {}
                 self._spec_at = None
                 forget_views(self)
                 self._seen_epoch = now
@@ -335,7 +337,7 @@ class Memory:
     def _cached(self, cache: str, key):
         """The one place this process looks up folded state it kept (``cache`` names the dict:
         ``_states``, graphs of the graph engine; ``_state_at``, the state tables and their read
-        overlay at a log version). The erasure epoch is checked first, so nothing kept from
+        overlay at a log version; ``_state_past``, the same as of a past log seq). The erasure epoch is checked first, so nothing kept from
         before an erasure (here or in another process) is served."""
         self.erasure_epoch()
         return getattr(self, cache).get(key)
@@ -463,13 +465,43 @@ class Memory:
         return neighbourhood(graph, subject=subject, depth=depth, tenant=tenant, valid_at=when)
 
     def _readable_tables(self, as_of, principal: str | None):
-        """The current spec's state tables when a read can answer from them: the head of the log
-        (``as_of`` None), a plain store (shred-mode reads decrypt through the log), and no
-        principal (reader scoping is applied to the graph engine's state): (store, tag, overlay),
-        see :meth:`_state_read`."""
-        if as_of is not None or self.mode == "shred" or principal is not None:
+        """The current spec's state tables when a read can answer from them: a plain store
+        (shred-mode reads decrypt through the log) and no principal (reader scoping is applied
+        to the graph engine's state): (store, tag, overlay), see :meth:`_state_read` (the head)
+        and :meth:`_state_read_at` (``as_of``)."""
+        if self.mode == "shred" or principal is not None:
             return None
-        return self._state_read(self.current_spec())
+        if as_of is None:
+            return self._state_read(self.current_spec())
+        return self._state_read_at(self.current_spec(), as_of)
+
+    def _state_read_at(self, spec: FoldSpec, as_of):
+        """(store, tag, overlay) a read of the log as it stood at ``as_of`` answers from: time
+        travel to the newest tagged state version at or before that position and the overlay of
+        the events between the two (docs/fold.md, "Reads as of a past position"); None when no
+        tagged version is that old (or an erasure removed the older ones), when the events
+        recorded by then are not a prefix of the log, or the log no longer holds the tag's
+        position: the graph engine's read answers then. Writes nothing, calls no model."""
+        from refold.state_overlay import state_overlay, tail_after
+
+        self.erasure_epoch()  # (before reading: a cached answer from before an erasure is dropped)
+        end = self.log_store.prefix_end(as_of)
+        if end is None or end < 0:
+            return None
+        seen = self._cached("_state_past", (spec.hash, end))
+        if seen is not None:
+            return seen
+        store = self.state_store(spec)
+        tag = store.tag_at(end)
+        if tag is None:
+            return None
+        tail = tail_after(self, tag, until=end)
+        if tail is None:
+            return None
+        found = (store, tag, state_overlay(self, spec, store, tag, tail))
+        if not found[2].pending:  # else not kept, as for the head (see _state_read)
+            self._state_past = {(spec.hash, end): found}
+        return found
 
     def _scoped(self, graph: nx.MultiDiGraph, principal: str | None) -> nx.MultiDiGraph:
         if principal is None:

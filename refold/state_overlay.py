@@ -105,15 +105,22 @@ def _read(store: StateStore, tag: StateTag, **options: Any) -> pl.DataFrame:
     return pl.from_arrow(store.read("facts", version=tag.facts_version, layer="merged", **options))
 
 
-def tail_after(mem: "Memory", tag: StateTag) -> list[Event] | None:
-    """The log's events after ``tag``'s position (a read of the log's tail), or None when the log
-    no longer holds that position (rewritten, or another log: only a fold can answer then)."""
+def tail_after(mem: "Memory", tag: StateTag, *, until: int | None = None) -> list[Event] | None:
+    """The log's events after ``tag``'s position up to seq ``until`` (None: the head), or None
+    when the log no longer holds that position (rewritten, or another log: only a fold can
+    answer then). A read of those seqs' files only."""
     from refold.projection import DeltaSource
+    from refold.storage.schema import table_to_events
 
-    source = DeltaSource(mem.log_store, erased=False)  # (the tail only)
+    start = max(tag.log_seq, 0)
+    if until is None:
+        events, _ = DeltaSource(mem.log_store, erased=False).window(start)  # (the tail only)
+    else:
+        events = list(table_to_events(mem.log_store.arrow(prune=[{"seq": (start, until)}])))
+        if len(events) != until - start + 1 or (events and events[0].seq != start):
+            return None  # (the statistics the read pruned by hid rows: a fold answers, and checks)
     if tag.log_seq < 0:
-        return source.window(0)[0]
-    events, _ = source.window(tag.log_seq)
+        return events
     if not events or events[0].seq != tag.log_seq or events[0].link != tag.log_link:
         return None
     return events[1:]

@@ -144,6 +144,21 @@ class LogReader:
         return read_arrow(self._table(version), EVENTS_SCHEMA, columns=wanted, filter=filter,
                           prune=prune).sort_by("seq")
 
+    def prefix_end(self, as_of: int | str | datetime) -> int | None:
+        """The last seq of the log as it stood at ``as_of`` (record time: a table version or a
+        time): -1 when nothing was recorded by then, None when what was recorded by then is not
+        a prefix of seqs (writers whose clocks disagree), so a caller reads it by filter. Reads
+        the seq column only (for a version, only the files that can hold it)."""
+        from refold.fold.timeutil import as_of_filter, parse_as_of
+
+        parsed = parse_as_of(as_of)
+        prune = [{"table_version": (None, parsed)}] if isinstance(parsed, int) else None
+        seqs = self.arrow(columns=["seq"], filter=as_of_filter(parsed), prune=prune)["seq"]
+        if len(seqs) == 0:
+            return -1
+        last = pc.max(seqs).as_py()
+        return last if last + 1 == len(seqs) else None
+
     def rows_of_kinds(self, kinds: Sequence[str], *, columns: Sequence[str] | None = None) -> pa.Table | None:
         """The rows of ``kinds`` sorted by seq (None when there are none), read in two phases:
         their seqs from the seq and kind columns, then only those rows. Tombstones widen the data

@@ -128,6 +128,7 @@ class StateStore:
         self.root = layout._join("state", spec_hash)
         self._tables: dict[str, DeltaTable] = {}
         self._versions: dict[tuple[str, int], DeltaTable] = {}
+        self._tags: tuple[int, list[StateTag]] | None = None  # (facts version, its tags)
 
     def path(self, name: str) -> str:
         return f"{self.root}/{name}"
@@ -174,9 +175,13 @@ class StateStore:
         dt = self.table("facts")
         if dt is None:
             return []
+        if self._tags is not None and self._tags[0] == dt.version():
+            return self._tags[1]  # (the history is one read of every commit file: kept per version)
         out = [StateTag.from_commit(info, info["version"]) for info in dt.history()
                if info.get("operation") == "SET TBLPROPERTIES"]
-        return sorted((t for t in out if t is not None), key=lambda t: t.facts_version)
+        tags = sorted((t for t in out if t is not None), key=lambda t: t.facts_version)
+        self._tags = (dt.version(), tags)
+        return tags
 
     def tag_at(self, log_seq: int) -> StateTag | None:
         """The newest tagged version reflecting the log at or before ``log_seq``."""
@@ -394,7 +399,7 @@ class StateStore:
                 files.delete(key)
         elif os.path.isdir(self.root):
             shutil.rmtree(self.root)
-        self._tables, self._versions = {}, {}
+        self._tables, self._versions, self._tags = {}, {}, None
 
 
 def _newest(table: pa.Table, key: str) -> pa.Table:

@@ -1,0 +1,198 @@
+"""Reads as of a past log position answer from the state tables' time travel (issue #17 item 1,
+docs/fold.md "Reads as of a past position"), on real stores folded with the partitioned engine.
+
+"State as of log seq S" is the newest tagged ``facts`` version at or before S plus the read
+overlay of the events between the tag and S: no graph of the whole store is folded, nothing is
+written, no model is called. Every answer is held to the graph engine's fold of the same log
+prefix (the oracle), with a retraction, a stated fact, roll-ups and valid time in the log.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+import refold
+from refold import tools
+from refold.fold.merge import node_id
+from refold.fold.partition import bucket_of
+from refold.fold.queries import fact_rows, facts_frame
+from tests.fold_helpers import fact_event
+from tests.test_reads_pure import WRITE, _files
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+from snapshot_workload import events as workload  # noqa: E402
+
+
+X = "Quillon Varga"  # the data subject the erasure tests erase ("s-x")
+
+
+def _oracle(mem, as_of, **filters) -> pl.DataFrame:
+    """The graph engine's answer: a fold of the log as it stood at ``as_of``."""
+    return facts_frame(fact_rows(mem.state(as_of=as_of).graph, **filters))
+
+
+def _history(root: Path) -> tuple[refold.Memory, list[int]]:
+    """A store folded into state tables after the first, second and fourth of five writes (the
+    third and fifth are read through the overlay); the log version after each write."""
+    mem = refold.init(root)
+    ctx = tools.ToolContext(memory=mem, embedder="hashing")
+    versions = []
+    mem.append(list(workload(120, seed=7, people=10)) + [
+        fact_event("Acme", "located_in", "Paris", day=1),  # (so works_in is derived from the start)
+        fact_event(X, "works_at", "Acme", day=2, subjects=["s-x"]),
+        fact_event(X, "lives_in", "Quimper", day=3, subjects=["s-x"])])
+    versions.append(mem.log_store.version())
+    mem.fold(engine="partitioned")
+    mem.append(list(workload(60, seed=8, people=10, start=120)))
+    versions.append(mem.log_store.version())
+    mem.fold(engine="partitioned")
+    tools.handle("write_memory", {**WRITE, "subject": "Person3"}, ctx)
+    victim = mem.facts(subject="Person2", current_only=True)["fact_id"][0]
+    tools.handle("retract_memory", {"fact_id": victim, "justification": "wrong", "trace_id": "run-2"}, ctx)
+    versions.append(mem.log_store.version())
+    mem.append(list(workload(60, seed=9, people=10, start=180)) + [fact_event("the Acme", "located_in", "Oslo", day=40)])
+    versions.append(mem.log_store.version())
+    mem.fold(engine="partitioned")
+    mem.append(list(workload(40, seed=10, people=10, start=240)))
+    versions.append(mem.log_store.version())
+    return mem, versions
+
+
+def test_reads_as_of_every_past_version_equal_the_fold_of_that_prefix(tmp_path):
+    mem, versions = _history(tmp_path / "store")
+    spec = mem.current_spec()
+    first_tag = mem.state_store(spec).tags()[0]
+    reader = refold.open(tmp_path / "store")  # a fresh process-local Memory: nothing kept in memory
+    for version in range(versions[0] + 1, versions[-1] + 1):  # (from the first fold's spec event on)
+        before = _files(tmp_path / "store")
+        got = reader.facts(as_of=version)
+        assert _files(tmp_path / "store") == before  # a read writes nothing
+        found = reader._state_read_at(spec, version)
+        assert found is not None and found[1].log_seq >= first_tag.log_seq  # from the state tables
+        assert got.equals(_oracle(mem, version)), version
+    assert got.filter(pl.col("derivation") != "extracted").height  # roll-ups are in the comparison
+    assert (~got["current"]).any()  # so are closed facts (supersession, the retraction)
+    # one subject, a relation, a valid time, current only: the same filters as the oracle's
+    when = "2024-01-20T00:00:00+00:00"
+    for as_of in (versions[1], versions[2], versions[4]):
+        for filters in ({"subject": "Person3"}, {"subject": "Person2", "current_only": True},
+                        {"relation": "works_in"}):
+            assert reader.facts(as_of=as_of, **filters).equals(_oracle(mem, as_of, **filters)), (as_of, filters)
+        got = reader.facts(as_of=as_of, valid_at=when)
+        from refold.folding import parse_time_or_none
+
+        assert got.equals(_oracle(mem, as_of, valid_at=parse_time_or_none(when)))
+
+
+def test_a_read_as_of_a_time_resolves_to_the_log_prefix_recorded_by_then(tmp_path):
+    mem, versions = _history(tmp_path / "store")
+    log = mem.log()
+    at = log.filter(pl.col("table_version") == versions[2])["recorded_at"].max()
+    as_of = (at + timedelta(microseconds=1)).isoformat()
+    assert mem.log_store.prefix_end(as_of) == log.filter(pl.col("table_version") <= versions[2])["seq"].max()
+    assert mem._state_read_at(mem.current_spec(), as_of) is not None
+    assert mem.facts(as_of=as_of).equals(mem.facts(as_of=versions[2]))
+
+
+def test_a_past_read_of_one_subject_opens_only_its_bucket(tmp_path):
+    """At a tagged position (no overlay: the overlay reads the buckets of the subjects its
+    events touch) a read of one subject as of then opens only the buckets of that subject and
+    of its roll-ups' partners."""
+    mem, versions = _history(tmp_path / "store")
+    want = _oracle(mem, versions[1], subject="Person4")
+    store = mem.state_store(mem.current_spec())
+    tag = store.tag_at(mem.log_store.prefix_end(versions[1]))
+    assert tag.log_seq == mem.log_store.prefix_end(versions[1]) and tag != store.tag()
+    # its bucket, and its employers' (the compose roll-up works_in joins their located_in)
+    nodes = ["Person4"] + want.filter(pl.col("relation") == "works_at")["object"].to_list()
+    keep = {f"bucket={bucket_of(node_id('default', n), tag.buckets)}" for n in nodes}
+    assert len(keep) < tag.buckets / 4
+    for folder in list(Path(store.path("facts")).rglob("bucket=*")):
+        if folder.name not in keep:
+            shutil.rmtree(folder)  # a read that opened another bucket would fail
+    reader = refold.open(tmp_path / "store")
+    got = reader.facts(subject="Person4", as_of=versions[1])
+    assert got.height > 0 and got.equals(want)
+    with pytest.raises(Exception):
+        reader.facts(as_of=versions[1])  # the whole state needs the files just removed
+
+
+def test_without_a_tagged_version_that_old_the_graph_engine_answers(tmp_path):
+    """Before the first fold's tag there is no state version to travel to; the read folds the
+    prefix (the graph engine) and still answers."""
+    mem = refold.init(tmp_path / "store")
+    mem.append(list(workload(50, seed=1, people=5)))
+    early = mem.log_store.version()
+    mem.append(list(workload(50, seed=2, people=5, start=50)))
+    mem.fold(engine="partitioned")
+    assert mem._state_read_at(mem.current_spec(), early) is None
+    got = mem.facts(as_of=early)
+    assert got.height > 0 and got.equals(_oracle(mem, early))
+    assert mem.facts(as_of=0).height == 0  # the table's creation: nothing recorded yet
+
+
+def test_an_erasure_leaves_no_older_state_version_to_travel_to(tmp_path):
+    """After an erasure only the state it wrote is tagged (older versions held erased data and
+    were vacuumed): a read as of a position before it is the graph engine's fold of the erased
+    log, which shows none of the erased subject's facts."""
+    mem, versions = _history(tmp_path / "store")
+    spec = mem.current_spec()
+    assert mem._state_read_at(spec, versions[1]) is not None
+    assert sorted(mem.facts(as_of=versions[1], subject=X)["relation"].to_list()) == ["lives_in", "works_at", "works_in"]
+    mem.register_subject("s-x", X)
+    mem.erase("s-x")
+    store = mem.state_store(spec)
+    assert len(store.tags()) == 1 and store.tags()[0].log_seq == store.tag().log_seq
+    assert mem._state_read_at(spec, versions[1]) is None
+    assert mem.facts(as_of=versions[1], subject=X).height == 0
+    head = mem.log_store.version()
+    assert mem._state_read_at(spec, head) is not None
+    assert mem.facts(as_of=head).equals(_oracle(mem, head))
+
+
+def test_a_past_read_is_kept_in_memory_until_an_erasure(tmp_path):
+    mem, versions = _history(tmp_path / "store")
+    spec = mem.current_spec()
+    first = mem._state_read_at(spec, versions[2])
+    assert mem._state_read_at(spec, versions[2]) is first  # the same log seq: served from memory
+    other = refold.open(tmp_path / "store")
+    other.register_subject("s-x", X)
+    other.erase("s-x")  # another process's erasure: a new epoch
+    assert mem._state_read_at(spec, versions[2]) is not first
+
+
+@pytest.mark.parametrize("as_of", [-1, "yesterday", True])
+def test_a_bad_as_of_is_refused_in_one_line(tmp_path, as_of):
+    mem, _ = _history(tmp_path / "store")
+    with pytest.raises(refold.RefoldError, match="as_of"):
+        mem.facts(as_of=as_of)
+
+
+def test_why_and_graph_as_of_a_past_version_equal_the_graph_engines(tmp_path):
+    """``why`` and ``graph`` (a subject's neighbourhood) as of a past version: the same answer as
+    the graph engine's fold of that prefix (edges with every attribute; entity summaries are
+    not compared: the overlay leaves them as the tag has them, docs/fold.md "Reads")."""
+    from refold.fold.queries import why
+    from refold.state_queries import neighbourhood
+
+    mem, versions = _history(tmp_path / "store")
+    reader = refold.open(tmp_path / "store")
+    for as_of in (versions[1], versions[2], versions[4]):
+        assert reader._state_read_at(reader.current_spec(), as_of) is not None
+        oracle = mem.state(as_of=as_of).graph
+        facts = reader.facts(as_of=as_of)
+        assert {"extracted", "employs", "works_in"} <= set(facts["derivation"].to_list())
+        for kind in sorted(set(facts["derivation"].to_list())):  # one fact of each derivation
+            fid = facts.filter(pl.col("derivation") == kind)["fact_id"][0]
+            assert reader.why(fid, as_of=as_of) == why(oracle, fid, mem.events_by_id), (as_of, kind)
+        got = reader.graph(as_of=as_of, subject="Person3", depth=2)
+        want = neighbourhood(oracle, subject="Person3", depth=2)
+        assert sorted(got.edges(keys=True, data=True), key=str) == sorted(want.edges(keys=True, data=True), key=str)
+        assert set(got.nodes) == set(want.nodes)
