@@ -17,6 +17,11 @@ moving and changing jobs, organisations located in cities; rules extractor; appe
                    fact (the partitioned engine derives compose roll-ups when read): after the
                    read that returned it (its inputs are remembered) and as a process that did
                    not read it (a search of the inputs' join)
+* read_past        after the incremental fold, in a fresh process: one subject's facts as of a
+                   past log version (``facts(subject=…, as_of=…)``): at the refold's position (time
+                   travel to that tagged state version) and halfway to the incremental fold's (that
+                   version plus the read overlay), first read and median of 20; up to 100k events,
+                   also the graph engine's answer (a fold of the log prefix) for comparison
 * floor            what any merge must at least do: polars reading the cached extractions and
                    sorting their facts by (tenant, subject, relation, seq)
 
@@ -170,6 +175,8 @@ def step(name: str, root: Path, n: int, use_ray: bool, engine: str = "partitione
                 t0 = time.perf_counter()
                 mem.why(derived[len(derived) // 2])
                 out["why_cold_s"] = time.perf_counter() - t0
+    elif name == "read_past":
+        out.update(_read_past(refold.open(root), n))
     elif name == "floor":
         out["rows"] = floor(root)
     else:
@@ -178,6 +185,36 @@ def step(name: str, root: Path, n: int, use_ray: bool, engine: str = "partitione
     return out
 
 
+def _read_past(mem, n: int) -> dict:
+    """One subject's facts as of a past log version, in a fresh process: at the refold's position
+    (a tagged state version) and halfway to the incremental fold's (that version plus the read
+    overlay of the events between); the first read, then the median of 20 of other subjects.
+    Up to GRAPH_PAST_MAX events, also the graph engine's answer (a fold of the log prefix)."""
+    import refold
+    from refold.fold.queries import fact_rows
+
+    older, newer = mem.state_store(mem.current_spec()).tags()[-2:]  # the refold's, the incremental fold's
+    out: dict = {}
+    for key, seq in (("at_tag", older.log_seq), ("between", (older.log_seq + newer.log_seq) // 2)):
+        version = mem.log_store.arrow(columns=["table_version"], prune=[{"seq": (seq, seq)}])["table_version"][0].as_py()
+        t0 = time.perf_counter()
+        first = mem.facts(subject="Person7", as_of=version)
+        took = time.perf_counter() - t0
+        times = []
+        for i in range(READS):
+            t0 = time.perf_counter()
+            mem.facts(subject=f"Person{20 + i}", as_of=version)
+            times.append(time.perf_counter() - t0)
+        out[key] = {"first": took, "median": statistics.median(times), "rows": first.height}
+        if key == "between" and n <= GRAPH_PAST_MAX:
+            t0 = time.perf_counter()
+            fact_rows(refold.open(mem.root).state(as_of=version).graph, subject="Person7")
+            out["graph_s"] = time.perf_counter() - t0
+    return out
+
+
+#: the largest store whose past read the read_past step also answers by the graph engine's fold
+GRAPH_PAST_MAX = 100_000
 #: the largest store whose whole state the read step also reads: the workload's works_in history
 #: grows with (moves × staff), so the whole-state answer at 1M events holds tens of millions of
 #: derived rows (it took 24 GB here) — what any engine must return for that question
@@ -255,6 +292,7 @@ def measure(n: int, work: Path, use_ray: bool) -> dict:
     r["state_bytes"] = _du(root / "state") + _du(root / "snapshots")
     r["append_new"] = run_step("append_new", root, n, False)
     r["incremental"] = run_step("incremental", root, n, use_ray)
+    r["read_past"] = run_step("read_past", root, n, False)
     r["erase"] = run_step("erase", root, n, use_ray)
     r["events"] = r["append"]["events"]
     shutil.rmtree(root, ignore_errors=True)
@@ -309,6 +347,13 @@ def report(label: str, results: dict[int, dict]) -> bool:
             if "why_cold_s" in r["read"]:
                 why_ += f", {r['read']['why_cold_s']:.2f} s in a process that did not read it"
         print(f"  reads: {whole}{why_}")
+        past = r["read_past"]
+        graph_past = (f"; the graph engine's fold of that prefix {past['graph_s']:.2f} s" if "graph_s" in past
+                      else f"; the graph engine's not run (over {GRAPH_PAST_MAX:,} events)")
+        print(f"  past reads of one subject: as of the refold's position first {past['at_tag']['first'] * 1e3:.1f} ms, "
+              f"median {past['at_tag']['median'] * 1e3:.1f} ms; halfway to the incremental fold's (overlay) "
+              f"first {past['between']['first'] * 1e3:.1f} ms, median {past['between']['median'] * 1e3:.1f} ms"
+              + graph_past)
         print("  checks: " + ", ".join(f"{k}: {'yes' if v else 'NO'}" for k, v in checks.items()))
     return ok
 

@@ -27,5 +27,7 @@ def test_scale_benchmark_quick():
     assert len(checks) == 2 and all("NO" not in c for c in checks), out
     assert re.search(r"refold / floor \d+\.\dx \(target <= 20x\)", out)
     assert re.search(r"read one subject: first \d+\.\d ms, median \d+\.\d ms", out)
+    assert len(re.findall(r"past reads of one subject: as of the refold's position first \d+\.\d ms.*"
+                          r"the graph engine's fold of that prefix \d+\.\d+ s", out)) == 2, out
     # the erasure's state-table refold step is timed apart from the whole erasure
     assert len(re.findall(r"/ erasure refold step \d+\.\dx \(step \d+\.\d+ s, digest \d+\.\d+ s\)", out)) == 2, out

@@ -196,3 +196,18 @@ def test_why_and_graph_as_of_a_past_version_equal_the_graph_engines(tmp_path):
         want = neighbourhood(oracle, subject="Person3", depth=2)
         assert sorted(got.edges(keys=True, data=True), key=str) == sorted(want.edges(keys=True, data=True), key=str)
         assert set(got.nodes) == set(want.nodes)
+
+
+def test_the_prefix_of_a_log_version_not_yet_written_is_read_again(tmp_path):
+    """``prefix_end`` keeps the answer for a version already written (its rows never change) and
+    not for a later one, which the next append fills."""
+    mem = refold.init(tmp_path / "store")
+    mem.append(list(workload(20, seed=1, people=3)))
+    version, last = mem.log_store.version(), mem.head().seq
+    assert mem.log_store.prefix_end(version) == last
+    assert mem.log_store.prefix_end(version + 1) == last  # (nothing recorded at version + 1 yet)
+    mem.append(list(workload(5, seed=2, people=3, start=20)))
+    assert mem.log_store.version() == version + 1
+    assert mem.log_store.prefix_end(version + 1) == last + 5
+    assert mem.log_store.prefix_end(version) == last
+    assert mem.log_store.prefix_end(0) == -1  # the table's creation: no event yet

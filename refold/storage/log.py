@@ -136,6 +136,7 @@ class EventLog(LogReader):
         self._ids_version = -1  # table version _ids is complete for
         self._last: Head | None = None  # the head at some version (of our last commit, or read)
         self._compacted_files = 0  # live data files right after this object's last compaction
+        self._prefix_ends: dict[int, int] = {}  # log version → its last seq (fixed once written: prefix_end)
         events = self.layout.events
         self._folder = Path(os.path.abspath(events.removeprefix("file://"))) if self.layout.is_local else None
         self._signer = signer_from_env(self.layout)  # signs published heads (REFOLD_SIGNING_KEY)

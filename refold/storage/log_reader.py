@@ -148,16 +148,29 @@ class LogReader:
         """The last seq of the log as it stood at ``as_of`` (record time: a table version or a
         time): -1 when nothing was recorded by then, None when what was recorded by then is not
         a prefix of seqs (writers whose clocks disagree), so a caller reads it by filter. Reads
-        the seq column only (for a version, only the files that can hold it)."""
+        the seq column only (for a version, only the files that can hold it); an
+        :class:`~refold.storage.log.EventLog` keeps the answer for a version already written."""
         from refold.fold.timeutil import as_of_filter, parse_as_of
 
         parsed = parse_as_of(as_of)
+        kept = getattr(self, "_prefix_ends", None)
+        if isinstance(parsed, int) and kept is not None and parsed in kept:
+            return kept[parsed]
         prune = [{"table_version": (None, parsed)}] if isinstance(parsed, int) else None
+        # (an EventLog keeps the answers; its version is read before the rows are)
+        written = self.version() if isinstance(parsed, int) and kept is not None else None
         seqs = self.arrow(columns=["seq"], filter=as_of_filter(parsed), prune=prune)["seq"]
         if len(seqs) == 0:
             return -1
         last = pc.max(seqs).as_py()
-        return last if last + 1 == len(seqs) else None
+        end = last if last + 1 == len(seqs) else None
+        # the rows of a version already written never change (seq and table_version outlive
+        # erasure and compaction); a version not yet written may still gain rows
+        if end is not None and written is not None and parsed <= written:
+            if len(kept) >= 256:
+                kept.pop(next(iter(kept)))
+            kept[parsed] = end
+        return end
 
     def rows_of_kinds(self, kinds: Sequence[str], *, columns: Sequence[str] | None = None) -> pa.Table | None:
         """The rows of ``kinds`` sorted by seq (None when there are none), read in two phases:
