@@ -287,6 +287,25 @@ class Memory:
                 return info
             return next((s for s in store.list(spec.hash) if s.last_seq == done.live.last_seq), None)
 
+    def vacuum_state(self, *, retain_hours: int = 168) -> dict[str, int]:
+        """Delete the files that the state tables (of every spec) stopped using more than
+        ``retain_hours`` ago, as Delta's vacuum does; return spec hash → files deleted.
+
+        Folds never delete old versions, so the tables grow with each fold's new row versions
+        and compactions; a scheduled job runs this after its fold. Reads as of a log position
+        whose state version lost files fold the log instead (docs/fold.md, "Reads as of a past
+        position"); files a running fold is writing are not touched."""
+        from refold.storage.state import StateStore, state_specs
+
+        if isinstance(retain_hours, bool) or not isinstance(retain_hours, int) or retain_hours < 0:
+            raise ValidationError(f"retain_hours is {retain_hours!r}; give a whole number of hours, 0 or more "
+                                  "(168: a week)")
+        out = {spec_hash: len(StateStore(self.layout, spec_hash, storage_options=self.storage_options)
+                              .vacuum(retain_hours))
+               for spec_hash in state_specs(self.layout)}
+        self._state_stores, self._state_past = {}, {}  # (their open handles and kept tags predate it)
+        return out
+
     def derived_stores(self) -> list[Any]:
         """Derived stores beyond the cache and the index that erasure must purge: the snapshots
         and the state tables."""
@@ -489,9 +508,9 @@ class Memory:
         if end is None or end < 0:
             return None
         seen = self._cached("_state_past", (spec.hash, end))
-        if seen is not None:
-            return seen
         store = self.state_store(spec)
+        if seen is not None and seen[1] in store.tags():  # (still whole: a vacuum elsewhere may have cut it)
+            return seen
         tag = store.tag_at(end)
         if tag is None:
             return None

@@ -48,7 +48,7 @@ from refold.progress import FoldProgress
 from refold.storage.cache import PurgeResult
 from refold.storage.schema import _utc_times, table_to_events
 from refold.storage.state import FORMAT as STATE_FORMAT
-from refold.storage.state import StateStore, StateTag, among
+from refold.storage.state import StateStore, StateTag, among, state_specs
 
 if TYPE_CHECKING:
     from refold.memory import Memory
@@ -626,8 +626,7 @@ class StatePurger:
 
         ids = sorted(set(event_ids))
         self.mem._state_at = {}  # this process's up-to-date marks no longer hold
-        # (listed through the store's files: a folder, or a bucket, where the state is objects)
-        found = sorted({key.split("/")[1] for key in self.mem.layout.files().list("state") if key.count("/") >= 2})
+        found = state_specs(self.mem.layout)
         if not ids or not found:
             return PurgeResult(store="state", rows=0)
         specs = recorded_specs(self.mem)

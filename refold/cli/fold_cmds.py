@@ -41,10 +41,12 @@ def _options(pairs: tuple[str, ...]) -> dict[str, object]:
                    "graph: one in-process graph with snapshots. Default: the store's fold_engine.")
 @click.option("--buckets", type=click.IntRange(1, 4096), default=None,
               help="Partitions of a new partitioned state (with --full; default 64).")
+@click.option("--vacuum-hours", type=click.IntRange(0), default=None, metavar="HOURS",
+              help="Then delete the state tables' files unused for HOURS (see `refold vacuum-state`).")
 @json_option
 def fold(store: str, extractor: str, options: tuple[str, ...], full: bool, use_ray: bool,
          address: str | None, no_progress: bool, index: str | None, engine: str | None, buckets: int | None,
-         as_json: bool) -> None:
+         vacuum_hours: int | None, as_json: bool) -> None:
     """Fold the log into derived state; print counts."""
     mem = open_store(store)
     opts = _options(options)
@@ -61,8 +63,9 @@ def fold(store: str, extractor: str, options: tuple[str, ...], full: bool, use_r
         merger = ray_merger(address=address)  # the merge stage's bucket groups as Ray tasks too
     report = mem.fold(extractor=extractor, full=full, progress=not no_progress, runner=runner,
                       index=index or False, engine=engine, buckets=buckets, merger=merger, **opts)
+    vacuumed = None if vacuum_hours is None else mem.vacuum_state(retain_hours=vacuum_hours)
     if as_json:
-        emit_json(report.as_json())
+        emit_json({**report.as_json(), **({} if vacuumed is None else {"vacuumed_files": vacuumed})})
         return
     click.echo(f"events folded:     {report.events_folded}")
     click.echo(f"extraction calls:  {report.extraction_calls}")
@@ -70,6 +73,26 @@ def fold(store: str, extractor: str, options: tuple[str, ...], full: bool, use_r
     click.echo(f"derived facts:     {report.derived_facts}")
     click.echo(f"rejected outputs:  {report.rejected_outputs}")
     click.echo(f"spec:              {report.spec_hash}")
+    if vacuumed is not None:
+        click.echo(f"state files deleted: {sum(vacuumed.values())}")
+
+
+@main.command("vacuum-state")
+@store_argument
+@click.option("--retain-hours", type=click.IntRange(0), default=168, show_default=True,
+              help="Keep the files the state tables stopped using less than this many hours ago.")
+@json_option
+def vacuum_state(store: str, retain_hours: int, as_json: bool) -> None:
+    """Delete the files old versions of the state tables held (Delta's vacuum, every spec).
+
+    Folds keep every version (reads as of a past position travel to them); run this on a
+    schedule. Past reads older than what is kept fold the log instead."""
+    removed = open_store(store).vacuum_state(retain_hours=retain_hours)
+    if as_json:
+        emit_json({"retain_hours": retain_hours, "files_deleted": removed})
+        return
+    for spec_hash, n in removed.items():
+        click.echo(f"state/{spec_hash}: {n} file(s) deleted")
 
 
 @main.command()

@@ -21,9 +21,11 @@ from refold.jobs.config import JobConfig, job_parser, run_job
 __all__ = ["add_engine", "fold_job", "main"]
 
 
-def fold_job(cfg: JobConfig, *, full: bool, engine: str | None = None) -> dict[str, Any]:
-    """Fold the store (``full``: ignore snapshots; ``engine``: see ``Memory.fold``) and return
-    the summary's fold part."""
+def fold_job(cfg: JobConfig, *, full: bool, engine: str | None = None,
+             vacuum_hours: int | None = None) -> dict[str, Any]:
+    """Fold the store (``full``: ignore snapshots; ``engine``: see ``Memory.fold``), then, with
+    ``vacuum_hours``, vacuum the state tables (``Memory.vacuum_state``); return the summary's
+    fold part."""
     mem = cfg.open_store()
     runner = cfg.runner(mem)
     merger = None
@@ -36,20 +38,34 @@ def fold_job(cfg: JobConfig, *, full: bool, engine: str | None = None) -> dict[s
     out: dict[str, Any] = {"fold": report.as_json()}
     if runner is not None:
         out["ray_extraction"] = runner.last.as_json()
+    if vacuum_hours is not None:
+        out["vacuumed_files"] = mem.vacuum_state(retain_hours=vacuum_hours)
     return out
 
 
 def add_engine(parser, env=None) -> None:
-    """The ``--engine`` flag (default: ``REFOLD_FOLD_ENGINE``, else the Memory's default)."""
+    """The ``--engine`` flag (default: ``REFOLD_FOLD_ENGINE``, else the Memory's default) and
+    ``--vacuum-hours`` (default: ``REFOLD_VACUUM_HOURS``, else no vacuum)."""
     env = os.environ if env is None else env
     parser.add_argument("--engine", choices=["graph", "partitioned"], default=env.get("REFOLD_FOLD_ENGINE") or None,
                         help="partitioned: state tables folded bucket by bucket (docs/fold.md)")
+    parser.add_argument("--vacuum-hours", type=_hours, default=env.get("REFOLD_VACUUM_HOURS") or None,
+                        help="after the fold, delete the state tables' files unused for this many hours")
+
+
+def _hours(text: str) -> int:
+    import argparse
+
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of hours (e.g. 168 for a week)")
+    return int(text)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = job_parser("python -m refold.jobs.project", "Incremental projection: fold new events.")
     add_engine(parser)
-    return run_job("project", lambda cfg, args: fold_job(cfg, full=False, engine=args.engine), parser, argv)
+    return run_job("project", lambda cfg, args: fold_job(cfg, full=False, engine=args.engine,
+                                                         vacuum_hours=args.vacuum_hours), parser, argv)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,8 @@ __all__ = ["main"]
 def main(argv: Sequence[str] | None = None) -> int:
     parser = job_parser("python -m refold.jobs.refold", "Full refold: rebuild ignoring snapshots.")
     add_engine(parser)
-    return run_job("refold", lambda cfg, args: fold_job(cfg, full=True, engine=args.engine), parser, argv)
+    return run_job("refold", lambda cfg, args: fold_job(cfg, full=True, engine=args.engine,
+                                                        vacuum_hours=args.vacuum_hours), parser, argv)
 
 
 if __name__ == "__main__":

@@ -41,7 +41,7 @@ from .delta_io import parquet_dataset, scan, sql_in
 from .filemodes import apply_commit, make_dirs
 from .layout import Layout
 
-__all__ = ["KEYS", "StateStore", "StateTag", "TABLES", "among"]
+__all__ = ["KEYS", "StateStore", "StateTag", "TABLES", "among", "state_specs"]
 
 #: table name → (schema of its rows, partition columns)
 TABLES = {
@@ -177,9 +177,14 @@ class StateStore:
             return []
         if self._tags is not None and self._tags[0] == dt.version():
             return self._tags[1]  # (the history is one read of every commit file: kept per version)
-        out = [StateTag.from_commit(info, info["version"]) for info in dt.history()
+        history = dt.history()
+        out = [StateTag.from_commit(info, info["version"]) for info in history
                if info.get("operation") == "SET TBLPROPERTIES"]
-        tags = sorted((t for t in out if t is not None), key=lambda t: t.facts_version)
+        entities = self.table("entities")
+        facts_from = _readable_from(history)
+        entities_from = 0 if entities is None else _readable_from(entities.history())
+        tags = sorted((t for t in out if t is not None and t.facts_version >= facts_from
+                       and t.entities_version >= entities_from), key=lambda t: t.facts_version)
         self._tags = (dt.version(), tags)
         return tags
 
@@ -376,14 +381,22 @@ class StateStore:
                                       commit_properties=CommitProperties(custom_metadata=tag.metadata()))
         self._private("facts", dt, since)
 
-    def vacuum(self) -> list[str]:
-        """Delete every file an old version of the state tables held (after an erasure rewrote
-        partitions, those files held erased data); older versions can no longer be read."""
+    def vacuum(self, retain_hours: int | None = None) -> list[str]:
+        """Delete the files old versions of the state tables held; return their paths.
+
+        ``retain_hours`` None (the erasure: after it rewrote partitions, those files held erased
+        data): every file the newest version does not hold, untracked ones included; no older
+        version can be read after it. A number: the files the tables stopped using more than
+        that many hours ago (Delta's own vacuum, which records its retention in the commit log;
+        files a running fold is writing are not touched). The tagged versions whose files may be
+        gone are no longer listed by :meth:`tags`, so a read as of a position that old folds the
+        log instead (docs/fold.md)."""
         removed = []
         for name in TABLES:
             dt = self.table(name)
             if dt is not None:
-                removed += dt.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False, full=True)
+                removed += dt.vacuum(retention_hours=retain_hours or 0, enforce_retention_duration=False,
+                                     dry_run=False, full=retain_hours is None)
         return removed
 
     def exists(self) -> bool:
@@ -400,6 +413,33 @@ class StateStore:
         elif os.path.isdir(self.root):
             shutil.rmtree(self.root)
         self._tables, self._versions, self._tags = {}, {}, None
+
+
+def state_specs(layout: Layout) -> list[str]:
+    """The spec hashes with state tables under the store (listed through its files: a folder, or
+    a bucket's objects)."""
+    return sorted({key.split("/")[1] for key in layout.files().list("state") if key.count("/") >= 2})
+
+
+def _readable_from(history: list[dict]) -> int:
+    """The oldest version of a table whose files every vacuum in ``history`` left whole (0:
+    never vacuumed).
+
+    Delta's vacuum deletes a file the table stopped using when the commit that removed it is
+    older than the vacuum's start minus its retention (its ``VACUUM START`` commit records
+    both). So the versions from the newest commit older than that horizon on are whole: every
+    later commit, which is what removed their files, is younger. A vacuum with no retention
+    deletes every file the version it ran on did not hold."""
+    out = 0
+    for start in (info for info in history if info.get("operation") == "VACUUM START"):
+        retain = int((start.get("operationParameters") or {}).get("specifiedRetentionMillis") or 0)
+        if retain == 0:
+            out = max(out, start["version"] - 1)
+            continue
+        horizon = start["timestamp"] - retain
+        older = [info["version"] for info in history if info["timestamp"] <= horizon]  # (a tie counts as older)
+        out = max(out, max(older, default=0))
+    return out
 
 
 def _newest(table: pa.Table, key: str) -> pa.Table:
