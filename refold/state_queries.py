@@ -168,7 +168,7 @@ def lineage_view(store: StateStore, tag: StateTag, overlay: "StateOverlay | None
             df = overlay.apply(df, fact_ids=wanted)
         missing = wanted - set(df["fact_id"].to_list())
         if missing and tag.rollups:  # a compose roll-up: derived when read, not stored
-            derived = find_derived(store, tag, missing)
+            derived = find_derived(store, tag, missing, overlay)
             if derived.height:
                 df = pl.concat([df, derived.select(df.columns).cast(df.schema)])
         frames.append(df)

@@ -162,17 +162,19 @@ def pairs_deriving(rule: RollupRule, firsts: pl.DataFrame, seconds: pl.DataFrame
             if fact_id_of("rollup", rule.name, x, y) in fact_ids]
 
 
-def find_derived(store: StateStore, tag: StateTag, fact_ids: Iterable[str]) -> pl.DataFrame:
+def find_derived(store: StateStore, tag: StateTag, fact_ids: Iterable[str],
+                 overlay: "StateOverlay | None" = None) -> pl.DataFrame:
     """The compose-derived rows among ``fact_ids`` (ids no stored row has), found by joining the
     rules' inputs' ids and intervals a bucket group at a time; the rows are then derived from
-    their two inputs exactly as a read derives them."""
+    their two inputs exactly as a read derives them. The inputs are read as ``overlay`` (the
+    read's overlay of newer events) has them: a roll-up only they derive is found too."""
     wanted = set(fact_ids)
     found: list[pl.DataFrame] = []
     narrow = ["fact_id", "subject", "relation", "object", "valid_from", "valid_to"]
     for rule in rules_of(tag):  # first the ids a read of this process derived (no search)
         pairs = [(a, b) for i in wanted if (h := _HINTS.get(i)) is not None and h[0] == rule.name for a, b in [h[1:]]]
         if pairs:
-            rows = _derive_pairs(store, tag, rule, pairs, wanted)
+            rows = _derive_pairs(store, tag, rule, pairs, wanted, overlay)
             found.append(rows)
             wanted -= set(rows["fact_id"].to_list())
     for rule in rules_of(tag):
@@ -181,16 +183,22 @@ def find_derived(store: StateStore, tag: StateTag, fact_ids: Iterable[str]) -> p
         first, second = rule.inputs
         seconds = pl.from_arrow(store.read("facts", version=tag.facts_version, layer="merged", columns=narrow,
                                            filter=among("relation", [second])))
+        if overlay is not None:
+            seconds = overlay.apply(seconds, relation=second)
         if seconds.height == 0:
             continue
         for start in range(0, tag.buckets, SEARCH_GROUP):
             group = range(start, min(start + SEARCH_GROUP, tag.buckets))
             firsts = pl.from_arrow(store.read("facts", version=tag.facts_version, layer="merged", columns=narrow,
                                               buckets=group, filter=among("relation", [first])))
+            if overlay is not None:  # (the overlay's new rows, of every bucket, join in with the first group)
+                firsts = (overlay.apply(firsts, relation=first) if start == 0 else
+                          firsts.filter(~pl.col("fact_id").is_in(pl.Series(sorted(overlay.replaced), dtype=pl.Utf8)
+                                                                 .implode())))
             pairs = pairs_deriving(rule, firsts, seconds, wanted)
             if not pairs:
                 continue
-            rows = _derive_pairs(store, tag, rule, pairs, wanted)
+            rows = _derive_pairs(store, tag, rule, pairs, wanted, overlay)
             found.append(rows)
             wanted -= set(rows["fact_id"].to_list())
             if not wanted:
@@ -199,10 +207,13 @@ def find_derived(store: StateStore, tag: StateTag, fact_ids: Iterable[str]) -> p
 
 
 def _derive_pairs(store: StateStore, tag: StateTag, rule: RollupRule, pairs: list[tuple[str, str]],
-                  wanted: set[str]) -> pl.DataFrame:
-    """The rows among ``wanted`` that ``rule`` derives from the input ``pairs`` (read by id)."""
+                  wanted: set[str], overlay: "StateOverlay | None" = None) -> pl.DataFrame:
+    """The rows among ``wanted`` that ``rule`` derives from the input ``pairs`` (read by id, as
+    ``overlay`` has them)."""
     ids = sorted({i for p in pairs for i in p})
     inputs = pl.from_arrow(store.read("facts", version=tag.facts_version, layer="merged",
                                       filter=among("fact_id", ids)))
+    if overlay is not None:
+        inputs = overlay.apply(inputs, fact_ids=ids).filter(pl.col("layer") == "merged")
     rows = derive_frame((rule,), inputs, buckets=tag.buckets)
     return rows.filter(pl.col("fact_id").is_in(pl.Series(sorted(wanted), dtype=pl.Utf8).implode()))

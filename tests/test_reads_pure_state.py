@@ -170,8 +170,18 @@ def test_a_compose_rollup_of_one_subject_is_derived_from_the_overlaid_rows(tmp_p
     read = works_in()
     assert _files(tmp_path / "store") == before
     assert read == {"Alice": ["Oslo"], "Bob": ["Oslo"]}
+    # why of a roll-up only the overlaid rows derive: after the read that returned it (its inputs
+    # remembered) and as a process that did not read it (a search of the overlaid inputs' join)
+    from refold import state_rollups
+
+    bob = mem.facts(subject="Bob", relation="works_in", current_only=True)["fact_id"][0]
+    assert mem.why(bob)["derivation"] == "works_in"
+    state_rollups._HINTS.clear()
+    answer = refold.open(tmp_path / "store").why(bob)
+    assert answer["derivation"] == "works_in" and len(answer["inputs"]) == 2
     mem.fold(engine="partitioned")
     assert works_in() == read
+    assert refold.open(tmp_path / "store").why(bob) == answer
 
 
 def test_the_mcp_servers_warm_memory_sees_a_write_in_the_next_search(tmp_path):
