@@ -458,7 +458,7 @@ class Memory:
     def pending(self, *, as_of: int | str | datetime | None = None) -> int:
         """How many events up to the head (or ``as_of``) await an extraction under the current
         spec: reads answer without their facts until :meth:`fold` extracts them."""
-        tables = self._readable_tables(as_of, None)
+        tables = self._readable_tables(as_of)
         if tables is not None:
             return tables[2].pending  # the state tables' read overlay (docs/fold.md, "Reads")
         return self.state(as_of=as_of).pending
@@ -475,20 +475,20 @@ class Memory:
         from refold.state_queries import graph_view, neighbourhood
 
         when = parse_time_or_none(valid_at)
-        tables = self._readable_tables(as_of, principal)
+        tables = self._readable_tables(as_of)
         if tables is not None:
-            return graph_view(*tables, subject=subject, depth=depth, tenant=tenant, valid_at=when)
+            return graph_view(*tables, subject=subject, depth=depth, tenant=tenant, valid_at=when, principal=principal,
+                              retraction_principals=self._retraction_principals)
         graph = self._scoped(self.state(as_of=as_of).graph, principal)
         if subject is None and tenant is None and when is None:
             return graph
         return neighbourhood(graph, subject=subject, depth=depth, tenant=tenant, valid_at=when)
 
-    def _readable_tables(self, as_of, principal: str | None):
+    def _readable_tables(self, as_of):
         """The current spec's state tables when a read can answer from them: a plain store
-        (shred-mode reads decrypt through the log) and no principal (reader scoping is applied
-        to the graph engine's state): (store, tag, overlay), see :meth:`_state_read` (the head)
-        and :meth:`_state_read_at` (``as_of``)."""
-        if self.mode == "shred" or principal is not None:
+        (shred-mode reads decrypt through the log): (store, tag, overlay), see
+        :meth:`_state_read` (the head) and :meth:`_state_read_at` (``as_of``)."""
+        if self.mode == "shred":
             return None
         if as_of is None:
             return self._state_read(self.current_spec())
@@ -553,14 +553,21 @@ class Memory:
         when = parse_time_or_none(valid_at)
         spec = self.current_spec()
         relation = spec.canonical_relation(relation) if relation else None
-        tables = self._readable_tables(as_of, principal)
-        if tables is not None:
+        tables = self._readable_tables(as_of)
+        if tables is None:
+            graph = self.graph(as_of=as_of, principal=principal)
+        elif principal is None:
             from refold.state_queries import facts_from_state
 
             return facts_from_state(*tables, subject=subject, relation=relation, valid_at=when, tenant=tenant,
                                     current_only=current_only)
-        rows = fact_rows(self.graph(as_of=as_of, principal=principal), subject=subject, relation=relation,
-                         valid_at=when, tenant=tenant, current_only=current_only)
+        else:  # (the subject's buckets and those that decide what the principal may see)
+            from refold.state_queries import graph_view
+
+            graph = graph_view(*tables, subject=subject, tenant=tenant, principal=principal,
+                               retraction_principals=self._retraction_principals)
+        rows = fact_rows(graph, subject=subject, relation=relation, valid_at=when, tenant=tenant,
+                         current_only=current_only)
         return facts_frame(rows)
 
     def why(self, fact_id: str, *, as_of: int | str | datetime | None = None,
@@ -571,13 +578,14 @@ class Memory:
         answer names no fact or event the principal may not see (refold.fold.scoping)."""
         from refold.fold.queries import why
 
-        tables = self._readable_tables(as_of, principal)
+        tables = self._readable_tables(as_of)
         if tables is None:
             # (each level's source events are read by id: reading the whole log first cost 13 s at 1M events)
             return why(self.graph(as_of=as_of, principal=principal), fact_id, self.events_by_id)
         from refold.state_queries import lineage_view
 
-        graph = lineage_view(*tables, fact_id)  # the fact and its inputs only: every source event at once
+        # the fact and its inputs only: every source event at once
+        graph = lineage_view(*tables, fact_id, principal=principal, retraction_principals=self._retraction_principals)
         seqs = {i: s for _, _, d in graph.edges(data=True) for i, s in zip(d["sources"], d["source_seqs"])}
         found = self.events_by_id(seqs, seqs=seqs.values())
         return why(graph, fact_id, lambda ids: {i: found[i] for i in ids if i in found})

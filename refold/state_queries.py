@@ -19,7 +19,7 @@ import polars as pl
 
 from refold.fold.entities import entity_key
 from refold.fold.merge import node_id
-from refold.fold.partition import bucket_of
+from refold.fold.partition import FACT_SCHEMA, bucket_of
 from refold.fold.queries import FACT_COLUMNS
 from refold.state_rollups import find_derived, input_relations, with_rollups
 from refold.storage.state import StateStore, StateTag, among
@@ -107,30 +107,47 @@ _EDGE_KEYS = ("fact_id", "tenant", "subject", "relation", "object", "valid_from"
 
 
 def graph_view(store: StateStore, tag: StateTag, overlay: "StateOverlay | None" = None, *, subject: str | None = None, depth: int = 1,
-               tenant: str | None = None, valid_at: datetime | None = None) -> nx.MultiDiGraph:
+               tenant: str | None = None, valid_at: datetime | None = None, principal: str | None = None,
+               retraction_principals=None) -> nx.MultiDiGraph:
     """A networkx MultiDiGraph (the reference fold's node and edge attributes, edges keyed by
     fact id) of ``subject``'s neighbourhood to ``depth`` hops along out-edges (None: the whole
-    state, or a tenant's), keeping facts valid at ``valid_at`` when given."""
-    graph = nx.MultiDiGraph()
-    if subject is None:
-        frames = [with_rollups(store, tag, _rows(store, tag, overlay, nodes=None, relation=None, tenant=tenant),
-                               subjects=None, overlay=overlay)]
-    else:
-        frontier, seen, frames = set(_subject_nodes(tag, subject, tenant)), set(), []
-        for _ in range(max(depth, 1)):
-            frontier -= seen
-            if not frontier:
-                break
-            seen |= frontier
-            df = _rows(store, tag, overlay, nodes=sorted(frontier), relation=None, tenant=tenant)
-            df = with_rollups(store, tag, df, subjects=frontier, overlay=overlay)
-            frames.append(df)
-            frontier = set(df["object"].to_list())
-    df = pl.concat(frames) if frames else pl.DataFrame()
+    state, or a tenant's), keeping facts valid at ``valid_at`` when given. With ``principal``,
+    as that principal may see it (:func:`_scoped`; ``retraction_principals``: see
+    :func:`refold.fold.scoping.reader_view`): the neighbourhood of the scoped state."""
+    df, complete = _view_rows(store, tag, overlay, subject=subject, depth=depth, tenant=tenant)
+    if principal is not None:
+        graph = _scoped(store, tag, overlay, df, complete, principal, retraction_principals)
+        return neighbourhood(graph, subject=subject, depth=depth, tenant=tenant, valid_at=valid_at)
     if valid_at is not None and df.height:
         df = df.filter((pl.col("valid_from") <= valid_at)
                        & (pl.col("valid_to").is_null() | (pl.col("valid_to") > valid_at)))
-    rows = df.to_dicts() if df.height else []
+    return _graph(store, tag, overlay, df.to_dicts() if df.height else [])
+
+
+def _view_rows(store: StateStore, tag: StateTag, overlay: "StateOverlay | None", *, subject: str | None,
+               depth: int, tenant: str | None) -> tuple[pl.DataFrame, set[str] | None]:
+    """(the rows of :func:`graph_view`'s view, the nodes whose rows it holds all of; None: all)."""
+    if subject is None:
+        df = with_rollups(store, tag, _rows(store, tag, overlay, nodes=None, relation=None, tenant=tenant),
+                          subjects=None, overlay=overlay)
+        return df, None
+    frontier, seen, frames = set(_subject_nodes(tag, subject, tenant)), set(), []
+    for _ in range(max(depth, 1)):
+        frontier -= seen
+        if not frontier:
+            break
+        seen |= frontier
+        df = _rows(store, tag, overlay, nodes=sorted(frontier), relation=None, tenant=tenant)
+        df = with_rollups(store, tag, df, subjects=frontier, overlay=overlay)
+        frames.append(df)
+        frontier = set(df["object"].to_list())
+    return (pl.concat(frames) if frames else pl.DataFrame()), seen
+
+
+def _graph(store: StateStore, tag: StateTag, overlay: "StateOverlay | None", rows: list[dict[str, Any]]
+           ) -> nx.MultiDiGraph:
+    """``rows`` (fact rows) as a graph: edges keyed by fact id, nodes with their entities' attributes."""
+    graph = nx.MultiDiGraph()
     nodes = {r["subject"] for r in rows} | {r["object"] for r in rows}
     ents = _entities(store, tag, nodes, overlay)
     for n in sorted(nodes):
@@ -138,6 +155,80 @@ def graph_view(store: StateStore, tag: StateTag, overlay: "StateOverlay | None" 
     for r in rows:
         graph.add_edge(r["subject"], r["object"], key=r["fact_id"], **{k: r[k] for k in _EDGE_KEYS})
     return graph
+
+
+def _scoped(store: StateStore, tag: StateTag, overlay: "StateOverlay | None", df: pl.DataFrame,
+            complete: set[str] | None, principal: str, retraction_principals) -> nx.MultiDiGraph:
+    """The facts of ``df`` as ``principal`` may see them, as a scoped view of the whole state has
+    them (:func:`refold.fold.scoping.reader_view`). What decides a fact's visibility is a
+    derived fact's inputs (recursively) and, for a closed fact, the rows of its subject and
+    relation (the fact that superseded it, one that begins where it ends): those ``df`` lacks
+    are read (by id, then by subject and relation, with bucket pruning; ``complete``: nodes whose
+    rows ``df`` holds all of, None: every node), the whole is scoped, and only ``df``'s facts are
+    kept."""
+    from refold.fold.scoping import reader_view
+
+    if df.height == 0:
+        return nx.MultiDiGraph()
+    rows = _with_inputs(store, tag, overlay, df)
+    if complete is not None:
+        closed = rows.filter(pl.col("valid_to").is_not_null() & (pl.col("derivation") == "extracted"))
+        subjects = set(closed["subject"].to_list()) - complete
+        if subjects:
+            extra = _rows(store, tag, overlay, nodes=sorted(subjects), relation=set(closed["relation"].to_list()),
+                          tenant=None)
+            extra = extra.filter(~pl.col("fact_id").is_in(rows["fact_id"].implode()))
+            rows = pl.concat([rows, extra.select(rows.columns).cast(rows.schema)])
+    view = reader_view(_graph(store, tag, overlay, rows.to_dicts()), principal, retraction_principals)
+    wanted = set(df["fact_id"].to_list())
+    return nx.MultiDiGraph(view.edge_subgraph([(u, v, k) for u, v, k in view.edges(keys=True) if k in wanted]))
+
+
+def _with_inputs(store: StateStore, tag: StateTag, overlay: "StateOverlay | None", df: pl.DataFrame, *,
+                 wanted: set[str] | None = None) -> pl.DataFrame:
+    """``df`` and, recursively, the facts ``wanted`` (default: the inputs of ``df``'s derived
+    facts) and those they were derived from (a fact id names no bucket: each level is one
+    filtered read of every bucket, then a search of the compose roll-ups' inputs for ids no
+    stored row has)."""
+    frames, seen = [df], set(df["fact_id"].to_list())
+    buckets = _input_buckets(df, tag) if wanted is None else None
+    if wanted is None:
+        wanted = {i for ids in df["inputs"].to_list() for i in ids or ()}
+    wanted = wanted - seen
+    while wanted:
+        seen |= wanted
+        # inputs are merged facts, unless a rule derives from a derived relation: of the buckets
+        # named, that layer (an organisation's holds its staff's inverse roll-ups) is read only
+        # for the rest; with no buckets named, both layers in one read of every bucket
+        first = None if buckets is None else "merged"
+        found = pl.from_arrow(store.read("facts", version=tag.facts_version, filter=among("fact_id", wanted),
+                                         buckets=buckets, layer=first))
+        if overlay is not None:
+            found = overlay.apply(found, fact_ids=wanted)
+        missing = wanted - set(found["fact_id"].to_list())
+        if missing and first is not None:
+            found = pl.concat([found, pl.from_arrow(store.read(
+                "facts", version=tag.facts_version, filter=among("fact_id", missing), buckets=buckets,
+                layer="derived")).select(found.columns).cast(found.schema)])
+            missing = wanted - set(found["fact_id"].to_list())
+        if missing and tag.rollups:  # a compose roll-up: derived when read, not stored
+            derived = find_derived(store, tag, missing, overlay)
+            if derived.height:
+                found = pl.concat([found, derived.select(found.columns).cast(found.schema)])
+        frames.append(found.select(df.columns).cast(df.schema))
+        wanted = {i for ids in found["inputs"].to_list() for i in ids or ()} - seen
+        buckets = _input_buckets(found, tag)
+    return pl.concat(frames)
+
+
+def _input_buckets(df: pl.DataFrame, tag: StateTag) -> set[int] | None:
+    """The buckets of the subjects of ``df``'s derived facts' inputs (None: every bucket, where a
+    derived fact does not name them)."""
+    derived = df.filter(pl.col("inputs").list.len() > 0)
+    subjects = derived["input_subjects"].to_list()
+    if any(not s for s in subjects):
+        return None
+    return {bucket_of(n, tag.buckets) for names in subjects for n in names}
 
 
 def _entities(store: StateStore, tag: StateTag, nodes: set[str],
@@ -155,32 +246,14 @@ def _entities(store: StateStore, tag: StateTag, nodes: set[str],
     return found
 
 
-def lineage_view(store: StateStore, tag: StateTag, overlay: "StateOverlay | None", fact_id: str
-                 ) -> nx.MultiDiGraph:
+def lineage_view(store: StateStore, tag: StateTag, overlay: "StateOverlay | None", fact_id: str, *,
+                 principal: str | None = None, retraction_principals=None) -> nx.MultiDiGraph:
     """A graph of ``fact_id`` and, recursively, the facts it was derived from (what ``why``
-    walks). A fact id names no bucket, so each level is one filtered read of every bucket."""
-    frames, wanted, seen = [], {fact_id}, set()
-    while wanted:
-        seen |= wanted
-        df = pl.from_arrow(store.read("facts", version=tag.facts_version,
-                                      filter=among("fact_id", wanted)))
-        if overlay is not None:
-            df = overlay.apply(df, fact_ids=wanted)
-        missing = wanted - set(df["fact_id"].to_list())
-        if missing and tag.rollups:  # a compose roll-up: derived when read, not stored
-            derived = find_derived(store, tag, missing, overlay)
-            if derived.height:
-                df = pl.concat([df, derived.select(df.columns).cast(df.schema)])
-        frames.append(df)
-        wanted = {i for ids in df["inputs"].to_list() for i in ids} - seen
-    rows = pl.concat(frames).to_dicts()
-    graph = nx.MultiDiGraph()
-    nodes = {r["subject"] for r in rows} | {r["object"] for r in rows}
-    for n, attrs in sorted(_entities(store, tag, nodes, overlay).items()):
-        graph.add_node(n, **attrs)
-    for r in rows:
-        graph.add_edge(r["subject"], r["object"], key=r["fact_id"], **{k: r[k] for k in _EDGE_KEYS})
-    return graph
+    walks); with ``principal``, as that principal may see them (see :func:`graph_view`)."""
+    rows = _with_inputs(store, tag, overlay, pl.from_arrow(FACT_SCHEMA.empty_table()), wanted={fact_id})
+    if principal is not None:
+        return _scoped(store, tag, overlay, rows, set(), principal, retraction_principals)
+    return _graph(store, tag, overlay, rows.to_dicts())
 
 
 def neighbourhood(graph: nx.MultiDiGraph, *, subject: str | None = None, depth: int = 1,

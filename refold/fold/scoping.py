@@ -103,8 +103,9 @@ def reader_view(graph: nx.MultiDiGraph, principal: str | None,
     change are shared with ``graph``: treat the view as read-only."""
     if principal is None:
         return graph
-    if callable(retraction_principals):
-        retraction_principals = retraction_principals()
+    if callable(retraction_principals):  # (a read of the log: only when a retraction ended a fact here)
+        ended = any(d["ended_by"] is not None for _, _, d in graph.edges(data=True))
+        retraction_principals = retraction_principals() if ended else {}
     closers = closer_readers(graph, retraction_principals)
     view = nx.MultiDiGraph()
     seen: dict[str, dict] = {}
