@@ -21,6 +21,7 @@ from refold.fold.entities import entity_key
 from refold.fold.merge import node_id
 from refold.fold.partition import FACT_SCHEMA, bucket_of
 from refold.fold.queries import FACT_COLUMNS
+from refold.state_rollups import derived_here as find_derived_here
 from refold.state_rollups import find_derived, input_relations, with_rollups
 from refold.storage.state import StateStore, StateTag, among
 
@@ -197,20 +198,23 @@ def _with_inputs(store: StateStore, tag: StateTag, overlay: "StateOverlay | None
     wanted = wanted - seen
     while wanted:
         seen |= wanted
+        unstored = find_derived_here(wanted)  # compose roll-ups: never stored, not looked for
+        stored = wanted - unstored
         # inputs are merged facts, unless a rule derives from a derived relation: of the buckets
         # named, that layer (an organisation's holds its staff's inverse roll-ups) is read only
         # for the rest; with no buckets named, both layers in one read of every bucket
         first = None if buckets is None else "merged"
-        found = pl.from_arrow(store.read("facts", version=tag.facts_version, filter=among("fact_id", wanted),
-                                         buckets=buckets, layer=first))
+        found = pl.from_arrow(store.read("facts", version=tag.facts_version, filter=among("fact_id", stored),
+                                         buckets=buckets, layer=first)) if stored else df.head(0)
         if overlay is not None:
-            found = overlay.apply(found, fact_ids=wanted)
-        missing = wanted - set(found["fact_id"].to_list())
+            found = overlay.apply(found, fact_ids=stored)
+        missing = stored - set(found["fact_id"].to_list())
         if missing and first is not None:
             found = pl.concat([found, pl.from_arrow(store.read(
                 "facts", version=tag.facts_version, filter=among("fact_id", missing), buckets=buckets,
                 layer="derived")).select(found.columns).cast(found.schema)])
-            missing = wanted - set(found["fact_id"].to_list())
+            missing = stored - set(found["fact_id"].to_list())
+        missing |= unstored
         if missing and tag.rollups:  # a compose roll-up: derived when read, not stored
             derived = find_derived(store, tag, missing, overlay)
             if derived.height:

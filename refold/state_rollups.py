@@ -93,18 +93,24 @@ def with_rollups(store: StateStore, tag: StateTag, rows: pl.DataFrame, *,
 #: the newest :data:`HINTS` of them: ``why`` of an id a read just returned finds its inputs here
 #: instead of searching the inputs' join. An id is the hash of its rule and inputs, so a hint
 #: cannot be wrong, and the inputs are still read from the state (an erased input derives nothing).
-_HINTS: dict[str, tuple[str, str, str]] = {}
+_HINTS: dict[str, tuple[str, str, str, tuple[str, ...]]] = {}
 HINTS = 100_000
 
 
 def _remember(derived: pl.DataFrame) -> None:
-    for fact_id, rule, inputs in zip(derived["fact_id"].to_list(), derived["derivation"].to_list(),
-                                     derived["inputs"].to_list()):
+    for fact_id, rule, inputs, subjects in zip(derived["fact_id"].to_list(), derived["derivation"].to_list(),
+                                               derived["inputs"].to_list(), derived["input_subjects"].to_list()):
         if len(inputs) == 2:
             _HINTS.pop(fact_id, None)
-            _HINTS[fact_id] = (rule, inputs[0], inputs[1])
+            _HINTS[fact_id] = (rule, inputs[0], inputs[1], tuple(subjects or ()))
     while len(_HINTS) > HINTS:
         del _HINTS[next(iter(_HINTS))]
+
+
+def derived_here(fact_ids: Iterable[str]) -> set[str]:
+    """Those of ``fact_ids`` that a read of this process derived (compose roll-ups: never stored,
+    so a reader need not look for them in the tables)."""
+    return {i for i in fact_ids if i in _HINTS}
 
 
 #: an open valid time's end, for interval tests (later than any stated time)
@@ -172,9 +178,11 @@ def find_derived(store: StateStore, tag: StateTag, fact_ids: Iterable[str],
     found: list[pl.DataFrame] = []
     narrow = ["fact_id", "subject", "relation", "object", "valid_from", "valid_to"]
     for rule in rules_of(tag):  # first the ids a read of this process derived (no search)
-        pairs = [(a, b) for i in wanted if (h := _HINTS.get(i)) is not None and h[0] == rule.name for a, b in [h[1:]]]
-        if pairs:
-            rows = _derive_pairs(store, tag, rule, pairs, wanted, overlay)
+        hints = [h for i in wanted if (h := _HINTS.get(i)) is not None and h[0] == rule.name]
+        if hints:
+            buckets = ({bucket_of(n, tag.buckets) for h in hints for n in h[3]} if all(h[3] for h in hints)
+                       else None)  # (the inputs' subjects' buckets: a read of those only)
+            rows = _derive_pairs(store, tag, rule, [(h[1], h[2]) for h in hints], wanted, overlay, buckets)
             found.append(rows)
             wanted -= set(rows["fact_id"].to_list())
     for rule in rules_of(tag):
@@ -207,11 +215,12 @@ def find_derived(store: StateStore, tag: StateTag, fact_ids: Iterable[str],
 
 
 def _derive_pairs(store: StateStore, tag: StateTag, rule: RollupRule, pairs: list[tuple[str, str]],
-                  wanted: set[str], overlay: "StateOverlay | None" = None) -> pl.DataFrame:
-    """The rows among ``wanted`` that ``rule`` derives from the input ``pairs`` (read by id, as
-    ``overlay`` has them)."""
+                  wanted: set[str], overlay: "StateOverlay | None" = None,
+                  buckets: set[int] | None = None) -> pl.DataFrame:
+    """The rows among ``wanted`` that ``rule`` derives from the input ``pairs`` (read by id from
+    ``buckets``, None: every bucket; as ``overlay`` has them)."""
     ids = sorted({i for p in pairs for i in p})
-    inputs = pl.from_arrow(store.read("facts", version=tag.facts_version, layer="merged",
+    inputs = pl.from_arrow(store.read("facts", version=tag.facts_version, layer="merged", buckets=buckets,
                                       filter=among("fact_id", ids)))
     if overlay is not None:
         inputs = overlay.apply(inputs, fact_ids=ids).filter(pl.col("layer") == "merged")
