@@ -356,8 +356,9 @@ class Memory:
     def _cached(self, cache: str, key):
         """The one place this process looks up folded state it kept (``cache`` names the dict:
         ``_states``, graphs of the graph engine; ``_state_at``, the state tables and their read
-        overlay at a log version; ``_state_past``, the same as of a past log seq). The erasure epoch is checked first, so nothing kept from
-        before an erasure (here or in another process) is served."""
+        overlay at a log version; ``_state_past``, the same as of a past log seq). The erasure
+        epoch is checked first, so nothing kept from before an erasure (here or in another
+        process) is served."""
         self.erasure_epoch()
         return getattr(self, cache).get(key)
 

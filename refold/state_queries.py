@@ -188,9 +188,11 @@ def _scoped(store: StateStore, tag: StateTag, overlay: "StateOverlay | None", df
 def _with_inputs(store: StateStore, tag: StateTag, overlay: "StateOverlay | None", df: pl.DataFrame, *,
                  wanted: set[str] | None = None) -> pl.DataFrame:
     """``df`` and, recursively, the facts ``wanted`` (default: the inputs of ``df``'s derived
-    facts) and those they were derived from (a fact id names no bucket: each level is one
-    filtered read of every bucket, then a search of the compose roll-ups' inputs for ids no
-    stored row has)."""
+    facts) and those they were derived from. Each level is one filtered read by id: of the
+    buckets of the inputs' subjects (``input_subjects``) where the facts that name them say,
+    else of every bucket (a fact id names no bucket); then compose roll-ups, which no stored row
+    holds, are derived from their inputs (remembered by the read that returned them, or
+    searched for in their join)."""
     frames, seen = [df], set(df["fact_id"].to_list())
     buckets = _input_buckets(df, tag) if wanted is None else None
     if wanted is None:
