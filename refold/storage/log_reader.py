@@ -42,6 +42,14 @@ def recorded_head(dt: DeltaTable) -> Head | None:
     return None
 
 
+def _prefix_end(seqs: pa.ChunkedArray) -> int | None:
+    """The last of ``seqs`` when they are 0..last (-1: none), else None."""
+    if len(seqs) == 0:
+        return -1
+    last = pc.max(seqs).as_py()
+    return last if last + 1 == len(seqs) else None
+
+
 def _with_seq(columns: Sequence[str] | None) -> list[str] | None:
     """``columns`` (None: all) plus ``seq``, which orders the rows (callers may ignore it)."""
     if not columns:
@@ -50,13 +58,19 @@ def _with_seq(columns: Sequence[str] | None) -> list[str] | None:
 
 
 class LogReader:
-    """The read side of one store's log (needs ``layout`` and ``storage_options``)."""
+    """The read side of one store's log (needs ``layout``, ``storage_options`` and
+    ``_prefix_ends``, the answers :meth:`prefix_end` keeps)."""
 
     layout: Layout
     storage_options: dict[str, str] | None
+    _prefix_ends: dict[int, int]
 
     def _table(self, version: int | None = None) -> DeltaTable:
         return DeltaTable(self.layout.events, version=version, storage_options=self.storage_options)
+
+    def version(self) -> int:
+        """The newest table version (a writer keeps its own handle: see ``EventLog.version``)."""
+        return self._table().version()
 
     def head(self, dt: DeltaTable | None = None) -> Head:
         """The current head, read from the rows and checked against the head that the newest
@@ -148,28 +162,24 @@ class LogReader:
         """The last seq of the log as it stood at ``as_of`` (record time: a table version or a
         time): -1 when nothing was recorded by then, None when what was recorded by then is not
         a prefix of seqs (writers whose clocks disagree), so a caller reads it by filter. Reads
-        the seq column only (for a version, only the files that can hold it); an
-        :class:`~refold.storage.log.EventLog` keeps the answer for a version already written."""
+        the seq column only (for a version, only the files that can hold it); the answer for a
+        version already written is kept."""
         from refold.fold.timeutil import as_of_filter, parse_as_of
 
         parsed = parse_as_of(as_of)
-        kept = getattr(self, "_prefix_ends", None)
-        if isinstance(parsed, int) and kept is not None and parsed in kept:
-            return kept[parsed]
-        prune = [{"table_version": (None, parsed)}] if isinstance(parsed, int) else None
-        # (an EventLog keeps the answers; its version is read before the rows are)
-        written = self.version() if isinstance(parsed, int) and kept is not None else None
-        seqs = self.arrow(columns=["seq"], filter=as_of_filter(parsed), prune=prune)["seq"]
-        if len(seqs) == 0:
-            return -1
-        last = pc.max(seqs).as_py()
-        end = last if last + 1 == len(seqs) else None
+        if not isinstance(parsed, int):
+            return _prefix_end(self.arrow(columns=["seq"], filter=as_of_filter(parsed))["seq"])
+        if parsed in self._prefix_ends:
+            return self._prefix_ends[parsed]
+        written = self.version()  # (read before the rows are)
+        end = _prefix_end(self.arrow(columns=["seq"], filter=as_of_filter(parsed),
+                                     prune=[{"table_version": (None, parsed)}])["seq"])
         # the rows of a version already written never change (seq and table_version outlive
         # erasure and compaction); a version not yet written may still gain rows
-        if end is not None and written is not None and parsed <= written:
-            if len(kept) >= 256:
-                kept.pop(next(iter(kept)))
-            kept[parsed] = end
+        if end is not None and parsed <= written:
+            if len(self._prefix_ends) >= 256:
+                self._prefix_ends.pop(next(iter(self._prefix_ends)))
+            self._prefix_ends[parsed] = end
         return end
 
     def rows_of_kinds(self, kinds: Sequence[str], *, columns: Sequence[str] | None = None) -> pa.Table | None:
