@@ -178,7 +178,7 @@ def step(name: str, root: Path, n: int, use_ray: bool, engine: str = "partitione
             if ENGINE[0] == "partitioned":  # again as a process that did not read it: a search
                 from refold import state_rollups
 
-                state_rollups._HINTS.clear()
+                state_rollups.forget_hints()
                 t0 = time.perf_counter()
                 mem.why(derived[len(derived) // 2])
                 out["why_cold_s"] = time.perf_counter() - t0

@@ -78,6 +78,7 @@ class Memory:
         now = read_epoch(self.layout)
         if now != self._seen_epoch:
             from refold.search import forget_views
+            from refold.state_rollups import forget_hints
 
             with self._fold_lock:
                 self._states = {}
@@ -87,6 +88,7 @@ class Memory:
                 self._state_past = {}
                 self._spec_at = None
                 forget_views(self)
+                forget_hints()  # (they name the read roll-ups' input subjects)
                 self._seen_epoch = now
         return now
 
@@ -504,8 +506,7 @@ class Memory:
         position: the graph engine's read answers then. Writes nothing, calls no model."""
         from refold.state_overlay import state_overlay, tail_after
 
-        self.erasure_epoch()  # (before reading: a cached answer from before an erasure is dropped)
-        end = self.log_store.prefix_end(as_of)
+        end = self.log_store.prefix_end(as_of)  # (what seqs a version holds outlives an erasure)
         if end is None or end < 0:
             return None
         seen = self._cached("_state_past", (spec.hash, end))

@@ -107,6 +107,11 @@ def _remember(derived: pl.DataFrame) -> None:
         del _HINTS[next(iter(_HINTS))]
 
 
+def forget_hints() -> None:
+    """Drop every hint (an erasure happened: they may name an erased subject's node)."""
+    _HINTS.clear()
+
+
 def derived_here(fact_ids: Iterable[str]) -> set[str]:
     """Those of ``fact_ids`` that a read of this process derived (compose roll-ups: never stored,
     so a reader need not look for them in the tables)."""

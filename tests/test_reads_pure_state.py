@@ -176,7 +176,7 @@ def test_a_compose_rollup_of_one_subject_is_derived_from_the_overlaid_rows(tmp_p
 
     bob = mem.facts(subject="Bob", relation="works_in", current_only=True)["fact_id"][0]
     assert mem.why(bob)["derivation"] == "works_in"
-    state_rollups._HINTS.clear()
+    state_rollups.forget_hints()
     answer = refold.open(tmp_path / "store").why(bob)
     assert answer["derivation"] == "works_in" and len(answer["inputs"]) == 2
     mem.fold(engine="partitioned")

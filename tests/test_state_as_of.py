@@ -146,8 +146,14 @@ def test_an_erasure_leaves_no_older_state_version_to_travel_to(tmp_path):
     spec = mem.current_spec()
     assert mem._state_read_at(spec, versions[1]) is not None
     assert sorted(mem.facts(as_of=versions[1], subject=X)["relation"].to_list()) == ["lives_in", "works_at", "works_in"]
+    from refold.state_rollups import _HINTS
+
+    mem.facts(subject=X)  # its works_in roll-up: the read remembers its inputs and their subjects
+    assert any(node_id("default", X) in h[3] for h in _HINTS.values())
     mem.register_subject("s-x", X)
     mem.erase("s-x")
+    mem.facts(subject="Person1")  # the next read sees the new erasure epoch
+    assert not any(node_id("default", X) in h[3] for h in _HINTS.values())
     store = mem.state_store(spec)
     assert len(store.tags()) == 1 and store.tags()[0].log_seq == store.tag().log_seq
     assert mem._state_read_at(spec, versions[1]) is None
