@@ -231,11 +231,8 @@ def _empty(embedder: Embedder, backend: str, tuning: Tuning) -> dict[str, Vector
             "events": VectorIndex.empty(embedder.dim, EVENT_SCHEMA, backend=backend, tuning=tuning)}
 
 
-def _sync(indexes: dict[str, VectorIndex], state, events, embedder: Embedder,
+def _sync(indexes: dict[str, VectorIndex], items: dict[str, pl.DataFrame], embedder: Embedder,
           donors: dict[str, VectorIndex] | None = None) -> dict[str, int]:
-    events = list(events)
-    retractions = {e.event_id: e.principals for e in events if e.kind == "retraction"}
-    items = {"facts": fact_items(state.graph, retractions), "events": event_items(events)}
     totals = {"added": 0, "embedded": 0, "removed": 0}
     for kind in KINDS:
         stats = indexes[kind].sync(items[kind], lambda texts: _embed_batched(embedder, texts),
@@ -243,6 +240,54 @@ def _sync(indexes: dict[str, VectorIndex], state, events, embedder: Embedder,
         for name in totals:
             totals[name] += getattr(stats, name)
     return totals
+
+
+def _graph_items(state, events: Sequence) -> dict[str, pl.DataFrame]:
+    """The items of a graph engine's folded state and the events it folded."""
+    retractions = {e.event_id: e.principals for e in events if e.kind == "retraction"}
+    return {"facts": fact_items(state.graph, retractions), "events": event_items(events)}
+
+
+def _table_fact_items(mem: "Memory", tables) -> pl.DataFrame:
+    """The fact items of the state tables' read ``tables`` ((store, tag, overlay), as
+    :meth:`Memory._readable_tables` gives them): every fact row, compose roll-ups derived, in
+    polars: no graph of the whole state is folded."""
+    from refold.fold.embed import fact_items_of_rows
+    from refold.state_queries import index_facts
+
+    rows, names = index_facts(*tables)
+    if rows.height == 0:
+        return pl.DataFrame(schema=FACT_SCHEMA)
+    return fact_items_of_rows(rows, names, mem._retraction_principals())
+
+
+def _head_items(mem: "Memory", pinned: int | None, base: tuple[VectorIndex, int, str] | None
+                ) -> tuple[dict[str, pl.DataFrame], int]:
+    """(the items the head index must hold, how many events await extraction).
+
+    From the state tables where reads answer from them (no graph of the whole state is
+    folded): every fact row, compose roll-ups derived, in polars; and the events index as
+    ``base`` (an events index, the log position it reflects and that row's link) holds it plus
+    the events after that position, read from their files only: an event's text and principals
+    never change, and an erasure purges the index of the events it erases. Otherwise (a
+    shred-mode store, a spec never folded into tables) the graph engine's fold of the log at
+    ``pinned``."""
+    from refold.state_overlay import log_after
+
+    tables = mem._readable_tables(None)
+    if tables is None:
+        state = mem.state(as_of=pinned)
+        return _graph_items(state, mem.events(as_of=pinned)), state.pending
+    facts = _table_fact_items(mem, tables)
+    head = mem.head()
+    tail = None
+    if base is not None and base[1] >= 0 and set(EVENT_SCHEMA) <= set(base[0].meta.columns):
+        tail = log_after(mem, base[1], base[2], until=head.seq) if head.seq >= base[1] else None
+    if tail is None:
+        events = event_items(mem.events(as_of=pinned))
+    else:
+        events = pl.concat([base[0].meta.select(list(EVENT_SCHEMA)).cast(EVENT_SCHEMA), event_items(tail)])
+    return {"facts": facts, "events": events}, tables[2].pending
 
 
 def _epoch(mem: "Memory", spec_hash: str, model_id: str, persist: bool, erasure: str) -> Any:
@@ -306,13 +351,19 @@ def open_index(mem: "Memory", *, embedder: str | Embedder | None = None, as_of: 
     else:
         # pin the log at the head's table version so the state and the event texts agree
         pinned = head.table_version if head.seq >= 0 else None
-        state = mem.state(as_of=pinned)
-        events = mem.events(as_of=pinned)
+        donors = None
+        if loaded is not None:
+            base = (loaded[1]["events"], loaded[0]["last_seq"], loaded[0]["link"])
+        elif cached is not None and cached_epoch == epoch:  # (kept in memory only: its vectors serve)
+            base, donors = (cached.indexes["events"], cached.last_seq, cached.link), cached.indexes
+        else:
+            base = None
+        items, pending = _head_items(mem, pinned, base)
         indexes = loaded[1] if loaded is not None else _empty(emb, want, tuning)
         if any(ix.backend != want for ix in indexes.values()):
             indexes = {k: ix.rebuilt(want) for k, ix in indexes.items()}
-        totals = _sync(indexes, state, events, emb)
-        pending, stored = state.pending, False
+        totals = _sync(indexes, items, emb, donors=donors)
+        stored = False
         if store is not None and save and not pending:
             store.save(spec.hash, emb.model_id, indexes, last_seq=head.seq, link=head.link)
             stored = True
@@ -364,9 +415,13 @@ def _open_past(mem: "Memory", emb: Embedder, as_of, *, backend, persist: bool, t
     if key in svc.past:
         svc.past.move_to_end(key)
         return svc.past[key]
-    state = mem.state(as_of=as_of, spec=spec)
+    tables = mem._readable_tables(as_of) if spec.hash == mem.current_spec().hash else None
+    if tables is not None:  # time travel on the state tables (docs/fold.md, "Reads as of a past position")
+        items = {"facts": _table_fact_items(mem, tables), "events": event_items(events)}
+    else:
+        items = _graph_items(mem.state(as_of=as_of, spec=spec), events)
     indexes = _empty(emb, head.backend, tuning)
-    totals = _sync(indexes, state, events, emb, donors=head.indexes)  # today's vectors, then's metadata
+    totals = _sync(indexes, items, emb, donors=head.indexes)  # today's vectors, then's metadata
     report = IndexReport(spec_hash=spec.hash, model_id=emb.model_id, backend=head.backend, last_seq=seq,
                          facts=len(indexes["facts"]), events=len(indexes["events"]), **totals, as_of=str(as_of))
     retriever = Retriever(embedder=emb, indexes=indexes, link=link, report=report)

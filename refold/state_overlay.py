@@ -38,7 +38,7 @@ from refold.storage.state import StateStore, StateTag, among
 if TYPE_CHECKING:
     from refold.memory import Memory
 
-__all__ = ["StateOverlay", "state_overlay", "tail_after"]
+__all__ = ["StateOverlay", "log_after", "state_overlay", "tail_after"]
 
 
 def _empty_rows() -> pl.DataFrame:
@@ -109,19 +109,26 @@ def tail_after(mem: "Memory", tag: StateTag, *, until: int | None = None) -> lis
     """The log's events after ``tag``'s position up to seq ``until`` (None: the head), or None
     when the log no longer holds that position (rewritten, or another log: only a fold can
     answer then). A read of those seqs' files only."""
+    return log_after(mem, tag.log_seq, tag.log_link, until=until)
+
+
+def log_after(mem: "Memory", seq: int, link: str, *, until: int | None = None) -> list[Event] | None:
+    """The log's events after position ``seq`` (whose row has ``link``; seq < 0: the start) up
+    to seq ``until`` (None: the head), or None when the log no longer holds that row. A read of
+    those seqs' files only."""
     from refold.projection import DeltaSource
     from refold.storage.schema import table_to_events
 
-    start = max(tag.log_seq, 0)
+    start = max(seq, 0)
     if until is None:
         events, _ = DeltaSource(mem.log_store, erased=False).window(start)  # (the tail only)
     else:
         events = list(table_to_events(mem.log_store.arrow(prune=[{"seq": (start, until)}])))
         if len(events) != until - start + 1 or (events and events[0].seq != start):
             return None  # (the statistics the read pruned by hid rows: a fold answers, and checks)
-    if tag.log_seq < 0:
+    if seq < 0:
         return events
-    if not events or events[0].seq != tag.log_seq or events[0].link != tag.log_link:
+    if not events or events[0].seq != seq or events[0].link != link:
         return None
     return events[1:]
 

@@ -28,7 +28,7 @@ from refold.storage.state import StateStore, StateTag, among
 if TYPE_CHECKING:
     from refold.state_overlay import StateOverlay
 
-__all__ = ["facts_from_state", "graph_view", "lineage_view", "neighbourhood"]
+__all__ = ["facts_from_state", "graph_view", "index_facts", "lineage_view", "neighbourhood"]
 
 
 def _subject_nodes(tag: StateTag, subject: str, tenant: str | None) -> list[str]:
@@ -123,6 +123,23 @@ def graph_view(store: StateStore, tag: StateTag, overlay: "StateOverlay | None" 
         df = df.filter((pl.col("valid_from") <= valid_at)
                        & (pl.col("valid_to").is_null() | (pl.col("valid_to") > valid_at)))
     return _graph(store, tag, overlay, df.to_dicts() if df.height else [])
+
+
+def index_facts(store: StateStore, tag: StateTag, overlay: "StateOverlay | None" = None
+                ) -> tuple[pl.DataFrame, dict[str, str]]:
+    """Every fact of the state (history included, compose roll-ups derived: what the graph
+    engine's whole graph holds as edges), subjects and objects as node ids, and the names of
+    those nodes: what the search index embeds (:func:`refold.fold.embed.fact_items_of_rows`).
+    Reads the whole ``facts`` table and the ``entities`` names, never a graph."""
+    df = with_rollups(store, tag, _rows(store, tag, overlay, nodes=None, relation=None, tenant=None),
+                      subjects=None, overlay=overlay, remember=False)
+    if df.height == 0:
+        return df, {}
+    rows = pl.from_arrow(store.read("entities", version=tag.entities_version, columns=["node", "name"]))
+    names = dict(zip(rows["node"].to_list(), rows["name"].to_list()))
+    if overlay is not None:
+        names.update({n: name for n, (_, name) in overlay.names.items() if n not in names})
+    return df, names
 
 
 def _view_rows(store: StateStore, tag: StateTag, overlay: "StateOverlay | None", *, subject: str | None,

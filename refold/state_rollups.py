@@ -55,12 +55,14 @@ def input_relations(tag: StateTag, relation: str | None) -> set[str] | None:
 
 
 def with_rollups(store: StateStore, tag: StateTag, rows: pl.DataFrame, *,
-                 subjects: Iterable[str] | None, overlay: "StateOverlay | None" = None) -> pl.DataFrame:
+                 subjects: Iterable[str] | None, overlay: "StateOverlay | None" = None,
+                 remember: bool = True) -> pl.DataFrame:
     """``rows`` (facts rows as read from the tables) plus the compose-derived rows of
     ``subjects`` (None: of every subject; ``rows`` then holds the whole merged layer, or a
     tenant's). ``rows`` must hold every first-input row of ``subjects``; their partners are
     read from their own buckets (one pruned read), as ``overlay`` (the read's overlay of newer
-    events, :mod:`refold.state_overlay`) has them."""
+    events, :mod:`refold.state_overlay`) has them. ``remember``: keep the derived ids' inputs
+    for a ``why`` of one of them (:data:`_HINTS`)."""
     rules = rules_of(tag)
     if not rules or rows.height == 0:
         return rows
@@ -85,7 +87,8 @@ def with_rollups(store: StateStore, tag: StateTag, rows: pl.DataFrame, *,
         derived = derive_for_subjects(rules, heads, partners, subjects, buckets=tag.buckets)
     if derived.height == 0:
         return rows
-    _remember(derived)
+    if remember:  # (not for a whole-state scan that answers no fact-by-fact read: the index's)
+        _remember(derived)
     return pl.concat([rows, derived.select(rows.columns).cast(rows.schema)])
 
 

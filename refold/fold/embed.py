@@ -26,8 +26,10 @@ from .errors import ValidationError
 from .events import Event
 
 __all__ = [
-    "EMBEDDED_KINDS", "EVENT_SCHEMA", "Embedder", "FACT_SCHEMA", "MAX_TEXT_CHARS", "check_vectors",
-    "event_items", "event_text", "fact_items", "fact_sentence", "readers_of", "stable_id", "text_hash",
+    "EMBEDDED_KINDS", "EVENT_SCHEMA", "Embedder", "FACT_SCHEMA", "ITEM_FACT_COLUMNS", "MAX_TEXT_CHARS",
+    "check_vectors", "event_items", "event_text", "fact_item_frame", "fact_items", "fact_items_of_rows",
+    "fact_sentence", "readers_of",
+    "stable_id", "text_hash",
 ]
 
 #: Event kinds whose text is embedded (what an agent or a person said or wrote).
@@ -121,6 +123,14 @@ EVENT_SCHEMA = {
 }
 
 
+#: the fact columns :func:`fact_item_frame` reads (``subject`` and ``object`` as node ids)
+ITEM_FACT_COLUMNS = {
+    "fact_id": pl.Utf8, "tenant": pl.Utf8, "subject": pl.Utf8, "relation": pl.Utf8, "object": pl.Utf8,
+    "valid_from": pl.Datetime("us", "UTC"), "valid_to": pl.Datetime("us", "UTC"), "recorded_seq": pl.Int64,
+    "derivation": pl.Utf8, "sources": pl.List(pl.Utf8), "source_principals": pl.List(pl.List(pl.Utf8)),
+}
+
+
 def fact_items(graph: nx.MultiDiGraph, retraction_principals: Mapping[str, Sequence[str]] | None = None
                ) -> pl.DataFrame:
     """One row per fact (edge) of a folded graph, history and derived facts included.
@@ -130,26 +140,70 @@ def fact_items(graph: nx.MultiDiGraph, retraction_principals: Mapping[str, Seque
     ``retraction_principals``: the principals of the log's retraction events, by id (who may see
     a closing; :func:`refold.fold.scoping.closer_readers`).
     """
+    from .scoping import closer_readers, edge_map
+
+    edges = edge_map(graph)
+    facts = pl.DataFrame({c: [d[c] for d in edges.values()] for c in ITEM_FACT_COLUMNS}, schema=ITEM_FACT_COLUMNS)
+    names = {n: d["name"] for n, d in graph.nodes(data=True)}
+    return fact_item_frame(facts, names, closer_readers(edges, retraction_principals or {}))
+
+
+def fact_items_of_rows(rows: pl.DataFrame, names: Mapping[str, str],
+                       retraction_principals: Mapping[str, Sequence[str]]) -> pl.DataFrame:
+    """:func:`fact_items` of a whole state held as fact rows (the state tables' columns, node ids
+    for subjects and objects: :func:`refold.state_queries.index_facts`) instead of a graph."""
     from .scoping import closer_readers
 
-    names = graph.nodes
-    closers = closer_readers(graph, retraction_principals or {})
-    rows = []
-    for _, _, d in graph.edges(data=True):
-        subject, obj = names[d["subject"]]["name"], names[d["object"]]["name"]
-        text = fact_sentence(subject, d["relation"], obj)
-        restricted, readers = readers_of(d["source_principals"])
-        closer_restricted, closer = closers.get(d["fact_id"], (False, frozenset()))
-        rows.append({
-            "id": stable_id(d["fact_id"]), "key": d["fact_id"], "tenant": d["tenant"],
-            "subject": subject, "relation": d["relation"], "object": obj,
-            "text": text, "text_hash": text_hash(text),
-            "valid_from": d["valid_from"], "valid_to": d["valid_to"],
-            "recorded_seq": d["recorded_seq"], "derivation": d["derivation"],
-            "sources": list(d["sources"]), "restricted": restricted, "readers": readers,
-            "closer_restricted": closer_restricted, "closer_readers": sorted(closer),
-        })
-    return _frame(rows, FACT_SCHEMA)
+    restricted = rows["source_principals"].list.eval(pl.element().list.len() > 0).list.any().any()
+    closers: Mapping[str, tuple[bool, Iterable[str]]] = {}
+    if restricted or any(retraction_principals.values()):
+        # (else every closer is readable by everyone: the answer is empty, no row need be walked)
+        wanted = ["fact_id", "derivation", "subject", "relation", "valid_from", "valid_to", "superseded_by",
+                  "ended_by", "source_principals", "inputs"]
+        closers = closer_readers({r["fact_id"]: r for r in rows.select(wanted).to_dicts()}, retraction_principals)
+    return fact_item_frame(rows.select(list(ITEM_FACT_COLUMNS)).cast(ITEM_FACT_COLUMNS), names, closers)
+
+
+def fact_item_frame(facts: pl.DataFrame, names: Mapping[str, str],
+                    closers: Mapping[str, tuple[bool, Iterable[str]]]) -> pl.DataFrame:
+    """The index rows (:data:`FACT_SCHEMA`) of ``facts`` (the columns of
+    :data:`ITEM_FACT_COLUMNS`, one row per fact of a whole state), with ``names`` (node id →
+    entity name) and ``closers`` (:func:`refold.fold.scoping.closer_readers` of that state).
+    Whichever engine folded the state, the same facts give the same frame."""
+    if facts.height == 0:
+        return _frame([], FACT_SCHEMA)
+    phrases = {r: r.replace("_", " ").strip() for r in facts["relation"].unique().to_list()}
+    facts = facts.with_columns(
+        pl.col("subject").replace_strict(names, return_dtype=pl.Utf8),
+        pl.col("object").replace_strict(names, return_dtype=pl.Utf8),
+        pl.col("relation").replace_strict(phrases, return_dtype=pl.Utf8).alias("_phrase"),
+    )
+    # the sentence of fact_sentence, built column-wise (one string per fact)
+    facts = facts.with_columns(pl.concat_str([pl.col("subject"), pl.col("_phrase"), pl.col("object")],
+                                             separator=" ").alias("text"))
+    # who may read each fact and see its closing: most facts are open to all and closed (if at
+    # all) by what all may see, so only the others' rows are built in Python, then joined
+    ids = facts["fact_id"].to_list()
+    sparse = facts.filter(pl.col("source_principals").list.eval(pl.element().list.len() > 0).list.any())
+    access = [(fid, *readers_of(lists)) for fid, lists in zip(sparse["fact_id"].to_list(),
+                                                             sparse["source_principals"].to_list())]
+    closing = [(fid, c[0], sorted(c[1])) for fid, c in closers.items() if c[0] or c[1]]
+    none: pl.Expr = pl.lit([], dtype=pl.List(pl.Utf8))
+    facts = facts.join(pl.DataFrame(access, schema={"fact_id": pl.Utf8, "restricted": pl.Boolean,
+                                                    "readers": pl.List(pl.Utf8)}, orient="row"),
+                       on="fact_id", how="left", maintain_order="left")
+    facts = facts.join(pl.DataFrame(closing, schema={"fact_id": pl.Utf8, "closer_restricted": pl.Boolean,
+                                                     "closer_readers": pl.List(pl.Utf8)}, orient="row"),
+                       on="fact_id", how="left", maintain_order="left")
+    out = facts.select(
+        pl.Series("id", [stable_id(i) for i in ids], dtype=pl.Int64),
+        pl.col("fact_id").alias("key"), "tenant", "subject", "relation", "object", "text",
+        pl.Series("text_hash", [text_hash(t) for t in facts["text"].to_list()], dtype=pl.Utf8),
+        "valid_from", "valid_to", "recorded_seq", "derivation", "sources",
+        pl.col("restricted").fill_null(False), pl.col("readers").fill_null(none),
+        pl.col("closer_restricted").fill_null(False), pl.col("closer_readers").fill_null(none),
+    )
+    return _checked(out.cast(FACT_SCHEMA))
 
 
 def event_items(events: Iterable[Event]) -> pl.DataFrame:
@@ -171,7 +225,11 @@ def event_items(events: Iterable[Event]) -> pl.DataFrame:
 
 
 def _frame(rows: list[dict], schema: dict) -> pl.DataFrame:
-    frame = pl.DataFrame(rows, schema=schema).sort("id")
+    return _checked(pl.DataFrame(rows, schema=schema))
+
+
+def _checked(frame: pl.DataFrame) -> pl.DataFrame:
+    frame = frame.sort("id")
     if frame.height != frame["id"].n_unique():
         # 63-bit hash collision between two distinct keys: astronomically unlikely, never silent
         dup = frame.filter(pl.col("id").is_duplicated())["key"].to_list()

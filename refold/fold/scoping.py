@@ -39,7 +39,7 @@ import networkx as nx
 
 from .rollups import span
 
-__all__ = ["closer_readers", "may_read", "reader_view"]
+__all__ = ["closer_readers", "edge_map", "may_read", "reader_view"]
 
 
 def may_read(principal_lists: Iterable[Sequence[str]], principal: str | None) -> bool:
@@ -56,15 +56,21 @@ def _readers(principal_lists: Iterable[Sequence[str]]) -> tuple[bool, frozenset[
     return readers is not None, frozenset(readers or ())
 
 
-def closer_readers(graph: nx.MultiDiGraph, retraction_principals: Mapping[str, Sequence[str]]
-                   ) -> dict[str, tuple[bool, frozenset[str]]]:
-    """For every closed fact: ``(restricted, readers)`` of what closed it (see the module
-    docstring); ``restricted`` False means everyone who may read the fact may see its closing.
-    ``retraction_principals``: principals of the retraction events named by ``ended_by``
-    (an event missing there counts as readable: it was erased, and erasure refolds).
+def edge_map(graph: nx.MultiDiGraph) -> dict[str, dict[str, Any]]:
+    """A folded graph's facts by id: the edges' attribute dicts (shared, not copied)."""
+    return {k: d for _, _, k, d in graph.edges(keys=True, data=True)}
 
-    Derived facts: restricted when any closed input's closer is, readers the intersection."""
-    edges = {k: d for _, _, k, d in graph.edges(keys=True, data=True)}
+
+def closer_readers(edges: Mapping[str, Mapping[str, Any]], retraction_principals: Mapping[str, Sequence[str]]
+                   ) -> dict[str, tuple[bool, frozenset[str]]]:
+    """For every closed fact of a whole state (``edges``: facts by id, as :func:`edge_map` has
+    them, or the state tables' rows): ``(restricted, readers)`` of what closed it (see the
+    module docstring); ``restricted`` False means everyone who may read the fact may see its
+    closing. ``retraction_principals``: principals of the retraction events named by
+    ``ended_by`` (an event missing there counts as readable: it was erased, and erasure refolds).
+
+    Derived facts: restricted when any closed input's closer is, readers the intersection.
+    Facts missing from the answer have an unrestricted closer (or none)."""
     starts: dict[tuple[str, str, Any], list[dict]] = {}
     for d in edges.values():
         if d["derivation"] == "extracted":
@@ -106,7 +112,7 @@ def reader_view(graph: nx.MultiDiGraph, principal: str | None,
     if callable(retraction_principals):  # (a read of the log: only when a retraction ended a fact here)
         ended = any(d["ended_by"] is not None for _, _, d in graph.edges(data=True))
         retraction_principals = retraction_principals() if ended else {}
-    closers = closer_readers(graph, retraction_principals)
+    closers = closer_readers(edge_map(graph), retraction_principals)
     view = nx.MultiDiGraph()
     seen: dict[str, dict] = {}
     derived = []

@@ -1,0 +1,136 @@
+"""The search index kept in step from the state tables (issue #17: a read must not fold the whole
+state as one graph). Where reads answer from the state tables, the index's fact items are built
+from their rows in polars (:func:`refold.state_queries.index_facts`,
+:func:`refold.fold.embed.fact_items_of_rows`) and its event items from the events after the
+position the index reflects; the graph engine's items of the same log are the oracle.
+
+Each seeded log (the one of tests/test_state_scoping.py) mixes principals over supersession,
+facts about the past, retractions by restricted events, inverse and compose roll-ups, and events
+after the last fold (the read overlay): every column of the index's metadata is compared,
+``closer_restricted``/``closer_readers`` included.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+
+import polars as pl
+import pytest
+
+import refold
+from refold import search as search_mod
+from refold.fold.embed import event_items, fact_items, fact_items_of_rows
+from refold.memory import Memory
+from refold.state_queries import index_facts
+from tests.fold_helpers import fact_event
+from tests.test_state_scoping import _events
+
+
+def _oracle(mem, as_of=None) -> dict[str, pl.DataFrame]:
+    """The graph engine's items of the log (at ``as_of``): a fold of it as one graph."""
+    events = mem.events(as_of=as_of)
+    retractions = {e.event_id: e.principals for e in events if e.kind == "retraction"}
+    return {"facts": fact_items(mem.state(as_of=as_of).graph, retractions), "events": event_items(events)}
+
+
+def _store(tmp_path, seed: int):
+    rng = random.Random(seed)
+    mem = refold.init(tmp_path / "store")
+    mem.append(_events(rng, 40, 0))
+    mem.fold()
+    mem.append(_events(rng, 12, 40))  # read through the overlay
+    return mem, rng
+
+
+def _no_graph_fold(monkeypatch):
+    def refuse(self, **kw):
+        raise AssertionError("the index folded the whole state as a graph")
+    monkeypatch.setattr(Memory, "state", refuse)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_fact_items_of_the_state_tables_equal_the_graph_engines(tmp_path, seed):
+    mem, _ = _store(tmp_path, seed)
+    tables = mem._readable_tables(None)
+    assert tables is not None and tables[2].rows is not None  # the tables answer, with an overlay
+    rows, names = index_facts(*tables)
+    got = fact_items_of_rows(rows, names, mem._retraction_principals())
+    want = _oracle(mem)["facts"]
+    assert got.equals(want)
+    assert want["closer_restricted"].any() and want["restricted"].any()  # (the scoping columns are compared)
+    assert (want["derivation"] == "works_in").any() or (want["derivation"] != "extracted").any()
+    # as of every past log version the tables can answer (time travel on them and an overlay)
+    versions = mem.log_store.arrow(columns=["table_version"])["table_version"].to_pylist()
+    for version in sorted(set(versions))[1::3]:
+        past = mem._readable_tables(version)
+        if past is None:
+            continue
+        rows, names = index_facts(*past)
+        got = fact_items_of_rows(rows, names, mem._retraction_principals()) if rows.height else None
+        want = _oracle(mem, as_of=version)["facts"]
+        assert (got is None and want.height == 0) or got.equals(want), version
+
+
+@pytest.mark.parametrize("persist", [True, False])
+def test_the_head_index_follows_the_log_without_a_graph_fold(tmp_path, monkeypatch, persist):
+    mem, rng = _store(tmp_path, 7)
+    oracle = _oracle(mem)
+    _no_graph_fold(monkeypatch)
+    first = search_mod.open_index(mem, embedder="hashing", persist=persist)
+    for kind in ("facts", "events"):
+        assert first.indexes[kind].meta.equals(oracle[kind]), kind
+    # the log moves: the events index takes the new events' texts only (read from their files),
+    # the facts index the new state's rows; only new texts are embedded
+    monkeypatch.undo()
+    mem.append(_events(rng, 9, 52))
+    oracle = _oracle(mem)
+    _no_graph_fold(monkeypatch)
+    calls = []
+    real_events = Memory.events
+    monkeypatch.setattr(Memory, "events", lambda self, **kw: calls.append(kw) or real_events(self, **kw))
+    moved = search_mod.open_index(mem, embedder="hashing", persist=persist)
+    assert calls == []  # no read of the whole log
+    for kind in ("facts", "events"):
+        assert moved.indexes[kind].meta.equals(oracle[kind]), kind
+    new = sum(oracle[kind].join(first.indexes[kind].meta, on=["id", "text_hash"], how="anti").height
+              for kind in ("facts", "events"))
+    assert moved.report.embedded == new > 0  # only what the last index lacked
+    assert new < len(moved.indexes["facts"]) + len(moved.indexes["events"])
+    assert first.indexes["events"].meta.height < moved.indexes["events"].meta.height  # the one held is unchanged
+    hits = mem.search("Zoe lives in Oslo", k=3, embedder="hashing", principal="hr")
+    assert hits.height and hits["fact_id"].is_in(oracle["facts"]["key"].implode()).all()
+
+
+def test_a_stored_index_whose_position_the_log_no_longer_holds_reads_every_event(tmp_path, monkeypatch):
+    mem, rng = _store(tmp_path, 3)
+    ix = mem.index(embedder="hashing")
+    manifest = tmp_path / "store" / ix.report.path.split("/store/", 1)[1] / "manifest.json"
+    data = json.loads(manifest.read_text())
+    data["link"] = "0" * len(data["link"])  # another log's position (as after a rewrite)
+    manifest.write_text(json.dumps(data))
+    mem.append(_events(rng, 5, 52))
+    search_mod.forget_views(mem)
+    reads = []
+    real_events = Memory.events
+    monkeypatch.setattr(Memory, "events", lambda self, **kw: reads.append(kw) or real_events(self, **kw))
+    moved = mem.index(embedder="hashing")
+    assert reads  # the whole log was read, not a tail after a position it does not hold
+    assert moved.indexes["events"].meta.equals(_oracle(mem)["events"])
+
+
+def test_a_search_after_an_erasure_holds_nothing_of_the_erased_events(tmp_path):
+    mem, _ = _store(tmp_path, 1)
+    mine = [fact_event("Zoe", "lives_in", "Tromso", day=40, event_id="ev-x1", subjects=["s-x"]),
+            fact_event("Tromso", "located_in", "Norway", day=41, event_id="ev-x2", subjects=["s-x"])]
+    mem.append(mine)
+    mem.fold()
+    before = mem.index(embedder="hashing")
+    assert before.indexes["events"].meta["key"].is_in(["ev-x1", "ev-x2"]).sum() == 2
+    mem.erase("s-x")
+    after = mem.index(embedder="hashing")
+    for kind in ("facts", "events"):
+        meta = after.indexes[kind].meta
+        assert not meta["sources"].list.eval(pl.element().is_in(["ev-x1", "ev-x2"])).list.any().any(), kind
+        assert not meta["text"].str.contains("Tromso").any(), kind
+        assert meta.equals(_oracle(mem)[kind]), kind
