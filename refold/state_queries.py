@@ -127,12 +127,17 @@ def graph_view(store: StateStore, tag: StateTag, overlay: "StateOverlay | None" 
 
 def index_facts(store: StateStore, tag: StateTag, overlay: "StateOverlay | None" = None
                 ) -> tuple[pl.DataFrame, dict[str, str]]:
-    """Every fact of the state (history included, compose roll-ups derived: what the graph
-    engine's whole graph holds as edges), subjects and objects as node ids, and the names of
-    those nodes: what the search index embeds (:func:`refold.fold.embed.fact_items_of_rows`).
-    Reads the whole ``facts`` table and the ``entities`` names, never a graph."""
-    df = with_rollups(store, tag, _rows(store, tag, overlay, nodes=None, relation=None, tenant=None),
-                      subjects=None, overlay=overlay, remember=False)
+    """What the search index embeds of the state (:func:`refold.fold.embed.fact_items_of_rows`):
+    every stored fact with its history, and the compose roll-ups that are current (derived from
+    the current rows: a derived row is open exactly when both its inputs are), subjects and
+    objects as node ids; and the names of those nodes. A compose roll-up's closed copies (one per
+    change of either input, so an organisation's moves times its staff) are not derived: the
+    index leaves them out on either engine (:func:`refold.fold.embed.indexed`). Reads the whole
+    ``facts`` table and the ``entities`` names, never a graph."""
+    df = _rows(store, tag, overlay, nodes=None, relation=None, tenant=None)
+    current = df.filter(pl.col("valid_to").is_null())
+    rolled = with_rollups(store, tag, current, subjects=None, overlay=overlay, remember=False)
+    df = pl.concat([df, rolled.slice(current.height)])  # (with_rollups appends the derived rows)
     if df.height == 0:
         return df, {}
     rows = pl.from_arrow(store.read("entities", version=tag.entities_version, columns=["node", "name"]))

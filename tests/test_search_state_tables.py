@@ -134,3 +134,21 @@ def test_a_search_after_an_erasure_holds_nothing_of_the_erased_events(tmp_path):
         assert not meta["sources"].list.eval(pl.element().is_in(["ev-x1", "ev-x2"])).list.any().any(), kind
         assert not meta["text"].str.contains("Tromso").any(), kind
         assert meta.equals(_oracle(mem)[kind]), kind
+
+
+@pytest.mark.parametrize("engine", ["partitioned", "graph"])
+def test_the_index_holds_a_compose_roll_ups_current_copy_not_its_closed_ones(tmp_path, monkeypatch, engine):
+    monkeypatch.setattr(Memory, "fold_engine", engine)
+    mem = refold.init(tmp_path / "store")
+    mem.append([fact_event("Zoe", "works_at", "Acme", day=0), fact_event("Acme", "located_in", "Oslo", day=1),
+                fact_event("Acme", "located_in", "Rome", day=5)])
+    mem.fold()
+    assert (mem._readable_tables(None) is not None) == (engine == "partitioned")
+    rolled = mem.facts(subject="Zoe", relation="works_in")
+    assert sorted(zip(rolled["object"].to_list(), rolled["current"].to_list())) == [("Oslo", False), ("Rome", True)]
+    meta = mem.index(embedder="hashing").indexes["facts"].meta
+    texts = set(meta["text"].to_list())
+    assert "Zoe works in Rome" in texts and "Zoe works in Oslo" not in texts
+    assert "Acme located in Oslo" in texts  # a stored fact keeps its history
+    hits = mem.search("Zoe works in Oslo", k=5, embedder="hashing", history=True)
+    assert "Zoe works in Oslo" not in hits["text"].to_list() and hits.height

@@ -28,8 +28,7 @@ from .events import Event
 __all__ = [
     "EMBEDDED_KINDS", "EVENT_SCHEMA", "Embedder", "FACT_SCHEMA", "ITEM_FACT_COLUMNS", "MAX_TEXT_CHARS",
     "check_vectors", "event_items", "event_text", "fact_item_frame", "fact_items", "fact_items_of_rows",
-    "fact_sentence", "readers_of",
-    "stable_id", "text_hash",
+    "fact_sentence", "indexed", "readers_of", "stable_id", "text_hash",
 ]
 
 #: Event kinds whose text is embedded (what an agent or a person said or wrote).
@@ -133,7 +132,8 @@ ITEM_FACT_COLUMNS = {
 
 def fact_items(graph: nx.MultiDiGraph, retraction_principals: Mapping[str, Sequence[str]] | None = None
                ) -> pl.DataFrame:
-    """One row per fact (edge) of a folded graph, history and derived facts included.
+    """One row per fact (edge) of a folded graph that the index embeds (:func:`indexed`: history
+    and derived facts included, a compose roll-up's closed copies not).
 
     Filtering (current only, valid time, tenant, principal) happens at search time on these
     columns, so a fact whose ``valid_to`` changes needs new metadata, not a new vector.
@@ -143,9 +143,19 @@ def fact_items(graph: nx.MultiDiGraph, retraction_principals: Mapping[str, Seque
     from .scoping import closer_readers, edge_map
 
     edges = edge_map(graph)
-    facts = pl.DataFrame({c: [d[c] for d in edges.values()] for c in ITEM_FACT_COLUMNS}, schema=ITEM_FACT_COLUMNS)
+    facts = pl.DataFrame({c: [d[c] for d in edges.values() if indexed(d)] for c in ITEM_FACT_COLUMNS},
+                         schema=ITEM_FACT_COLUMNS)
     names = {n: d["name"] for n, d in graph.nodes(data=True)}
     return fact_item_frame(facts, names, closer_readers(edges, retraction_principals or {}))
+
+
+def indexed(fact: Mapping) -> bool:
+    """Whether the index embeds ``fact``: every fact with its history, except the closed copies
+    of compose roll-ups (two inputs). Each change of either input closes a copy, so they grow
+    with (an organisation's moves × its staff), tens of millions at 1M benchmark events; the
+    state tables derive them when read (``facts(valid_at=...)``) and the index holds the current
+    one, which is what a search without ``history`` or ``valid_at`` finds."""
+    return fact["valid_to"] is None or len(fact["inputs"]) != 2
 
 
 def fact_items_of_rows(rows: pl.DataFrame, names: Mapping[str, str],
