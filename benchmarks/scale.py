@@ -23,6 +23,11 @@ moving and changing jobs, organisations located in cities; rules extractor; appe
                    travel to that tagged state version) and halfway to the incremental fold's (that
                    version plus the read overlay), first read and median of 20; up to 100k events,
                    also the graph engine's answer (a fold of the log prefix) for comparison
+* index            the vector index stored (``mem.index(embedder="hashing")``: every item embedded),
+                   in a fresh process after the read step
+* search           last, in a fresh process: an agent's first search (the stored index brought
+                   up to date with the new events, the incremental fold and the erasure), the
+                   median of 20 queries, and the median of 5 searches each right after an append
 * floor            what any merge must at least do: polars reading the cached extractions and
                    sorting their facts by (tenant, subject, relation, seq)
 
@@ -182,6 +187,11 @@ def step(name: str, root: Path, n: int, use_ray: bool, engine: str = "partitione
                 t0 = time.perf_counter()
                 mem.why(derived[len(derived) // 2])
                 out["why_cold_s"] = time.perf_counter() - t0
+    elif name == "index":
+        report = refold.open(root).index(embedder="hashing").report
+        out.update(facts=report.facts, events=report.events, embedded=report.embedded)
+    elif name == "search":
+        out.update(_search(refold.open(root)))
     elif name == "read_past":
         out.update(_read_past(refold.open(root), n))
     elif name == "floor":
@@ -217,6 +227,30 @@ def _read_past(mem, n: int) -> dict:
             t0 = time.perf_counter()
             fact_rows(refold.open(mem.root).state(as_of=version).graph, subject="Person7")
             out["graph_s"] = time.perf_counter() - t0
+    return out
+
+
+def _search(mem) -> dict:
+    """An agent's searches (hashing embedder), in a fresh process: the first loads the index the
+    index step stored and brings it up to date in memory (the new events, the incremental fold
+    and the erasure since); then the median of 20 queries with the log unmoved; then the median
+    of 5 searches each right after an append of one observation (the index follows the log)."""
+    t0 = time.perf_counter()
+    hits = mem.search("where does Person7 work", k=5, embedder="hashing")
+    out: dict = {"first": time.perf_counter() - t0, "hits": hits.height}
+    times = []
+    for i in range(READS):
+        t0 = time.perf_counter()
+        mem.search(f"where does Person{20 + i} live", k=5, embedder="hashing")
+        times.append(time.perf_counter() - t0)
+    out["median"] = statistics.median(times)
+    times = []
+    for i in range(5):
+        mem.append({"kind": "observation", "source": "agent", "content": f"Person{40 + i} works at Acme"})
+        t0 = time.perf_counter()
+        mem.search(f"where does Person{40 + i} work", k=5, embedder="hashing")
+        times.append(time.perf_counter() - t0)
+    out["after_append"] = statistics.median(times)
     return out
 
 
@@ -296,11 +330,13 @@ def measure(n: int, work: Path, use_ray: bool) -> dict:
     r = {name: run_step(name, root, n, use_ray) for name in ("append", "fold", "refold")}
     r["floor"] = run_step("floor", root, n, False)
     r["read"] = run_step("read", root, n, False)
+    r["index"] = run_step("index", root, n, False)
     r["state_bytes"] = _du(root / "state") + _du(root / "snapshots")
     r["append_new"] = run_step("append_new", root, n, False)
     r["incremental"] = run_step("incremental", root, n, use_ray)
     r["read_past"] = run_step("read_past", root, n, False)
     r["erase"] = run_step("erase", root, n, use_ray)
+    r["search"] = run_step("search", root, n, False)
     r["events"] = r["append"]["events"]
     shutil.rmtree(root, ignore_errors=True)
     return r
@@ -361,6 +397,11 @@ def report(label: str, results: dict[int, dict]) -> bool:
               f"median {past['at_tag']['median'] * 1e3:.1f} ms; halfway to the incremental fold's (overlay) "
               f"first {past['between']['first'] * 1e3:.1f} ms, median {past['between']['median'] * 1e3:.1f} ms"
               + graph_past)
+        ix, sr = r["index"], r["search"]
+        print(f"  search (hashing embedder): index build {ix['seconds']:.2f} s ({ix['facts']} facts, {ix['events']} "
+              f"events, peak RSS {ix['rss'] / gib:.2f} GiB); first search after the incremental fold and the "
+              f"erasure {sr['first']:.2f} s; query median {sr['median'] * 1e3:.1f} ms; right after an append "
+              f"{sr['after_append']:.2f} s (peak RSS {sr['rss'] / gib:.2f} GiB)")
         print("  checks: " + ", ".join(f"{k}: {'yes' if v else 'NO'}" for k, v in checks.items()))
     return ok
 

@@ -31,3 +31,7 @@ def test_scale_benchmark_quick():
                           r"the graph engine's fold of that prefix \d+\.\d+ s", out)) == 2, out
     # the erasure's state-table refold step is timed apart from the whole erasure
     assert len(re.findall(r"/ erasure refold step \d+\.\dx \(step \d+\.\d+ s, digest \d+\.\d+ s\)", out)) == 2, out
+    # the index is built and followed by the agent's searches (the state tables' items, issue #17)
+    assert len(re.findall(r"search \(hashing embedder\): index build \d+\.\d+ s \(\d+ facts, \d+ events.*"
+                          r"first search after the incremental fold and the erasure \d+\.\d+ s; query median "
+                          r"\d+\.\d ms; right after an append \d+\.\d+ s", out)) == 2, out
