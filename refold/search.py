@@ -248,45 +248,48 @@ def _graph_items(state, events: Sequence) -> dict[str, pl.DataFrame]:
     return {"facts": fact_items(state.graph, retractions), "events": event_items(events)}
 
 
-def _table_fact_items(mem: "Memory", tables) -> pl.DataFrame:
+def _table_fact_items(mem: "Memory", tables, known: VectorIndex | None = None) -> pl.DataFrame:
     """The fact items of the state tables' read ``tables`` ((store, tag, overlay), as
     :meth:`Memory._readable_tables` gives them): every fact row, compose roll-ups derived, in
-    polars: no graph of the whole state is folded."""
+    polars: no graph of the whole state is folded. ``known``: a facts index whose ids and text
+    hashes serve for the same keys and texts."""
     from refold.fold.embed import fact_items_of_rows
     from refold.state_queries import index_facts
 
     rows, names = index_facts(*tables)
     if rows.height == 0:
         return pl.DataFrame(schema=FACT_SCHEMA)
-    return fact_items_of_rows(rows, names, mem._retraction_principals())
+    meta = known.meta if known is not None and {"key", "text", "id", "text_hash"} <= set(known.meta.columns) else None
+    return fact_items_of_rows(rows, names, mem._retraction_principals(), known=meta)
 
 
-def _head_items(mem: "Memory", pinned: int | None, base: tuple[VectorIndex, int, str] | None
+def _head_items(mem: "Memory", pinned: int | None, base: tuple[dict[str, VectorIndex], int, str] | None
                 ) -> tuple[dict[str, pl.DataFrame], int]:
     """(the items the head index must hold, how many events await extraction).
 
-    From the state tables where reads answer from them (no graph of the whole state is
-    folded): every fact row, compose roll-ups derived, in polars; and the events index as
-    ``base`` (an events index, the log position it reflects and that row's link) holds it plus
-    the events after that position, read from their files only: an event's text and principals
-    never change, and an erasure purges the index of the events it erases. Otherwise (a
-    shred-mode store, a spec never folded into tables) the graph engine's fold of the log at
-    ``pinned``."""
+    ``base``: (an index, the log position it reflects, that row's link), or None. From the
+    state tables where reads answer from them (no graph of the whole state is folded): every
+    fact row, compose roll-ups derived, in polars (ids and text hashes of unchanged facts taken
+    from ``base``); and ``base``'s events index plus the events after its position, read from
+    their files only: an event's text and principals never change, and an erasure purges the
+    index of the events it erases. Otherwise (a shred-mode store, a spec never folded into
+    tables) the graph engine's fold of the log at ``pinned``."""
     from refold.state_overlay import log_after
 
     tables = mem._readable_tables(None)
     if tables is None:
         state = mem.state(as_of=pinned)
         return _graph_items(state, mem.events(as_of=pinned)), state.pending
-    facts = _table_fact_items(mem, tables)
+    facts = _table_fact_items(mem, tables, base[0]["facts"] if base is not None else None)
     head = mem.head()
     tail = None
-    if base is not None and base[1] >= 0 and set(EVENT_SCHEMA) <= set(base[0].meta.columns):
+    if base is not None and base[1] >= 0 and set(EVENT_SCHEMA) <= set(base[0]["events"].meta.columns):
         tail = log_after(mem, base[1], base[2], until=head.seq) if head.seq >= base[1] else None
     if tail is None:
         events = event_items(mem.events(as_of=pinned))
     else:
-        events = pl.concat([base[0].meta.select(list(EVENT_SCHEMA)).cast(EVENT_SCHEMA), event_items(tail)])
+        known = base[0]["events"].meta.select(list(EVENT_SCHEMA)).cast(EVENT_SCHEMA)
+        events = pl.concat([known, event_items(tail)])
     return {"facts": facts, "events": events}, tables[2].pending
 
 
@@ -353,9 +356,9 @@ def open_index(mem: "Memory", *, embedder: str | Embedder | None = None, as_of: 
         pinned = head.table_version if head.seq >= 0 else None
         donors = None
         if loaded is not None:
-            base = (loaded[1]["events"], loaded[0]["last_seq"], loaded[0]["link"])
+            base = (loaded[1], loaded[0]["last_seq"], loaded[0]["link"])
         elif cached is not None and cached_epoch == epoch:  # (kept in memory only: its vectors serve)
-            base, donors = (cached.indexes["events"], cached.last_seq, cached.link), cached.indexes
+            base, donors = (cached.indexes, cached.last_seq, cached.link), cached.indexes
         else:
             base = None
         items, pending = _head_items(mem, pinned, base)

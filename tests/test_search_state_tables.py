@@ -152,3 +152,17 @@ def test_the_index_holds_a_compose_roll_ups_current_copy_not_its_closed_ones(tmp
     assert "Acme located in Oslo" in texts  # a stored fact keeps its history
     hits = mem.search("Zoe works in Oslo", k=5, embedder="hashing", history=True)
     assert "Zoe works in Oslo" not in hits["text"].to_list() and hits.height
+
+
+def test_known_ids_and_hashes_serve_only_for_the_same_key_and_text(tmp_path):
+    mem, _ = _store(tmp_path, 2)
+    rows, names = index_facts(*mem._readable_tables(None))
+    fresh = fact_items_of_rows(rows, names, mem._retraction_principals())
+    # an index whose texts differ (an entity renamed, e.g. after an erasure of its first mention)
+    # and whose hashes are wrong: none of them may be taken
+    stale = fresh.with_columns(pl.col("text") + " (old)", pl.lit("bogus").alias("text_hash"), pl.lit(7).alias("id"))
+    assert fact_items_of_rows(rows, names, mem._retraction_principals(), known=stale).equals(fresh)
+    # the same texts: taken (a wrong hash put there shows it was read, not recomputed)
+    marked = fresh.with_columns(pl.lit("from-index").alias("text_hash"))
+    reused = fact_items_of_rows(rows, names, mem._retraction_principals(), known=marked)
+    assert (reused["text_hash"] == "from-index").all() and reused.drop("text_hash").equals(fresh.drop("text_hash"))

@@ -159,9 +159,11 @@ def indexed(fact: Mapping) -> bool:
 
 
 def fact_items_of_rows(rows: pl.DataFrame, names: Mapping[str, str],
-                       retraction_principals: Mapping[str, Sequence[str]]) -> pl.DataFrame:
+                       retraction_principals: Mapping[str, Sequence[str]], *,
+                       known: pl.DataFrame | None = None) -> pl.DataFrame:
     """:func:`fact_items` of a whole state held as fact rows (the state tables' columns, node ids
-    for subjects and objects: :func:`refold.state_queries.index_facts`) instead of a graph."""
+    for subjects and objects: :func:`refold.state_queries.index_facts`) instead of a graph
+    (``known``: see :func:`fact_item_frame`)."""
     from .scoping import closer_readers
 
     restricted = rows["source_principals"].list.eval(pl.element().list.len() > 0).list.any().any()
@@ -171,15 +173,19 @@ def fact_items_of_rows(rows: pl.DataFrame, names: Mapping[str, str],
         wanted = ["fact_id", "derivation", "subject", "relation", "valid_from", "valid_to", "superseded_by",
                   "ended_by", "source_principals", "inputs"]
         closers = closer_readers({r["fact_id"]: r for r in rows.select(wanted).to_dicts()}, retraction_principals)
-    return fact_item_frame(rows.select(list(ITEM_FACT_COLUMNS)).cast(ITEM_FACT_COLUMNS), names, closers)
+    return fact_item_frame(rows.select(list(ITEM_FACT_COLUMNS)).cast(ITEM_FACT_COLUMNS), names, closers,
+                           known=known)
 
 
 def fact_item_frame(facts: pl.DataFrame, names: Mapping[str, str],
-                    closers: Mapping[str, tuple[bool, Iterable[str]]]) -> pl.DataFrame:
+                    closers: Mapping[str, tuple[bool, Iterable[str]]], *,
+                    known: pl.DataFrame | None = None) -> pl.DataFrame:
     """The index rows (:data:`FACT_SCHEMA`) of ``facts`` (the columns of
     :data:`ITEM_FACT_COLUMNS`, one row per fact of a whole state), with ``names`` (node id →
     entity name) and ``closers`` (:func:`refold.fold.scoping.closer_readers` of that state).
-    Whichever engine folded the state, the same facts give the same frame."""
+    Whichever engine folded the state, the same facts give the same frame. ``known``: rows an
+    index holds (``key``, ``text``, ``id``, ``text_hash``): a fact with the same key and text
+    takes its id and text hash from there instead of hashing again (both are functions of them)."""
     if facts.height == 0:
         return _frame([], FACT_SCHEMA)
     phrases = {r: r.replace("_", " ").strip() for r in facts["relation"].unique().to_list()}
@@ -193,7 +199,6 @@ def fact_item_frame(facts: pl.DataFrame, names: Mapping[str, str],
                                              separator=" ").alias("text"))
     # who may read each fact and see its closing: most facts are open to all and closed (if at
     # all) by what all may see, so only the others' rows are built in Python, then joined
-    ids = facts["fact_id"].to_list()
     sparse = facts.filter(pl.col("source_principals").list.eval(pl.element().list.len() > 0).list.any())
     access = [(fid, *readers_of(lists)) for fid, lists in zip(sparse["fact_id"].to_list(),
                                                              sparse["source_principals"].to_list())]
@@ -205,15 +210,33 @@ def fact_item_frame(facts: pl.DataFrame, names: Mapping[str, str],
     facts = facts.join(pl.DataFrame(closing, schema={"fact_id": pl.Utf8, "closer_restricted": pl.Boolean,
                                                      "closer_readers": pl.List(pl.Utf8)}, orient="row"),
                        on="fact_id", how="left", maintain_order="left")
+    facts = _hashed(facts, known)
     out = facts.select(
-        pl.Series("id", [stable_id(i) for i in ids], dtype=pl.Int64),
-        pl.col("fact_id").alias("key"), "tenant", "subject", "relation", "object", "text",
-        pl.Series("text_hash", [text_hash(t) for t in facts["text"].to_list()], dtype=pl.Utf8),
+        "id", pl.col("fact_id").alias("key"), "tenant", "subject", "relation", "object", "text", "text_hash",
         "valid_from", "valid_to", "recorded_seq", "derivation", "sources",
         pl.col("restricted").fill_null(False), pl.col("readers").fill_null(none),
         pl.col("closer_restricted").fill_null(False), pl.col("closer_readers").fill_null(none),
     )
     return _checked(out.cast(FACT_SCHEMA))
+
+
+def _hashed(facts: pl.DataFrame, known: pl.DataFrame | None) -> pl.DataFrame:
+    """``facts`` with ``id`` (of ``fact_id``) and ``text_hash`` (of ``text``): looked up in
+    ``known`` where it has the same key and text, hashed for the rest."""
+    if known is not None and known.height:
+        facts = facts.join(known.select(pl.col("key").alias("fact_id"), "text", "id", "text_hash"),
+                           on=["fact_id", "text"], how="left", maintain_order="left")
+    else:
+        facts = facts.with_columns(pl.lit(None, pl.Int64).alias("id"), pl.lit(None, pl.Utf8).alias("text_hash"))
+    todo = facts.filter(pl.col("id").is_null()).select("fact_id", "text")
+    if todo.height == 0:
+        return facts
+    fresh = todo.select(
+        "fact_id",
+        pl.Series("_id", [stable_id(i) for i in todo["fact_id"].to_list()], dtype=pl.Int64),
+        pl.Series("_hash", [text_hash(t) for t in todo["text"].to_list()], dtype=pl.Utf8))
+    return facts.join(fresh, on="fact_id", how="left", maintain_order="left").with_columns(
+        pl.coalesce("id", "_id").alias("id"), pl.coalesce("text_hash", "_hash").alias("text_hash"))
 
 
 def event_items(events: Iterable[Event]) -> pl.DataFrame:
