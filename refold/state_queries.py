@@ -11,6 +11,7 @@ rows (:mod:`refold.state_rollups`).
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -22,13 +23,13 @@ from refold.fold.merge import node_id
 from refold.fold.partition import FACT_SCHEMA, bucket_of
 from refold.fold.queries import FACT_COLUMNS
 from refold.state_rollups import derived_here as find_derived_here
-from refold.state_rollups import find_derived, input_relations, with_rollups
+from refold.state_rollups import find_derived, input_relations, rules_of, with_rollups
 from refold.storage.state import StateStore, StateTag, among
 
 if TYPE_CHECKING:
     from refold.state_overlay import StateOverlay
 
-__all__ = ["facts_from_state", "graph_view", "index_facts", "lineage_view", "neighbourhood"]
+__all__ = ["facts_from_state", "facts_sourced_from", "graph_view", "index_facts", "lineage_view", "neighbourhood"]
 
 
 def _subject_nodes(tag: StateTag, subject: str, tenant: str | None) -> list[str]:
@@ -145,6 +146,36 @@ def index_facts(store: StateStore, tag: StateTag, overlay: "StateOverlay | None"
     if overlay is not None:
         names.update({n: name for n, (_, name) in overlay.names.items() if n not in names})
     return df, names
+
+
+def facts_sourced_from(store: StateStore, tag: StateTag, overlay: "StateOverlay | None",
+                       event_ids: Iterable[str]) -> pl.DataFrame:
+    """Every fact of the state with a source among ``event_ids``: stored rows, and compose
+    roll-ups with their history (what the graph engine's whole graph holds; an erasure's dry
+    run counts them). Reads the buckets of the nodes the events' items name (the ``items``
+    table, by event id) and, for compose rules, the first-input rows that point at those nodes
+    (one scan of those relations): a roll-up carries an erased source only through an input."""
+    ids = sorted(set(event_ids))
+    hit = store.read("items", columns=["subject_node", "object_node"], filter=among("event_id", ids)) \
+        if ids else None
+    nodes = set(hit["subject_node"].to_pylist()) | set(hit["object_node"].to_pylist()) if hit is not None else set()
+    sourced = pl.col("sources").list.eval(pl.element().is_in(ids)).list.any()
+    if overlay is not None and overlay.rows.height:  # (events after the tag: their rows are the overlay's)
+        newer = overlay.rows.filter(sourced)
+        nodes |= set(newer["subject"].to_list()) | set(newer["object"].to_list())
+    if not nodes:
+        return pl.from_arrow(FACT_SCHEMA.empty_table())
+    rows = _rows(store, tag, overlay, nodes=sorted(nodes), relation=None, tenant=None)
+    rules = rules_of(tag)
+    if rules:
+        firsts = {r.inputs[0] for r in rules}
+        pointing = _rows(store, tag, overlay, nodes=None, relation=firsts, tenant=None).filter(
+            pl.col("object").is_in(pl.Series(sorted(nodes), dtype=pl.Utf8).implode()))
+        heads = pl.concat([rows, pointing.select(rows.columns).cast(rows.schema)]).unique("fact_id", keep="first",
+                                                                                          maintain_order=True)
+        subjects = nodes | set(pointing["subject"].to_list())
+        rows = with_rollups(store, tag, heads, subjects=subjects, overlay=overlay, remember=False)
+    return rows.filter(sourced).unique("fact_id", keep="first", maintain_order=True)
 
 
 def _view_rows(store: StateStore, tag: StateTag, overlay: "StateOverlay | None", *, subject: str | None,

@@ -219,12 +219,18 @@ def fact_impact(mem: "Memory", event_ids: Iterable[str]) -> dict[str, Any] | Non
     are recomputed without it.
     """
     ids = set(event_ids)
-    try:
-        graph = mem.state().graph
-    except ExtractionError:
-        return None
+    tables = mem._readable_tables(None)
+    if tables is not None:  # the state tables: only what the events' items name is read
+        from refold.state_queries import facts_sourced_from
+
+        facts = facts_sourced_from(*tables, ids).select("derivation", "sources", "valid_to").to_dicts()
+    else:
+        try:
+            facts = [d for *_, d in mem.state().graph.edges(data=True)]
+        except ExtractionError:
+            return None
     gone = current = kept = derived = 0
-    for *_, d in graph.edges(data=True):
+    for d in facts:
         sources = set(d.get("sources") or ())
         if not sources & ids:
             continue
