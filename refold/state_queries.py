@@ -20,7 +20,7 @@ import polars as pl
 
 from refold.fold.entities import entity_key
 from refold.fold.merge import node_id
-from refold.fold.partition import FACT_SCHEMA, bucket_of
+from refold.fold.partition import FACT_SCHEMA, bucket_of, derive_for_subjects
 from refold.fold.queries import FACT_COLUMNS
 from refold.state_rollups import derived_here as find_derived_here
 from refold.state_rollups import find_derived, input_relations, rules_of, with_rollups
@@ -153,8 +153,10 @@ def facts_sourced_from(store: StateStore, tag: StateTag, overlay: "StateOverlay 
     """Every fact of the state with a source among ``event_ids``: stored rows, and compose
     roll-ups with their history (what the graph engine's whole graph holds; an erasure's dry
     run counts them). Reads the buckets of the nodes the events' items name (the ``items``
-    table, by event id) and, for compose rules, the first-input rows that point at those nodes
-    (one scan of those relations): a roll-up carries an erased source only through an input."""
+    table, by event id). A roll-up carries an erased source only through an input, so only the
+    pairs with a sourced input are derived: a sourced first input with its object's partners,
+    and a sourced second input with the first-input rows that point at its subject (one scan
+    of those relations)."""
     ids = sorted(set(event_ids))
     hit = store.read("items", columns=["subject_node", "object_node"], filter=among("event_id", ids)) \
         if ids else None
@@ -165,17 +167,26 @@ def facts_sourced_from(store: StateStore, tag: StateTag, overlay: "StateOverlay 
         nodes |= set(newer["subject"].to_list()) | set(newer["object"].to_list())
     if not nodes:
         return pl.from_arrow(FACT_SCHEMA.empty_table())
-    rows = _rows(store, tag, overlay, nodes=sorted(nodes), relation=None, tenant=None)
+    rows = _rows(store, tag, overlay, nodes=sorted(nodes), relation=None, tenant=None).filter(sourced)
     rules = rules_of(tag)
-    if rules:
+    merged = rows.filter(pl.col("layer") == "merged")
+    frames = [rows]
+    if rules and merged.height:
         firsts = {r.inputs[0] for r in rules}
-        pointing = _rows(store, tag, overlay, nodes=None, relation=firsts, tenant=None).filter(
-            pl.col("object").is_in(pl.Series(sorted(nodes), dtype=pl.Utf8).implode()))
-        heads = pl.concat([rows, pointing.select(rows.columns).cast(rows.schema)]).unique("fact_id", keep="first",
-                                                                                          maintain_order=True)
-        subjects = nodes | set(pointing["subject"].to_list())
-        rows = with_rollups(store, tag, heads, subjects=subjects, overlay=overlay, remember=False)
-    return rows.filter(sourced).unique("fact_id", keep="first", maintain_order=True)
+        heads = merged.filter(pl.col("relation").is_in(sorted(firsts)))
+        if heads.height:
+            rolled = with_rollups(store, tag, heads, subjects=set(heads["subject"].to_list()), overlay=overlay,
+                                  remember=False)
+            frames.append(rolled.slice(heads.height))  # (with_rollups appends the derived rows)
+        partners = merged.filter(pl.col("relation").is_in(sorted({r.inputs[1] for r in rules})))
+        if partners.height:
+            targets = pl.Series(sorted(set(partners["subject"].to_list())), dtype=pl.Utf8).implode()
+            pointing = _rows(store, tag, overlay, nodes=None, relation=firsts, tenant=None).filter(
+                (pl.col("layer") == "merged") & pl.col("object").is_in(targets))
+            derived = derive_for_subjects(rules, pointing, partners, set(pointing["subject"].to_list()),
+                                          buckets=tag.buckets)
+            frames.append(derived.select(rows.columns).cast(rows.schema))
+    return pl.concat(frames).filter(sourced).unique("fact_id", keep="first", maintain_order=True)
 
 
 def _view_rows(store: StateStore, tag: StateTag, overlay: "StateOverlay | None", *, subject: str | None,
