@@ -28,6 +28,7 @@ agent tools always pass their context's tenant (a tool context without one is re
 from __future__ import annotations
 
 import dataclasses
+import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -127,14 +128,16 @@ def filter_expr(kind: Kind, *, tenant: str | None, principal: str | None, valid_
 
 
 class Retriever:
-    """A search view of memory at one log position (the head, or ``as_of``). Immutable; reuse it
-    for many queries (candidate sets are cached per filter)."""
+    """A search view of memory at one log position (the head, or ``as_of``). A view returned to a
+    caller never changes; reuse it for many queries (candidate sets are cached per filter)."""
 
     def __init__(self, *, embedder: Embedder, indexes: dict[str, VectorIndex], link: str, report: IndexReport):
         self.embedder = embedder
         self.indexes = indexes
         self.link = link
         self.report = report
+        self.stored = False  # the index on disk is this one
+        self.owned = False  # no caller holds it (see open_index)
         self._candidates: OrderedDict[tuple, Candidates | None] = OrderedDict()
 
     @property
@@ -214,6 +217,8 @@ class _Service:
     def __init__(self) -> None:
         self.head: dict[tuple[str, str], tuple[Any, Retriever]] = {}
         self.past: OrderedDict[tuple, Retriever] = OrderedDict()
+        #: held by :func:`search` while it opens and searches a view it may bring up to date in place
+        self.lock = threading.RLock()
 
 
 _services: "weakref.WeakKeyDictionary[Memory, _Service]" = weakref.WeakKeyDictionary()
@@ -308,7 +313,7 @@ def forget_views(mem: "Memory") -> None:
 
 def open_index(mem: "Memory", *, embedder: str | Embedder | None = None, as_of: int | str | datetime | None = None,
                backend: str | None = None, persist: bool = True, tuning: Tuning | None = None,
-               spec: FoldSpec | None = None, save: bool = True) -> Retriever:
+               spec: FoldSpec | None = None, save: bool = True, _owned: bool = False) -> Retriever:
     """A :class:`Retriever` over the log's head (brought up to date) or as it stood at ``as_of``.
 
     ``backend`` ("flat", exact, the default for a new index; or "hnsw") rebuilds the head index
@@ -319,6 +324,12 @@ def open_index(mem: "Memory", *, embedder: str | Embedder | None = None, as_of: 
     loads the stored index but never writes it. An index over a state with events awaiting
     extraction (``FoldState.pending``) is neither stored nor kept in this process: the next fold
     adds their facts (docs/fold.md, "Reads").
+
+    ``_owned`` (:func:`search` only, holding the service's lock and letting go of the view before
+    it releases it): a view this process keeps that is at least as new as the stored index is
+    brought up to date from itself (no reload of the files), in place when no caller was given
+    it. A view returned to any other caller never changes. Without a stored index
+    (``persist=False``) a kept view's vectors serve too.
     """
     emb = get_embedder(embedder)
     tuning = tuning or Tuning()
@@ -331,21 +342,30 @@ def open_index(mem: "Memory", *, embedder: str | Embedder | None = None, as_of: 
     head = mem.head()
     epoch = _epoch(mem, spec.hash, emb.model_id, persist, erasure)
     cached_epoch, cached = svc.head.get((spec.hash, emb.model_id), (None, None))
-    if cached is not None and save and persist and not getattr(cached, "stored", False):
+    if cached is not None and save and persist and not cached.stored:
         cached = None  # a read's view, never stored: this call stores it
     if (cached is not None and cached_epoch == epoch and (cached.last_seq, cached.link) == (head.seq, head.link)
             and backend in (None, cached.backend)):
+        cached.owned = cached.owned and _owned  # (handed to a caller: never changed in place again)
         return cached
     if cached is not None and cached_epoch == epoch and backend in (None, cached.backend):
         moved = _moved_by_reads_only(mem, cached, head)
         if moved is not None:
+            moved.owned = cached.owned = cached.owned and _owned  # (they share the indexes)
             svc.head[(spec.hash, emb.model_id)] = (epoch, moved)
             return moved
     store = index_store(mem.layout) if persist else None
-    loaded = store.load(spec.hash, emb.model_id, tuning=tuning) if store else None
+    # a search's base: a view kept here that is as new as the stored index (no reload of its files)
+    usable = cached if (cached is not None and cached_epoch == epoch and backend in (None, cached.backend)
+                        and (_owned or store is None)) else None
+    if usable is not None and store is not None:
+        manifest = store.manifest(spec.hash, emb.model_id)
+        if manifest is not None and manifest.get("last_seq", -1) > usable.last_seq:
+            usable = None
+    loaded = store.load(spec.hash, emb.model_id, tuning=tuning) if store and usable is None else None
     if loaded is not None and loaded[0]["dim"] != emb.dim:
         loaded = None
-    want = backend or (loaded[0]["backend"] if loaded else "flat")
+    want = backend or (loaded[0]["backend"] if loaded else usable.backend if usable is not None else "flat")
     pending, stored = 0, True  # stored: the index on disk is this one
     if loaded is not None and (loaded[0]["last_seq"], loaded[0]["link"]) == (head.seq, head.link) \
             and loaded[0]["backend"] == want:
@@ -354,15 +374,20 @@ def open_index(mem: "Memory", *, embedder: str | Embedder | None = None, as_of: 
     else:
         # pin the log at the head's table version so the state and the event texts agree
         pinned = head.table_version if head.seq >= 0 else None
-        donors = None
+        donors, indexes = None, None
         if loaded is not None:
-            base = (loaded[1], loaded[0]["last_seq"], loaded[0]["link"])
-        elif cached is not None and cached_epoch == epoch:  # (kept in memory only: its vectors serve)
-            base, donors = (cached.indexes, cached.last_seq, cached.link), cached.indexes
+            base, indexes = (loaded[1], loaded[0]["last_seq"], loaded[0]["link"]), loaded[1]
+        elif usable is not None:
+            base = (usable.indexes, usable.last_seq, usable.link)
+            if _owned and usable.owned:
+                indexes = usable.indexes  # (no caller holds it: brought up to date in place)
+                svc.head.pop((spec.hash, emb.model_id), None)  # (kept again once it is whole)
+            else:
+                donors = usable.indexes  # (a caller may hold it: its vectors are copied)
         else:
             base = None
         items, pending = _head_items(mem, pinned, base)
-        indexes = loaded[1] if loaded is not None else _empty(emb, want, tuning)
+        indexes = indexes if indexes is not None else _empty(emb, want, tuning)
         if any(ix.backend != want for ix in indexes.values()):
             indexes = {k: ix.rebuilt(want) for k, ix in indexes.items()}
         totals = _sync(indexes, items, emb, donors=donors)
@@ -376,6 +401,7 @@ def open_index(mem: "Memory", *, embedder: str | Embedder | None = None, as_of: 
                          path=store.location(spec.hash, emb.model_id) if store else None)
     retriever = Retriever(embedder=emb, indexes=indexes, link=head.link, report=report)
     retriever.stored = stored
+    retriever.owned = _owned
     if not pending:  # the next read after a fold must see the extracted facts
         svc.head[(spec.hash, emb.model_id)] = (epoch, retriever)
     return retriever
@@ -401,7 +427,7 @@ def _moved_by_reads_only(mem: "Memory", cached: Retriever, head) -> Retriever | 
     moved = Retriever(embedder=cached.embedder, indexes=cached.indexes, link=rows["link"][-1].as_py(),
                       report=report)
     moved._candidates = cached._candidates  # same items: the filters' candidate sets still hold
-    moved.stored = getattr(cached, "stored", False)  # same items as the one stored (if it was)
+    moved.stored = cached.stored  # same items as the one stored (if it was)
     return moved
 
 
@@ -438,9 +464,14 @@ def search(mem: "Memory", text: str, *, k: int = 5, tenant: str | None = None, p
            as_of: int | str | datetime | None = None, valid_at: str | datetime | None = None,
            kind: Kind = "facts", history: bool = False, embedder: str | Embedder | None = None) -> pl.DataFrame:
     """Search memory; see the module docstring for the filters. Returns a polars DataFrame."""
-    retriever = open_index(mem, embedder=embedder, as_of=as_of, save=False)  # a read writes nothing
-    return retriever.search(text, k=k, kind=kind, tenant=tenant, principal=principal,
-                            valid_at=valid_at, history=history)
+    if as_of is not None:
+        retriever = open_index(mem, embedder=embedder, as_of=as_of, save=False)  # a read writes nothing
+        return retriever.search(text, k=k, kind=kind, tenant=tenant, principal=principal,
+                                valid_at=valid_at, history=history)
+    with _service(mem).lock:  # (the view is this call's alone until it returns: see open_index)
+        retriever = open_index(mem, embedder=embedder, save=False, _owned=True)
+        return retriever.search(text, k=k, kind=kind, tenant=tenant, principal=principal,
+                                valid_at=valid_at, history=history)
 
 
 def purge_index(target: "Memory | Layout", event_ids: Sequence[str]) -> PurgeResult:

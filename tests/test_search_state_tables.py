@@ -166,3 +166,32 @@ def test_known_ids_and_hashes_serve_only_for_the_same_key_and_text(tmp_path):
     marked = fresh.with_columns(pl.lit("from-index").alias("text_hash"))
     reused = fact_items_of_rows(rows, names, mem._retraction_principals(), known=marked)
     assert (reused["text_hash"] == "from-index").all() and reused.drop("text_hash").equals(fresh.drop("text_hash"))
+
+
+def test_searches_after_appends_advance_their_own_view_and_leave_a_returned_one_alone(tmp_path, monkeypatch):
+    from refold.storage.index import IndexStore
+
+    mem, rng = _store(tmp_path, 4)
+    held = mem.index(embedder="hashing")  # stored, and returned to this caller
+    held_meta = {kind: held.indexes[kind].meta.clone() for kind in ("facts", "events")}
+    loads = []
+    real_load = IndexStore.load
+    monkeypatch.setattr(IndexStore, "load", lambda self, *a, **kw: loads.append(a) or real_load(self, *a, **kw))
+    for round_ in range(3):
+        mem.append(_events(rng, 4, 60 + 4 * round_))
+        hits = mem.search("Zoe lives in Oslo", k=3, embedder="hashing")
+        assert hits.height
+        _, view = search_mod._service(mem).head[(mem.current_spec().hash, "refold-hashing-v1-d256")]
+        oracle = _oracle(mem)
+        for kind in ("facts", "events"):
+            assert view.indexes[kind].meta.equals(oracle[kind]), (round_, kind)
+            assert len(view.indexes[kind]) == oracle[kind].height
+    assert loads == []  # never reloaded from disk: the view kept here was as new as the stored one
+    for kind in ("facts", "events"):  # the view this caller holds did not change under it
+        assert held.indexes[kind].meta.equals(held_meta[kind]) and len(held.indexes[kind]) == held_meta[kind].height
+    # a view handed to a caller (mem.index() after the searches) is not changed by later searches
+    given = mem.index(embedder="hashing")
+    size = len(given.indexes["events"])
+    mem.append(_events(rng, 2, 80))
+    mem.search("Zoe", k=1, embedder="hashing")
+    assert len(given.indexes["events"]) == size
