@@ -44,7 +44,7 @@ from refold.fold.embed import EVENT_SCHEMA, FACT_SCHEMA, Embedder, check_vectors
 from refold.fold.errors import ValidationError
 from refold.fold.spec import FoldSpec
 from refold.storage.cache import PurgeResult
-from refold.storage.index import KINDS, Candidates, Tuning, VectorIndex, generation, index_store
+from refold.storage.index import KINDS, Candidates, Tuning, VectorIndex, events_through, generation, index_store
 from refold.storage.layout import Layout
 
 if TYPE_CHECKING:
@@ -376,7 +376,7 @@ def open_index(mem: "Memory", *, embedder: str | Embedder | None = None, as_of: 
         pinned = head.table_version if head.seq >= 0 else None
         donors, indexes = None, None
         if loaded is not None:
-            base, indexes = (loaded[1], loaded[0]["last_seq"], loaded[0]["link"]), loaded[1]
+            base, indexes = (loaded[1], *events_through(loaded[0])), loaded[1]
         elif usable is not None:
             base = (usable.indexes, usable.last_seq, usable.link)
             if _owned and usable.owned:

@@ -107,7 +107,9 @@ def test_a_stored_index_whose_position_the_log_no_longer_holds_reads_every_event
     ix = mem.index(embedder="hashing")
     manifest = tmp_path / "store" / ix.report.path.split("/store/", 1)[1] / "manifest.json"
     data = json.loads(manifest.read_text())
-    data["link"] = "0" * len(data["link"])  # another log's position (as after a rewrite)
+    seq, link = data["events_through"]
+    data["events_through"] = [seq, "0" * len(link)]  # another log's position (as after a rewrite)
+    data["link"] = data["events_through"][1]
     manifest.write_text(json.dumps(data))
     mem.append(_events(rng, 5, 52))
     search_mod.forget_views(mem)
@@ -119,7 +121,7 @@ def test_a_stored_index_whose_position_the_log_no_longer_holds_reads_every_event
     assert moved.indexes["events"].meta.equals(_oracle(mem)["events"])
 
 
-def test_a_search_after_an_erasure_holds_nothing_of_the_erased_events(tmp_path):
+def test_a_search_after_an_erasure_holds_nothing_of_the_erased_events(tmp_path, monkeypatch):
     mem, _ = _store(tmp_path, 1)
     mine = [fact_event("Zoe", "lives_in", "Tromso", day=40, event_id="ev-x1", subjects=["s-x"]),
             fact_event("Tromso", "located_in", "Norway", day=41, event_id="ev-x2", subjects=["s-x"])]
@@ -127,8 +129,18 @@ def test_a_search_after_an_erasure_holds_nothing_of_the_erased_events(tmp_path):
     mem.fold()
     before = mem.index(embedder="hashing")
     assert before.indexes["events"].meta["key"].is_in(["ev-x1", "ev-x2"]).sum() == 2
+    position = (before.last_seq, before.link)
     mem.erase("s-x")
+    from refold.storage.index import events_through, index_store
+
+    manifest = index_store(mem.layout).manifest(mem.current_spec().hash, before.report.model_id)
+    assert manifest["last_seq"] == -1 and events_through(manifest) == position  # stale facts, events kept
+    reads = []
+    real_events = Memory.events
+    monkeypatch.setattr(Memory, "events", lambda self, **kw: reads.append(kw) or real_events(self, **kw))
     after = mem.index(embedder="hashing")
+    assert reads == []  # the purged index still holds the events up to its position: only the tail is read
+    monkeypatch.undo()
     for kind in ("facts", "events"):
         meta = after.indexes[kind].meta
         assert not meta["sources"].list.eval(pl.element().is_in(["ev-x1", "ev-x2"])).list.any().any(), kind

@@ -325,6 +325,14 @@ def _bump(index_root: Path) -> None:
     _GENERATION[key] = _GENERATION.get(key, 0) + 1
 
 
+def events_through(manifest: dict[str, Any]) -> tuple[int, str]:
+    """(seq, link) of the log position whose events the stored events index holds (less those
+    purged since): the saved position, kept across purges (which mark ``last_seq`` stale);
+    (-1, "") when unknown (an index saved before this was recorded)."""
+    seq, link = manifest.get("events_through") or (manifest.get("last_seq", -1), manifest.get("link", ""))
+    return int(seq), str(link)
+
+
 def model_slug(model_id: str) -> str:
     """A folder name for a model id: readable part plus a short hash (ids may contain '/')."""
     readable = re.sub(r"[^A-Za-z0-9._-]+", "-", model_id).strip("-")[:60]
@@ -381,7 +389,7 @@ class IndexStore:
             "format": FORMAT, "spec_hash": spec_hash, "model_id": model_id,
             "dim": indexes["facts"].dim, "backend": indexes["facts"].backend,
             "last_seq": last_seq, "link": link, "counts": {k: len(v) for k, v in indexes.items()},
-            "epoch": epoch,
+            "epoch": epoch, "events_through": [last_seq, link],
         }
         atomic_write_json(folder / "manifest.json", manifest)
         return manifest
@@ -442,7 +450,9 @@ class IndexStore:
             if any(counts.values()):
                 for kind, index in indexes.items():
                     index.save(folder, kind)
-            manifest.update(last_seq=-1, link="", epoch=time.time_ns(),
+            # stale: the next search re-syncs the facts; the events index still holds every event
+            # up to the position it was saved at, less the purged ones (events_through)
+            manifest.update(events_through=events_through(manifest), last_seq=-1, link="", epoch=time.time_ns(),
                             counts={k: len(v) for k, v in indexes.items()})
             atomic_write_json(folder / "manifest.json", manifest)
             removed += sum(counts.values())
