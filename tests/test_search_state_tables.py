@@ -207,3 +207,22 @@ def test_searches_after_appends_advance_their_own_view_and_leave_a_returned_one_
     mem.append(_events(rng, 2, 80))
     mem.search("Zoe", k=1, embedder="hashing")
     assert len(given.indexes["events"]) == size
+
+
+def test_closer_frame_equals_closer_readers(tmp_path):
+    """The polars form of the closing rule (the state tables' index) against the dict form
+    (the graph engine's), over the same rows of ten seeded logs: only restricted closers are
+    listed."""
+    from refold.fold.scoping import closer_frame, closer_readers
+
+    listed = 0
+    for seed in range(10):
+        mem, _ = _store(tmp_path / str(seed), 100 + seed)
+        rows, _ = index_facts(*mem._readable_tables(None))
+        principals = mem._retraction_principals()
+        want = {fid: (True, sorted(r)) for fid, (restricted, r) in
+                closer_readers({d["fact_id"]: d for d in rows.to_dicts()}, principals).items() if restricted}
+        got = {fid: (flag, readers) for fid, flag, readers in closer_frame(rows, principals).iter_rows()}
+        assert got == want, seed
+        listed += len(want)
+    assert listed > 20  # (restricted closers of every kind are among them)

@@ -24,6 +24,7 @@ import polars as pl
 
 from .errors import ValidationError
 from .events import Event
+from .scoping import CLOSER_COLUMNS
 
 __all__ = [
     "EMBEDDED_KINDS", "EVENT_SCHEMA", "Embedder", "FACT_SCHEMA", "ITEM_FACT_COLUMNS", "MAX_TEXT_CHARS",
@@ -146,7 +147,9 @@ def fact_items(graph: nx.MultiDiGraph, retraction_principals: Mapping[str, Seque
     facts = pl.DataFrame({c: [d[c] for d in edges.values() if indexed(d)] for c in ITEM_FACT_COLUMNS},
                          schema=ITEM_FACT_COLUMNS)
     names = {n: d["name"] for n, d in graph.nodes(data=True)}
-    return fact_item_frame(facts, names, closer_readers(edges, retraction_principals or {}))
+    closing = [(fid, c[0], sorted(c[1])) for fid, c in closer_readers(edges, retraction_principals or {}).items()
+               if c[0] or c[1]]
+    return fact_item_frame(facts, names, pl.DataFrame(closing, schema=CLOSER_COLUMNS, orient="row"))
 
 
 def indexed(fact: Mapping) -> bool:
@@ -164,25 +167,18 @@ def fact_items_of_rows(rows: pl.DataFrame, names: Mapping[str, str],
     """:func:`fact_items` of a whole state held as fact rows (the state tables' columns, node ids
     for subjects and objects: :func:`refold.state_queries.index_facts`) instead of a graph
     (``known``: see :func:`fact_item_frame`)."""
-    from .scoping import closer_readers
+    from .scoping import closer_frame
 
-    restricted = rows["source_principals"].list.eval(pl.element().list.len() > 0).list.any().any()
-    closers: Mapping[str, tuple[bool, Iterable[str]]] = {}
-    if restricted or any(retraction_principals.values()):
-        # (else every closer is readable by everyone: the answer is empty, no row need be walked)
-        wanted = ["fact_id", "derivation", "subject", "relation", "valid_from", "valid_to", "superseded_by",
-                  "ended_by", "source_principals", "inputs"]
-        closers = closer_readers({r["fact_id"]: r for r in rows.select(wanted).to_dicts()}, retraction_principals)
-    return fact_item_frame(rows.select(list(ITEM_FACT_COLUMNS)).cast(ITEM_FACT_COLUMNS), names, closers,
-                           known=known)
+    return fact_item_frame(rows.select(list(ITEM_FACT_COLUMNS)).cast(ITEM_FACT_COLUMNS), names,
+                           closer_frame(rows, retraction_principals), known=known)
 
 
-def fact_item_frame(facts: pl.DataFrame, names: Mapping[str, str],
-                    closers: Mapping[str, tuple[bool, Iterable[str]]], *,
+def fact_item_frame(facts: pl.DataFrame, names: Mapping[str, str], closers: pl.DataFrame, *,
                     known: pl.DataFrame | None = None) -> pl.DataFrame:
     """The index rows (:data:`FACT_SCHEMA`) of ``facts`` (the columns of
     :data:`ITEM_FACT_COLUMNS`, one row per fact of a whole state), with ``names`` (node id →
-    entity name) and ``closers`` (:func:`refold.fold.scoping.closer_readers` of that state).
+    entity name) and ``closers`` (:data:`CLOSER_COLUMNS`: the facts of that state whose closer
+    is restricted, :func:`refold.fold.scoping.closer_frame`).
     Whichever engine folded the state, the same facts give the same frame. ``known``: rows an
     index holds (``key``, ``text``, ``id``, ``text_hash``): a fact with the same key and text
     takes its id and text hash from there instead of hashing again (both are functions of them)."""
@@ -202,14 +198,12 @@ def fact_item_frame(facts: pl.DataFrame, names: Mapping[str, str],
     sparse = facts.filter(pl.col("source_principals").list.eval(pl.element().list.len() > 0).list.any())
     access = [(fid, *readers_of(lists)) for fid, lists in zip(sparse["fact_id"].to_list(),
                                                              sparse["source_principals"].to_list())]
-    closing = [(fid, c[0], sorted(c[1])) for fid, c in closers.items() if c[0] or c[1]]
     none: pl.Expr = pl.lit([], dtype=pl.List(pl.Utf8))
     facts = facts.join(pl.DataFrame(access, schema={"fact_id": pl.Utf8, "restricted": pl.Boolean,
                                                     "readers": pl.List(pl.Utf8)}, orient="row"),
                        on="fact_id", how="left", maintain_order="left")
-    facts = facts.join(pl.DataFrame(closing, schema={"fact_id": pl.Utf8, "closer_restricted": pl.Boolean,
-                                                     "closer_readers": pl.List(pl.Utf8)}, orient="row"),
-                       on="fact_id", how="left", maintain_order="left")
+    facts = facts.join(closers.select(list(CLOSER_COLUMNS)).cast(CLOSER_COLUMNS), on="fact_id", how="left",
+                       maintain_order="left")
     facts = _hashed(facts, known)
     out = facts.select(
         "id", pl.col("fact_id").alias("key"), "tenant", "subject", "relation", "object", "text", "text_hash",

@@ -36,10 +36,14 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import networkx as nx
+import polars as pl
 
 from .rollups import span
 
-__all__ = ["closer_readers", "edge_map", "may_read", "reader_view"]
+__all__ = ["CLOSER_COLUMNS", "closer_frame", "closer_readers", "edge_map", "may_read", "reader_view"]
+
+#: who may see what closed a fact, for the facts whose closer is restricted (the rest: nobody is kept out)
+CLOSER_COLUMNS = {"fact_id": pl.Utf8, "closer_restricted": pl.Boolean, "closer_readers": pl.List(pl.Utf8)}
 
 
 def may_read(principal_lists: Iterable[Sequence[str]], principal: str | None) -> bool:
@@ -98,6 +102,63 @@ def closer_readers(edges: Mapping[str, Mapping[str, Any]], retraction_principals
             readers = [r for restricted, r in closed if restricted]
             out[fid] = (True, frozenset.intersection(*readers))
     return out
+
+
+def closer_frame(rows: pl.DataFrame, retraction_principals: Mapping[str, Sequence[str]]) -> pl.DataFrame:
+    """:func:`closer_readers` of a whole state held as fact rows (``fact_id``, ``derivation``,
+    ``subject``, ``relation``, ``valid_from``, ``valid_to``, ``superseded_by``, ``ended_by``,
+    ``source_principals``, ``inputs``), in polars: the facts whose closer is restricted, as
+    (``fact_id``, ``closer_restricted`` True, ``closer_readers`` sorted). Only restricted facts
+    and closings are handled in Python, so a state where few are costs about a join. A derived
+    fact's inputs are looked up among the extracted facts' closers (a roll-up over another
+    roll-up's output is not; the merge gives roll-ups merged inputs)."""
+    open_to_all = pl.col("source_principals").list.eval(pl.element().list.len() == 0).list.all()
+    restricted = rows.filter(~open_to_all)
+    access = {fid: _readers(lists)[1] for fid, lists in zip(restricted["fact_id"].to_list(),
+                                                           restricted["source_principals"].to_list())}
+    ext = rows.filter(pl.col("derivation") == "extracted").with_columns(
+        pl.col("fact_id").is_in(pl.Series(list(access), dtype=pl.Utf8).implode()).alias("_restricted"))
+    closed = ext.filter(pl.col("valid_to").is_not_null())
+    by_supersession = pl.col("superseded_by").is_in(rows["fact_id"].implode())
+    found: dict[str, frozenset[str]] = {}
+    # a superseding fact: restricted when its own sources are
+    for fid, by in closed.filter(by_supersession).select("fact_id", "superseded_by").iter_rows():
+        if by in access:
+            found[fid] = access[by]
+    # a retraction: restricted when its event names principals
+    named = sorted(e for e, p in retraction_principals.items() if p)
+    ended = closed.filter(~by_supersession.fill_null(False) & pl.col("ended_by").is_in(named))
+    for fid, by in ended.select("fact_id", "ended_by").iter_rows():
+        found[fid] = frozenset(retraction_principals[by])
+    # a fact that begins where this one ends: restricted when every one of them is (not this one)
+    rest = closed.filter(~by_supersession.fill_null(False) & pl.col("ended_by").is_null())
+    starts = ext.group_by("subject", "relation", "valid_from").agg(
+        pl.len().alias("_n"), pl.col("_restricted").sum().alias("_r"))
+    rest = rest.join(starts.rename({"valid_from": "valid_to"}), on=["subject", "relation", "valid_to"], how="inner")
+    rest = rest.with_columns(((pl.col("valid_from") == pl.col("valid_to")).cast(pl.Int64)).alias("_self"))
+    rest = rest.filter((pl.col("_n") - pl.col("_self") > 0)
+                       & (pl.col("_r") - pl.col("_self") * pl.col("_restricted").cast(pl.Int64)
+                          == pl.col("_n") - pl.col("_self")))
+    if rest.height:
+        members = ext.filter(pl.col("_restricted")).join(
+            rest.select("subject", "relation", pl.col("valid_to").alias("valid_from")).unique(),
+            on=["subject", "relation", "valid_from"], how="semi")
+        groups: dict[tuple, list[str]] = {}
+        for fid, subj, rel, start in members.select("fact_id", "subject", "relation", "valid_from").iter_rows():
+            groups.setdefault((subj, rel, start), []).append(fid)
+        for fid, subj, rel, end in rest.select("fact_id", "subject", "relation", "valid_to").iter_rows():
+            others = [o for o in groups.get((subj, rel, end), ()) if o != fid]
+            found[fid] = frozenset().union(*(access[o] for o in others))
+    # a derived fact: restricted when a closed input's closer is, readers the intersection
+    derived = rows.filter((pl.col("derivation") != "extracted") & pl.col("valid_to").is_not_null())
+    if found and derived.height:
+        hit = derived.select("fact_id", "inputs").explode("inputs").filter(
+            pl.col("inputs").is_in(pl.Series(list(found), dtype=pl.Utf8).implode()))
+        per: dict[str, list[frozenset[str]]] = {}
+        for fid, i in hit.iter_rows():
+            per.setdefault(fid, []).append(found[i])
+        found.update({fid: frozenset.intersection(*sets) for fid, sets in per.items()})
+    return pl.DataFrame([(fid, True, sorted(r)) for fid, r in found.items()], schema=CLOSER_COLUMNS, orient="row")
 
 
 def reader_view(graph: nx.MultiDiGraph, principal: str | None,
