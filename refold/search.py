@@ -338,6 +338,14 @@ def open_index(mem: "Memory", *, embedder: str | Embedder | None = None, as_of: 
         return _open_past(mem, emb, as_of, backend=backend, persist=persist, tuning=tuning, erasure=erasure,
                           spec=spec)
     svc = _service(mem)
+    with svc.lock:  # (a view a search brings up to date in place is never handed out meanwhile)
+        return _open_head(mem, svc, emb, erasure=erasure, backend=backend, persist=persist, tuning=tuning,
+                          save=save, owned=_owned)
+
+
+def _open_head(mem: "Memory", svc: _Service, emb: Embedder, *, erasure: str, backend: str | None, persist: bool,
+               tuning: Tuning, save: bool, owned: bool) -> Retriever:
+    """:func:`open_index` of the log's head, under the service's lock (``owned``: ``_owned`` there)."""
     spec = mem.current_spec()
     head = mem.head()
     epoch = _epoch(mem, spec.hash, emb.model_id, persist, erasure)
@@ -346,18 +354,18 @@ def open_index(mem: "Memory", *, embedder: str | Embedder | None = None, as_of: 
         cached = None  # a read's view, never stored: this call stores it
     if (cached is not None and cached_epoch == epoch and (cached.last_seq, cached.link) == (head.seq, head.link)
             and backend in (None, cached.backend)):
-        cached.owned = cached.owned and _owned  # (handed to a caller: never changed in place again)
+        cached.owned = cached.owned and owned  # (handed to a caller: never changed in place again)
         return cached
     if cached is not None and cached_epoch == epoch and backend in (None, cached.backend):
         moved = _moved_by_reads_only(mem, cached, head)
         if moved is not None:
-            moved.owned = cached.owned = cached.owned and _owned  # (they share the indexes)
+            moved.owned = cached.owned = cached.owned and owned  # (they share the indexes)
             svc.head[(spec.hash, emb.model_id)] = (epoch, moved)
             return moved
     store = index_store(mem.layout) if persist else None
     # a search's base: a view kept here that is as new as the stored index (no reload of its files)
     usable = cached if (cached is not None and cached_epoch == epoch and backend in (None, cached.backend)
-                        and (_owned or store is None)) else None
+                        and (owned or store is None)) else None
     if usable is not None and store is not None:
         manifest = store.manifest(spec.hash, emb.model_id)
         if manifest is not None and manifest.get("last_seq", -1) > usable.last_seq:
@@ -379,7 +387,7 @@ def open_index(mem: "Memory", *, embedder: str | Embedder | None = None, as_of: 
             base, indexes = (loaded[1], *events_through(loaded[0])), loaded[1]
         elif usable is not None:
             base = (usable.indexes, usable.last_seq, usable.link)
-            if _owned and usable.owned:
+            if owned and usable.owned:
                 indexes = usable.indexes  # (no caller holds it: brought up to date in place)
                 svc.head.pop((spec.hash, emb.model_id), None)  # (kept again once it is whole)
             else:
@@ -401,7 +409,7 @@ def open_index(mem: "Memory", *, embedder: str | Embedder | None = None, as_of: 
                          path=store.location(spec.hash, emb.model_id) if store else None)
     retriever = Retriever(embedder=emb, indexes=indexes, link=head.link, report=report)
     retriever.stored = stored
-    retriever.owned = _owned
+    retriever.owned = owned
     if not pending:  # the next read after a fold must see the extracted facts
         svc.head[(spec.hash, emb.model_id)] = (epoch, retriever)
     return retriever

@@ -226,3 +226,38 @@ def test_closer_frame_equals_closer_readers(tmp_path):
         assert got == want, seed
         listed += len(want)
     assert listed > 20  # (restricted closers of every kind are among them)
+
+
+def test_searches_from_threads_share_one_memory(tmp_path):
+    """Searches from several threads on one Memory (as an application might) take turns on the
+    view they bring up to date in place, while another thread appends: every answer comes back
+    whole, and the view ends up equal to a fresh build. (Without the service's lock this failed
+    in one of three runs here: a race, so passing is evidence, not proof.)"""
+    import threading
+
+    mem, rng = _store(tmp_path, 5)
+    batches = [_events(rng, 2, 60 + 2 * i) for i in range(6)]
+    errors: list[BaseException] = []
+
+    def searching():
+        try:
+            for _ in range(6):
+                assert mem.search("Zoe lives in Oslo", k=3, embedder="hashing").height
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+            errors.append(exc)
+
+    def appending():
+        for batch in batches:
+            mem.append(batch)
+
+    threads = [threading.Thread(target=searching) for _ in range(2)] + [threading.Thread(target=appending)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    mem.search("Zoe", k=1, embedder="hashing")
+    _, view = search_mod._service(mem).head[(mem.current_spec().hash, "refold-hashing-v1-d256")]
+    oracle = _oracle(mem)
+    for kind in ("facts", "events"):
+        assert view.indexes[kind].meta.equals(oracle[kind]), kind
