@@ -264,8 +264,7 @@ def _table_fact_items(mem: "Memory", tables, known: VectorIndex | None = None) -
     rows, names = index_facts(*tables)
     if rows.height == 0:
         return pl.DataFrame(schema=FACT_SCHEMA)
-    meta = known.meta if known is not None and {"key", "text", "id", "text_hash"} <= set(known.meta.columns) else None
-    return fact_items_of_rows(rows, names, mem._retraction_principals(), known=meta)
+    return fact_items_of_rows(rows, names, mem._retraction_principals(), known=known.meta if known is not None else None)
 
 
 def _head_items(mem: "Memory", pinned: int | None, base: tuple[dict[str, VectorIndex], int, str] | None

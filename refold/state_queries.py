@@ -23,7 +23,7 @@ from refold.fold.merge import node_id
 from refold.fold.partition import FACT_SCHEMA, bucket_of, derive_for_subjects
 from refold.fold.queries import FACT_COLUMNS
 from refold.state_rollups import derived_here as find_derived_here
-from refold.state_rollups import find_derived, input_relations, rules_of, with_rollups
+from refold.state_rollups import find_derived, input_relations, rollups_of, rules_of, with_rollups
 from refold.storage.state import StateStore, StateTag, among
 
 if TYPE_CHECKING:
@@ -137,8 +137,7 @@ def index_facts(store: StateStore, tag: StateTag, overlay: "StateOverlay | None"
     ``facts`` table and the ``entities`` names, never a graph."""
     df = _rows(store, tag, overlay, nodes=None, relation=None, tenant=None)
     current = df.filter(pl.col("valid_to").is_null())
-    rolled = with_rollups(store, tag, current, subjects=None, overlay=overlay, remember=False)
-    df = pl.concat([df, rolled.slice(current.height)])  # (with_rollups appends the derived rows)
+    df = pl.concat([df, rollups_of(store, tag, current, subjects=None, overlay=overlay, remember=False)])
     if df.height == 0:
         return df, {}
     rows = pl.from_arrow(store.read("entities", version=tag.entities_version, columns=["node", "name"]))
@@ -175,9 +174,8 @@ def facts_sourced_from(store: StateStore, tag: StateTag, overlay: "StateOverlay 
         firsts = {r.inputs[0] for r in rules}
         heads = merged.filter(pl.col("relation").is_in(sorted(firsts)))
         if heads.height:
-            rolled = with_rollups(store, tag, heads, subjects=set(heads["subject"].to_list()), overlay=overlay,
-                                  remember=False)
-            frames.append(rolled.slice(heads.height))  # (with_rollups appends the derived rows)
+            frames.append(rollups_of(store, tag, heads, subjects=set(heads["subject"].to_list()), overlay=overlay,
+                                     remember=False))
         partners = merged.filter(pl.col("relation").is_in(sorted({r.inputs[1] for r in rules})))
         if partners.height:
             targets = pl.Series(sorted(set(partners["subject"].to_list())), dtype=pl.Utf8).implode()

@@ -35,7 +35,7 @@ from refold.storage.state import StateStore, StateTag, among
 if TYPE_CHECKING:
     from refold.state_overlay import StateOverlay
 
-__all__ = ["find_derived", "input_relations", "pairs_deriving", "rules_of", "with_rollups"]
+__all__ = ["find_derived", "input_relations", "pairs_deriving", "rollups_of", "rules_of", "with_rollups"]
 
 #: buckets a derived-id search reads at a time (memory follows a group's r1 rows and their pairs)
 SEARCH_GROUP = 8
@@ -55,17 +55,24 @@ def input_relations(tag: StateTag, relation: str | None) -> set[str] | None:
 
 
 def with_rollups(store: StateStore, tag: StateTag, rows: pl.DataFrame, *,
-                 subjects: Iterable[str] | None, overlay: "StateOverlay | None" = None,
-                 remember: bool = True) -> pl.DataFrame:
-    """``rows`` (facts rows as read from the tables) plus the compose-derived rows of
-    ``subjects`` (None: of every subject; ``rows`` then holds the whole merged layer, or a
-    tenant's). ``rows`` must hold every first-input row of ``subjects``; their partners are
-    read from their own buckets (one pruned read), as ``overlay`` (the read's overlay of newer
-    events, :mod:`refold.state_overlay`) has them. ``remember``: keep the derived ids' inputs
-    for a ``why`` of one of them (:data:`_HINTS`)."""
+                 subjects: Iterable[str] | None, overlay: "StateOverlay | None" = None) -> pl.DataFrame:
+    """``rows`` (facts rows as read from the tables) plus :func:`rollups_of` them."""
+    derived = rollups_of(store, tag, rows, subjects=subjects, overlay=overlay)
+    return pl.concat([rows, derived]) if derived.height else rows
+
+
+def rollups_of(store: StateStore, tag: StateTag, rows: pl.DataFrame, *, subjects: Iterable[str] | None,
+               overlay: "StateOverlay | None" = None, remember: bool = True) -> pl.DataFrame:
+    """The compose-derived rows (``rows``' columns) of ``subjects`` (None: of every subject;
+    ``rows`` then holds the whole merged layer, or a tenant's). ``rows`` must hold every
+    first-input row of ``subjects``; their partners are read from their own buckets (one pruned
+    read), as ``overlay`` (the read's overlay of newer events, :mod:`refold.state_overlay`) has
+    them. ``remember``: keep the derived ids' inputs for a ``why`` of one of them
+    (:data:`_HINTS`; not for a whole-state scan that answers no fact-by-fact read)."""
     rules = rules_of(tag)
+    none = rows.head(0)
     if not rules or rows.height == 0:
-        return rows
+        return none
     merged = rows.filter(pl.col("layer") == "merged")
     if subjects is None:
         derived = derive_frame(rules, merged, buckets=tag.buckets)
@@ -77,7 +84,7 @@ def with_rollups(store: StateStore, tag: StateTag, rows: pl.DataFrame, *,
                               & pl.col("relation").is_in(firsts))
         objects = sorted(set(heads["object"].to_list()))
         if not objects:
-            return rows
+            return none
         partners = pl.from_arrow(store.read(
             "facts", version=tag.facts_version, layer="merged", buckets={bucket_of(o, tag.buckets) for o in objects},
             filter=among("subject", objects) & among("relation", seconds)))
@@ -86,10 +93,10 @@ def with_rollups(store: StateStore, tag: StateTag, rows: pl.DataFrame, *,
             partners = partners.filter(pl.col("layer") == "merged")
         derived = derive_for_subjects(rules, heads, partners, subjects, buckets=tag.buckets)
     if derived.height == 0:
-        return rows
-    if remember:  # (not for a whole-state scan that answers no fact-by-fact read: the index's)
+        return none
+    if remember:
         _remember(derived)
-    return pl.concat([rows, derived.select(rows.columns).cast(rows.schema)])
+    return derived.select(rows.columns).cast(rows.schema)
 
 
 #: compose-derived ids this process's reads made → (rule name, first input id, second input id),

@@ -29,7 +29,7 @@ from .scoping import CLOSER_COLUMNS
 __all__ = [
     "EMBEDDED_KINDS", "EVENT_SCHEMA", "Embedder", "FACT_SCHEMA", "ITEM_FACT_COLUMNS", "MAX_TEXT_CHARS",
     "check_vectors", "event_items", "event_text", "fact_item_frame", "fact_items", "fact_items_of_rows",
-    "fact_sentence", "indexed", "readers_of", "stable_id", "text_hash",
+    "fact_sentence", "indexed", "readers_of", "relation_phrase", "stable_id", "text_hash",
 ]
 
 #: Event kinds whose text is embedded (what an agent or a person said or wrote).
@@ -82,7 +82,12 @@ def text_hash(text: str) -> str:
 
 def fact_sentence(subject: str, relation: str, obj: str) -> str:
     """A fact as the sentence that gets embedded: ``"Alice lives in Berlin"``."""
-    return f"{subject} {relation.replace('_', ' ').strip()} {obj}"
+    return f"{subject} {relation_phrase(relation)} {obj}"
+
+
+def relation_phrase(relation: str) -> str:
+    """A relation as the words between a fact's subject and object (``lives_in`` → ``lives in``)."""
+    return relation.replace("_", " ").strip()
 
 
 def event_text(event: Event) -> str:
@@ -184,13 +189,13 @@ def fact_item_frame(facts: pl.DataFrame, names: Mapping[str, str], closers: pl.D
     takes its id and text hash from there instead of hashing again (both are functions of them)."""
     if facts.height == 0:
         return _frame([], FACT_SCHEMA)
-    phrases = {r: r.replace("_", " ").strip() for r in facts["relation"].unique().to_list()}
+    phrases = {r: relation_phrase(r) for r in facts["relation"].unique().to_list()}
     facts = facts.with_columns(
         pl.col("subject").replace_strict(names, return_dtype=pl.Utf8),
         pl.col("object").replace_strict(names, return_dtype=pl.Utf8),
         pl.col("relation").replace_strict(phrases, return_dtype=pl.Utf8).alias("_phrase"),
     )
-    # the sentence of fact_sentence, built column-wise (one string per fact)
+    # fact_sentence, built column-wise (one string per fact)
     facts = facts.with_columns(pl.concat_str([pl.col("subject"), pl.col("_phrase"), pl.col("object")],
                                              separator=" ").alias("text"))
     # who may read each fact and see its closing: most facts are open to all and closed (if at
