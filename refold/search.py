@@ -219,6 +219,8 @@ class _Service:
         self.past: OrderedDict[tuple, Retriever] = OrderedDict()
         #: held by :func:`search` while it opens and searches a view it may bring up to date in place
         self.lock = threading.RLock()
+        #: (key, :class:`~refold.state_index.IndexBasis`, its fact items) of the head's state tag
+        self.basis: tuple[tuple, Any, pl.DataFrame] | None = None
 
 
 _services: "weakref.WeakKeyDictionary[Memory, _Service]" = weakref.WeakKeyDictionary()
@@ -253,18 +255,45 @@ def _graph_items(state, events: Sequence) -> dict[str, pl.DataFrame]:
     return {"facts": fact_items(state.graph, retractions), "events": event_items(events)}
 
 
-def _table_fact_items(mem: "Memory", tables, known: VectorIndex | None = None) -> pl.DataFrame:
+def _table_fact_items(mem: "Memory", tables, known: VectorIndex | None = None, svc: "_Service | None" = None
+                      ) -> pl.DataFrame:
     """The fact items of the state tables' read ``tables`` ((store, tag, overlay), as
     :meth:`Memory._readable_tables` gives them): every fact row, compose roll-ups derived, in
     polars: no graph of the whole state is folded. ``known``: a facts index whose ids and text
-    hashes serve for the same keys and texts."""
-    from refold.fold.embed import fact_items_of_rows
-    from refold.state_queries import index_facts
+    hashes serve for the same keys and texts. ``svc`` (the head's search): the tag's basis and
+    its items are kept there, so while the tag stays (appends, no fold) only the rows of the
+    subjects the read overlay touches are derived again (:mod:`refold.state_index`)."""
+    from refold.state_index import index_basis, index_delta, index_facts
 
-    rows, names = index_facts(*tables)
+    store, tag, overlay = tables
+    principals = mem._retraction_principals()
+    meta = known.meta if known is not None else None
+    if svc is None:
+        return _fact_items(*index_facts(*tables), principals, meta)
+    key = (store.root, tag.facts_version, tag.entities_version, tag.log_seq, tag.log_link)
+    if svc.basis is None or svc.basis[0] != key:
+        svc.basis = None  # (the old one goes before the new one is read)
+        basis = index_basis(store, tag)
+        svc.basis = (key, basis, _fact_items(basis.frame(), basis.names, principals, meta))
+    _, basis, items = svc.basis
+    if overlay is None:
+        return items
+    delta = index_delta(basis, tag, overlay)
+    if delta.rows.height == 0 and not delta.dropped:
+        return items
+    kept = items.filter(~pl.col("key").is_in(pl.Series(sorted(delta.dropped), dtype=pl.Utf8).implode()))
+    rows = pl.concat([delta.rows, delta.context.select(delta.rows.columns).cast(delta.rows.schema)])
+    fresh = _fact_items(rows, delta.names, principals, meta)
+    fresh = fresh.filter(pl.col("key").is_in(delta.rows["fact_id"].implode()))
+    return pl.concat([kept, fresh]) if fresh.height else kept
+
+
+def _fact_items(rows: pl.DataFrame, names: dict[str, str], principals, known: pl.DataFrame | None) -> pl.DataFrame:
+    from refold.fold.embed import fact_items_of_rows
+
     if rows.height == 0:
         return pl.DataFrame(schema=FACT_SCHEMA)
-    return fact_items_of_rows(rows, names, mem._retraction_principals(), known=known.meta if known is not None else None)
+    return fact_items_of_rows(rows, names, principals, known=known)
 
 
 def _head_items(mem: "Memory", pinned: int | None, base: tuple[dict[str, VectorIndex], int, str] | None
@@ -284,7 +313,7 @@ def _head_items(mem: "Memory", pinned: int | None, base: tuple[dict[str, VectorI
     if tables is None:
         state = mem.state(as_of=pinned)
         return _graph_items(state, mem.events(as_of=pinned)), state.pending
-    facts = _table_fact_items(mem, tables, base[0]["facts"] if base is not None else None)
+    facts = _table_fact_items(mem, tables, base[0]["facts"] if base is not None else None, _service(mem))
     head = mem.head()
     tail = None
     if base is not None and base[1] >= 0 and set(EVENT_SCHEMA) <= set(base[0]["events"].meta.columns):

@@ -29,7 +29,7 @@ from refold.storage.state import StateStore, StateTag, among
 if TYPE_CHECKING:
     from refold.state_overlay import StateOverlay
 
-__all__ = ["facts_from_state", "facts_sourced_from", "graph_view", "index_facts", "lineage_view", "neighbourhood"]
+__all__ = ["facts_from_state", "facts_sourced_from", "graph_view", "lineage_view", "neighbourhood"]
 
 
 def _subject_nodes(tag: StateTag, subject: str, tenant: str | None) -> list[str]:
@@ -124,27 +124,6 @@ def graph_view(store: StateStore, tag: StateTag, overlay: "StateOverlay | None" 
         df = df.filter((pl.col("valid_from") <= valid_at)
                        & (pl.col("valid_to").is_null() | (pl.col("valid_to") > valid_at)))
     return _graph(store, tag, overlay, df.to_dicts() if df.height else [])
-
-
-def index_facts(store: StateStore, tag: StateTag, overlay: "StateOverlay | None" = None
-                ) -> tuple[pl.DataFrame, dict[str, str]]:
-    """What the search index embeds of the state (:func:`refold.fold.embed.fact_items_of_rows`):
-    every stored fact with its history, and the compose roll-ups that are current (derived from
-    the current rows: a derived row is open exactly when both its inputs are), subjects and
-    objects as node ids; and the names of those nodes. A compose roll-up's closed copies (one per
-    change of either input, so an organisation's moves times its staff) are not derived: the
-    index leaves them out on either engine (:func:`refold.fold.embed.indexed`). Reads the whole
-    ``facts`` table and the ``entities`` names, never a graph."""
-    df = _rows(store, tag, overlay, nodes=None, relation=None, tenant=None)
-    current = df.filter(pl.col("valid_to").is_null())
-    df = pl.concat([df, rollups_of(store, tag, current, subjects=None, overlay=overlay, remember=False)])
-    if df.height == 0:
-        return df, {}
-    rows = pl.from_arrow(store.read("entities", version=tag.entities_version, columns=["node", "name"]))
-    names = dict(zip(rows["node"].to_list(), rows["name"].to_list()))
-    if overlay is not None:
-        names.update({n: name for n, (_, name) in overlay.names.items() if n not in names})
-    return df, names
 
 
 def facts_sourced_from(store: StateStore, tag: StateTag, overlay: "StateOverlay | None",

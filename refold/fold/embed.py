@@ -170,7 +170,7 @@ def fact_items_of_rows(rows: pl.DataFrame, names: Mapping[str, str],
                        retraction_principals: Mapping[str, Sequence[str]], *,
                        known: pl.DataFrame | None = None) -> pl.DataFrame:
     """:func:`fact_items` of a whole state held as fact rows (the state tables' columns, node ids
-    for subjects and objects: :func:`refold.state_queries.index_facts`) instead of a graph
+    for subjects and objects: :func:`refold.state_index.index_facts`) instead of a graph
     (``known``: see :func:`fact_item_frame`)."""
     from .scoping import closer_frame
 
