@@ -171,6 +171,30 @@ def test_store_purge_marks_stale_and_deletes_unreadable_folders(tmp_path):
     assert store.load("spec2", "m/1") is None
 
 
+def test_store_purge_rewrites_only_the_kinds_that_lost_vectors(tmp_path):
+    """A purge loads one kind at a time and writes a kind's files again only when it lost a
+    vector: each file holds every vector of its kind (a gigabyte at 1M events)."""
+    store = IndexStore(Layout(str(tmp_path)))
+    facts, _ = _random_index(30, "flat")
+    events, _ = _random_index(10, "flat")
+    events.meta = events.meta.with_columns(pl.col("sources").list.eval(pl.lit("ev-") + pl.element()))
+    store.save("spec1", "m/1", {"facts": facts, "events": events}, last_seq=29, link="abc")
+    folder = store.folder("spec1", "m/1")
+
+    def stamps():
+        return {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in folder.glob("*.*") if p.suffix != ".json"}
+
+    before = stamps()
+    assert store.purge(["e4"]).rows == 1  # a fact's source only
+    after = stamps()
+    assert after["events.faiss"] == before["events.faiss"] and after["events.parquet"] == before["events.parquet"]
+    assert after["facts.faiss"] != before["facts.faiss"]
+    assert store.manifest("spec1", "m/1")["counts"] == {"facts": 29, "events": 10}
+    assert store.purge(["ev-e2"]).rows == 1  # an event's own text only
+    assert stamps()["facts.faiss"] == after["facts.faiss"] and stamps()["events.faiss"] != after["events.faiss"]
+    assert store.manifest("spec1", "m/1")["counts"] == {"facts": 29, "events": 9}
+
+
 def test_readers_and_sentences():
     assert readers_of([[], []]) == (False, [])
     assert readers_of([["bob", "carol"], [], ["bob"]]) == (True, ["bob"])

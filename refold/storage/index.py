@@ -437,23 +437,28 @@ class IndexStore:
             rel = folder.relative_to(self.root.parent).as_posix()
             for tmp in folder.glob(".tmp-*"):
                 tmp.unlink(missing_ok=True)
+            counts, sizes = {}, {}
             try:
                 manifest = json.loads((folder / "manifest.json").read_text())
-                indexes = {k: VectorIndex.load(folder, k, backend=manifest["backend"]) for k in KINDS}
+                # one kind in memory at a time, and only a kind that lost vectors is written again
+                # (each file holds every vector of its kind: ~1 GB each at 1M events)
+                for kind in KINDS:
+                    index = VectorIndex.load(folder, kind, backend=manifest["backend"])
+                    counts[kind] = index.drop_sources(ids)
+                    if counts[kind]:
+                        index.save(folder, kind)
+                    sizes[kind] = len(index)
+                    del index
             except (OSError, ValueError, KeyError, StoreError):
                 shutil.rmtree(folder)
                 make_dirs(folder)  # keep a fresh epoch so other processes drop their cached views
                 atomic_write_json(folder / "manifest.json", {"format": FORMAT, "epoch": time.time_ns()})
                 detail.append(f"{rel}: unreadable, deleted (rebuilt on the next search)")
                 continue
-            counts = {k: v.drop_sources(ids) for k, v in indexes.items()}
-            if any(counts.values()):
-                for kind, index in indexes.items():
-                    index.save(folder, kind)
             # stale: the next search re-syncs the facts; the events index still holds every event
             # up to the position it was saved at, less the purged ones (events_through)
             manifest.update(events_through=events_through(manifest), last_seq=-1, link="", epoch=time.time_ns(),
-                            counts={k: len(v) for k, v in indexes.items()})
+                            counts=sizes)
             atomic_write_json(folder / "manifest.json", manifest)
             removed += sum(counts.values())
             detail.append(f"{rel}: {counts['facts']} fact vector(s), {counts['events']} event vector(s) removed")
