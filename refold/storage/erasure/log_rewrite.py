@@ -126,7 +126,8 @@ class Staged:
 
 
 def _candidates(dt: DeltaTable, seqs: np.ndarray) -> list[tuple[str, int]]:
-    """(path, size) of the data files whose seq range may hold one of the sorted ``seqs``."""
+    """(path, size) of the data files whose seq range may hold one of the sorted ``seqs``, in
+    the order of their first seq (so their rows, read in that order, are in seq order)."""
     actions = pa.table(dt.get_add_actions(flatten=True))
     if actions.num_rows == 0:
         return []
@@ -137,7 +138,7 @@ def _candidates(dt: DeltaTable, seqs: np.ndarray) -> list[tuple[str, int]]:
         return list(zip(paths, sizes))
     lows, highs = actions["min.seq"].to_pylist(), actions["max.seq"].to_pylist()
     out = []
-    for path, size, low, high in zip(paths, sizes, lows, highs):
+    for path, size, low, high in sorted(zip(paths, sizes, lows, highs), key=lambda a: (a[2] is None, a[2] or 0)):
         if low is None or high is None:  # no statistics: the rows decide
             out.append((path, size))
             continue
@@ -156,9 +157,10 @@ def stage(dt: DeltaTable, folder: str | Path, seqs: set[int], *, erasure_id: str
           erasure_of: Mapping[int, str] | None = None) -> Staged:
     """Write the tombstoned copies of the files holding the not-yet-tombstoned rows of ``seqs``.
 
-    The rows of every affected file are read together (Arrow reads the files in parallel) and
-    written back together, in seq order, as few files as :data:`MAX_ROWS_PER_FILE` allows: one
-    speaker's turns spread over many small files cost one write, not one per file.
+    The rows of every affected file are read together (Arrow reads the files in parallel, in the
+    order of their first seq) and written back together, each row where it was (an erased one
+    replaced by its tombstone), as few files as :data:`MAX_ROWS_PER_FILE` allows: one speaker's
+    turns spread over many small files cost one write, not one per file.
     ``expected``: seq → commitment as planned; a row that differs raises :class:`ErasureError`
     (nothing staged is left behind). An empty result (no adds) means every row is a tombstone
     already. ``erasure_of``: seq → the erasure id its tombstone names, where a batch erases
@@ -174,7 +176,7 @@ def stage(dt: DeltaTable, folder: str | Path, seqs: set[int], *, erasure_id: str
     if not candidates:
         return staged
     rows = parquet_dataset(dt, [f"{str(folder).rstrip('/')}/{unquote(p)}" for p, _ in candidates],
-                           EVENTS_SCHEMA).to_table()
+                           EVENTS_SCHEMA).to_table()  # (in the files' order: _candidates lists them by seq)
     hit = np.asarray(pc.is_in(rows["seq"], value_set=pa.array(wanted)))
     hit &= np.asarray(pc.fill_null(pc.not_equal(rows["kind"], "tombstone"), True))
     if not hit.any():
@@ -185,8 +187,7 @@ def stage(dt: DeltaTable, folder: str | Path, seqs: set[int], *, erasure_id: str
             raise ErasureError(f"seq {e.seq} changed since the erasure was planned; run `refold verify`")
     owner = erasure_of or {}
     tombs = events_to_table([tombstone(e, owner.get(e.seq, erasure_id), pseudonym) for e in erased])
-    new = pa.concat_tables([rows.filter(pa.array(~hit)), tombs])
-    new = new.take(pc.sort_indices(new["seq"]))
+    new = _spliced(rows, hit, tombs)
     now = time.time_ns() // 1_000_000
     try:
         for start in range(0, new.num_rows, MAX_ROWS_PER_FILE):
@@ -205,6 +206,22 @@ def stage(dt: DeltaTable, folder: str | Path, seqs: set[int], *, erasure_id: str
                                    partition_values={}) for path, size in candidates]
     staged.erased = erased
     return staged
+
+
+def _spliced(rows: pa.Table, hit: np.ndarray, tombs: pa.Table) -> pa.Table:
+    """``rows`` with the rows where ``hit`` holds replaced by ``tombs`` (in the same order), every
+    row where it was: slices of ``rows`` around the tombstones, no copy of the surviving rows.
+    (Sorting them by seq instead gathered every row of the rewritten files: ~4 s of an erasure
+    at 1M events, for a log whose compacted files are not in seq order anyway.)"""
+    pieces, start = [], 0
+    for k, i in enumerate(np.flatnonzero(hit).tolist()):
+        if i > start:
+            pieces.append(rows.slice(start, i - start))
+        pieces.append(tombs.slice(k, 1))
+        start = i + 1
+    if start < rows.num_rows:
+        pieces.append(rows.slice(start))
+    return pa.concat_tables(pieces)
 
 
 def add_stats(rows: pa.Table, columns=STATS_COLUMNS) -> str:
