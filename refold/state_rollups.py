@@ -117,9 +117,28 @@ def _remember(derived: pl.DataFrame) -> None:
         del _HINTS[next(iter(_HINTS))]
 
 
+#: compose-derived ids a search returned → the node of their subject (a roll-up's subject is its
+#: first input's), the newest :data:`HINTS` of them: a ``why`` of one derives that subject's
+#: roll-ups (a read of its buckets) and so finds the id among the :data:`_HINTS` instead of
+#: searching the inputs' join of the whole state. A wrong note only costs that read.
+_SUBJECTS: dict[str, str] = {}
+
+
+def note_subjects(subjects: dict[str, str]) -> None:
+    """Note (fact id → subject node) of compose-derived ids a read returned without deriving
+    them (a search: the index holds no roll-up's inputs)."""
+    for fact_id, node in subjects.items():
+        if fact_id not in _HINTS:
+            _SUBJECTS.pop(fact_id, None)
+            _SUBJECTS[fact_id] = node
+    while len(_SUBJECTS) > HINTS:
+        del _SUBJECTS[next(iter(_SUBJECTS))]
+
+
 def forget_hints() -> None:
     """Drop every hint (an erasure happened: they may name an erased subject's node)."""
     _HINTS.clear()
+    _SUBJECTS.clear()
 
 
 def derived_here(fact_ids: Iterable[str]) -> set[str]:
@@ -192,6 +211,16 @@ def find_derived(store: StateStore, tag: StateTag, fact_ids: Iterable[str],
     wanted = set(fact_ids)
     found: list[pl.DataFrame] = []
     narrow = ["fact_id", "subject", "relation", "object", "valid_from", "valid_to"]
+    noted = {_SUBJECTS[i] for i in wanted if i not in _HINTS and i in _SUBJECTS}
+    rules = rules_of(tag)
+    if noted and rules:  # a search returned them: derive their subjects' roll-ups (hints), as a read does
+        firsts = {r.inputs[0] for r in rules}
+        heads = pl.from_arrow(store.read("facts", version=tag.facts_version, layer="merged",
+                                         buckets={bucket_of(n, tag.buckets) for n in noted},
+                                         filter=among("subject", noted) & among("relation", firsts)))
+        if overlay is not None:
+            heads = overlay.apply(heads, nodes=noted, relation=firsts).filter(pl.col("layer") == "merged")
+        rollups_of(store, tag, heads, subjects=noted, overlay=overlay)
     for rule in rules_of(tag):  # first the ids a read of this process derived (no search)
         hints = [h for i in wanted if (h := _HINTS.get(i)) is not None and h[0] == rule.name]
         if hints:

@@ -297,3 +297,27 @@ def test_a_kept_basis_and_the_overlays_delta_equal_a_whole_read(tmp_path, monkey
         touched_rollups += len(delta.dropped & set(basis.rollups["fact_id"].to_list()))
     assert searched == 2  # the first tag's basis served three reads, the second's two
     assert touched_rollups  # (the deltas re-derived compose roll-ups)
+
+
+def test_why_of_a_roll_up_a_search_returned_reads_its_subject_not_the_whole_join(tmp_path, monkeypatch):
+    """The index holds no roll-up's inputs, so a search notes the subject of each derived fact
+    it returns: a ``why`` of one then derives that subject's roll-ups (its buckets) instead of
+    searching the inputs' join of every bucket, and answers what that search answers."""
+    from refold import state_rollups
+
+    mem = refold.init(tmp_path / "store")
+    mem.append([fact_event("Zoe", "works_at", "Acme", day=0), fact_event("Acme", "located_in", "Oslo", day=1),
+                fact_event("Ann", "works_at", "Initech", day=2), fact_event("Initech", "located_in", "Rome", day=3)])
+    mem.fold()
+    mem.append(fact_event("Acme", "located_in", "Bergen", day=5))  # after the tag: the overlay derives it
+    state_rollups.forget_hints()
+    hits = mem.search("Zoe works in Bergen", k=5, embedder="hashing")
+    fid = hits.filter((pl.col("derivation") == "works_in") & (pl.col("subject") == "Zoe"))["fact_id"][0]
+    assert fid not in state_rollups._HINTS  # (the index's sync derived it without remembering inputs)
+    searched = []
+    real = state_rollups.pairs_deriving
+    monkeypatch.setattr(state_rollups, "pairs_deriving", lambda *a, **kw: searched.append(a) or real(*a, **kw))
+    answer = mem.why(fid)
+    assert searched == [] and answer["derivation"] == "works_in" and len(answer["inputs"]) == 2
+    state_rollups.forget_hints()  # a process that neither read nor searched it: the join is searched
+    assert refold.open(tmp_path / "store").why(fid) == answer and searched
