@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import pyarrow.compute as pc
+import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 
 import refold
@@ -134,6 +135,28 @@ def test_compaction_keeps_rows_chain_head_and_ids(tmp_path, monkeypatch):
     # tampering inside a compacted file is still caught
     _rewrite(_file_of(mem, 4), lambda rows: _row(rows, 4).update(content="forged"))
     _bad(mem, 4, "seq 4")
+
+
+def test_compaction_merges_only_small_files_so_files_hold_disjoint_seq_ranges(tmp_path, monkeypatch):
+    """A compaction bins files up to COMPACT_TARGET_BYTES: a file near that size is left alone,
+    and what gets merged is the run of files appended since. So the log keeps files of about that
+    size, each over its own seq range, and a read of a few seqs opens only their files (with
+    delta-rs's default target each compaction merged the whole log of a small store again, in no
+    order: at 1M events 4 files each spanning every seq)."""
+    import os
+
+    monkeypatch.setattr("refold.storage.log.COMPACT_EVERY", 5)
+    monkeypatch.setattr("refold.storage.log.COMPACT_TARGET_BYTES", 50_000)
+    mem = refold.init(tmp_path / "store")
+    for i in range(30):
+        mem.append([{**_event(10 * i + j, event_id=f"c{i}-{j}"), "content": os.urandom(300).hex()}
+                    for j in range(10)])
+        files = pa.table(DeltaTable(mem.layout.events).get_add_actions(flatten=True))
+        spans = sorted(zip(files["min.seq"].to_pylist(), files["max.seq"].to_pylist()))
+        assert all(high < low for (_, high), (low, _) in zip(spans, spans[1:])), spans  # disjoint ranges
+    assert [h["operation"] for h in DeltaTable(mem.layout.events).history()].count("OPTIMIZE") >= 5
+    assert sum(size >= 25_000 for size in files["size_bytes"].to_pylist()) >= 3  # not one file of everything
+    assert mem.log()["seq"].to_list() == list(range(300)) and mem.verify().ok
 
 
 def test_head_metadata_of_a_rebased_optimize_is_not_trusted(tmp_path):
