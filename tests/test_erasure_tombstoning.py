@@ -119,3 +119,33 @@ def test_a_rewrite_keeps_every_row_where_it_was(tmp_path):
     for path in pa.table(dt.get_add_actions(flatten=True))["path"].to_pylist():
         seqs = pq.read_table(f"{mem.layout.events}/{path}", columns=["seq"])["seq"].to_numpy()
         assert np.all(np.diff(seqs) > 0), path
+
+
+def test_a_rewrite_keeps_the_logs_file_layout(tmp_path, monkeypatch):
+    """The files an erasure rewrites are written back in runs of about the log's file size, in
+    seq order: the log keeps files over disjoint seq ranges (a read of a few seqs still opens
+    only their files), and small files are still written back as one."""
+    import os
+
+    monkeypatch.setattr("refold.storage.log.COMPACT_EVERY", 5)
+    monkeypatch.setattr("refold.storage.log.COMPACT_TARGET_BYTES", 50_000)
+    monkeypatch.setattr("refold.storage.erasure.log_rewrite.FILE_TARGET_BYTES", 50_000)
+    mem = refold.init(tmp_path / "store")
+    for i in range(30):
+        mem.append([{"kind": "chat_turn", "content": os.urandom(300).hex(), "source": "chat#1",
+                     "subjects": [A if j % 2 == 0 else B], "event_id": f"t{i}-{j}"} for j in range(10)])
+
+    def spans():
+        files = pa.table(DeltaTable(mem.layout.events).get_add_actions(flatten=True))
+        return sorted(zip(files["min.seq"].to_pylist(), files["max.seq"].to_pylist(), files["size_bytes"].to_pylist()))
+
+    before = spans()
+    assert len(before) >= 5
+    receipt = erasure.erase(mem.log_store, A, mode="delete")
+    after = spans()
+    assert len(receipt.events) == 150
+    assert all(high < low for (_, high, _), (low, _, _) in zip(after, after[1:])), after  # disjoint ranges
+    assert len(before) - 2 <= len(after) <= len(before) + 1  # one for one (small ones may merge), and the erasure event
+    assert max(size for *_, size in after) < 2 * 50_000
+    assert mem.verify().ok and all(r["kind"] == "tombstone" for r in mem.log_store.arrow().to_pylist()
+                                   if r["seq"] in {e.seq for e in mem.events() if e.kind == "tombstone"})

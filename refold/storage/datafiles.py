@@ -34,6 +34,10 @@ _UNIQUE_COLUMNS = ("seq", "event_id", "content", "salt", "commitment", "prev_lin
 #: rows per Parquet row group of a compacted file: a read of a few events by seq (``why``'s
 #: sources) decodes only the row groups whose seq statistics hold them, not a whole file
 ROW_GROUP_ROWS = 16_384
+#: About the size of the log's data files: a compaction bins files up to it (delta-rs's
+#: ``target_size``) and an erasure's rewrite writes the files it replaces back in runs of it,
+#: so every file covers its own seq range (refold.storage.log, "compaction").
+FILE_TARGET_BYTES = 16 * 2**20
 
 
 def _properties(compression: str) -> WriterProperties:

@@ -62,7 +62,7 @@ from .log_reader import HEAD_KEY, LogReader
 from .heads import Head, publish_store_head
 from .filemodes import apply_commit, apply_tree
 from .hostlock import host_turn
-from .datafiles import WRITER_PROPERTIES, write_rows
+from .datafiles import FILE_TARGET_BYTES, WRITER_PROPERTIES, write_rows
 from .table_handles import commit_file
 from .schema import EVENTS_SCHEMA, TABLE_CONFIGURATION
 from .sealing import Sealed, seal_rows
@@ -73,12 +73,12 @@ from .signing import signer_from_env
 #: single-event append took ~4 ms at 10 files, ~20 ms at 100 and ~180 ms at 800 (2 busy cores);
 #: merging 25 small files costs ~30 ms, less than the growth it saves over the next 25 appends.
 COMPACT_EVERY = 25
-#: Files of at least about this size are left as they are by a compaction (delta-rs's
-#: ``target_size``): it merges only the files appended since, which hold a run of seqs, so every
-#: file covers its own seq range and a read of a few seqs opens only their files. Without it
-#: (delta-rs's default, 100 MiB) each compaction merged the whole log of a small store again, in
-#: no order: at 1M events 4 files each spanning every seq, so reading any event read the log.
-COMPACT_TARGET_BYTES = 16 * 2**20
+#: Files of about this size are left as they are by a compaction (delta-rs's ``target_size``):
+#: it merges only the files appended since, which hold a run of seqs, so every file covers its
+#: own seq range and a read of a few seqs opens only their files. Without it (delta-rs's
+#: default, 100 MiB) each compaction merged the whole log of a small store again, in no order:
+#: at 1M events 4 files each spanning every seq, so reading any event read the log.
+COMPACT_TARGET_BYTES = FILE_TARGET_BYTES
 
 
 def _dedupe(batch: Sequence[NewEvent], ids: list[str]) -> list[NewEvent]:

@@ -45,6 +45,7 @@ from deltalake.transaction import AddAction, RemoveAction
 from refold.fold.erasure_record import Erased, ErasureRecord
 from refold.fold.errors import ErasureError
 from refold.fold.events import Event
+from ..datafiles import FILE_TARGET_BYTES, ROW_GROUP_ROWS
 from ..delta_io import parquet_dataset
 from ..store_options import arrow_filesystem, arrow_paths
 from ..schema import EVENTS_SCHEMA, STATS_COLUMNS, events_to_table, table_to_events
@@ -148,8 +149,19 @@ def _candidates(dt: DeltaTable, seqs: np.ndarray) -> list[tuple[str, int]]:
     return out
 
 
-#: rows per rewritten file at most (the affected files' rows are written together, in seq order)
-MAX_ROWS_PER_FILE = 1_000_000
+def _groups(candidates: list[tuple[str, int]], target: int) -> list[list[tuple[str, int]]]:
+    """``candidates`` (in seq order) in runs whose files add up to about ``target`` bytes: a
+    file of the log's size stays a file of its own, small ones (the tail not yet compacted, or
+    one speaker's turns over many small files) are written back as one."""
+    groups: list[list[tuple[str, int]]] = []
+    size = 0
+    for path, nbytes in candidates:
+        if not groups or size + nbytes > target:
+            groups.append([])
+            size = 0
+        groups[-1].append((path, nbytes))
+        size += nbytes
+    return groups
 
 
 def stage(dt: DeltaTable, folder: str | Path, seqs: set[int], *, erasure_id: str,
@@ -157,54 +169,52 @@ def stage(dt: DeltaTable, folder: str | Path, seqs: set[int], *, erasure_id: str
           erasure_of: Mapping[int, str] | None = None) -> Staged:
     """Write the tombstoned copies of the files holding the not-yet-tombstoned rows of ``seqs``.
 
-    The rows of every affected file are read together (Arrow reads the files in parallel, in the
-    order of their first seq) and written back together, each row where it was (an erased one
-    replaced by its tombstone), as few files as :data:`MAX_ROWS_PER_FILE` allows: one speaker's
-    turns spread over many small files cost one write, not one per file.
-    ``expected``: seq → commitment as planned; a row that differs raises :class:`ErasureError`
-    (nothing staged is left behind). An empty result (no adds) means every row is a tombstone
-    already. ``erasure_of``: seq → the erasure id its tombstone names, where a batch erases
-    several subjects in one commit (each subject's erasure record vouches for its own seqs);
-    a seq it does not name gets ``erasure_id``.
+    The affected files are taken in the order of their first seq, in runs of about the log's
+    file size (:data:`~refold.storage.datafiles.FILE_TARGET_BYTES`): each run's rows are read
+    together (Arrow reads its files in parallel) and written back as one file, each row where it
+    was (an erased one replaced by its tombstone). So the log keeps its layout (files over
+    disjoint seq ranges, row groups of :data:`~refold.storage.datafiles.ROW_GROUP_ROWS`), memory
+    follows one run, and one speaker's turns spread over many small files cost one write, not
+    one per file. ``expected``: seq → commitment as planned; a row that differs raises
+    :class:`ErasureError` (nothing staged is left behind). An empty result (no adds) means every
+    row is a tombstone already. ``erasure_of``: seq → the erasure id its tombstone names, where a
+    batch erases several subjects in one commit (each subject's erasure record vouches for its
+    own seqs); a seq it does not name gets ``erasure_id``.
     """
     # the table's own filesystem: a local folder, or the bucket its storage options reach
     fs = arrow_filesystem(dt.table_uri, getattr(dt, "_storage_options", None))
     base = arrow_paths([str(folder)], fs)[0].rstrip("/")
     wanted = np.array(sorted(seqs), dtype=np.int64)
     staged = Staged(base, fs)
-    candidates = _candidates(dt, wanted)
-    if not candidates:
-        return staged
-    rows = parquet_dataset(dt, [f"{str(folder).rstrip('/')}/{unquote(p)}" for p, _ in candidates],
-                           EVENTS_SCHEMA).to_table()  # (in the files' order: _candidates lists them by seq)
-    hit = np.asarray(pc.is_in(rows["seq"], value_set=pa.array(wanted)))
-    hit &= np.asarray(pc.fill_null(pc.not_equal(rows["kind"], "tombstone"), True))
-    if not hit.any():
-        return staged
-    erased = list(table_to_events(rows.filter(pa.array(hit))))
-    for e in erased:
-        if e.commitment != expected.get(e.seq):
-            raise ErasureError(f"seq {e.seq} changed since the erasure was planned; run `refold verify`")
     owner = erasure_of or {}
-    tombs = events_to_table([tombstone(e, owner.get(e.seq, erasure_id), pseudonym) for e in erased])
-    new = _spliced(rows, hit, tombs)
     now = time.time_ns() // 1_000_000
     try:
-        for start in range(0, new.num_rows, MAX_ROWS_PER_FILE):
-            part = new.slice(start, MAX_ROWS_PER_FILE)
+        for group in _groups(_candidates(dt, wanted), FILE_TARGET_BYTES):
+            rows = parquet_dataset(dt, [f"{str(folder).rstrip('/')}/{unquote(p)}" for p, _ in group],
+                                   EVENTS_SCHEMA).to_table()  # (in the files' order)
+            hit = np.asarray(pc.is_in(rows["seq"], value_set=pa.array(wanted)))
+            hit &= np.asarray(pc.fill_null(pc.not_equal(rows["kind"], "tombstone"), True))
+            if not hit.any():
+                continue  # (the statistics allowed an erased seq, the rows hold none: left as it is)
+            erased = list(table_to_events(rows.filter(pa.array(hit))))
+            for e in erased:
+                if e.commitment != expected.get(e.seq):
+                    raise ErasureError(f"seq {e.seq} changed since the erasure was planned; run `refold verify`")
+            tombs = events_to_table([tombstone(e, owner.get(e.seq, erasure_id), pseudonym) for e in erased])
+            new = _spliced(rows, hit, tombs)
             name = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
             target = f"{base}/{name}"
-            pq.write_table(part, target, compression="snappy", write_statistics=list(STATS_COLUMNS),
-                           filesystem=fs)
+            pq.write_table(new, target, compression="snappy", write_statistics=list(STATS_COLUMNS),
+                           row_group_size=ROW_GROUP_ROWS, filesystem=fs)
             size = Path(target).stat().st_size if fs is None else fs.get_file_info(target).size
             staged.adds.append(AddAction(path=name, size=size, partition_values={},
-                                         modification_time=now, data_change=True, stats=add_stats(part)))
+                                         modification_time=now, data_change=True, stats=add_stats(new)))
+            staged.removes += [RemoveAction(path=path, data_change=True, deletion_timestamp=now, size=nbytes,
+                                            partition_values={}) for path, nbytes in group]
+            staged.erased += erased
     except BaseException:
         staged.discard()
         raise
-    staged.removes = [RemoveAction(path=path, data_change=True, deletion_timestamp=now, size=size,
-                                   partition_values={}) for path, size in candidates]
-    staged.erased = erased
     return staged
 
 
