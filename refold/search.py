@@ -282,6 +282,7 @@ def _table_fact_items(mem: "Memory", tables, known: VectorIndex | None = None, s
     hashes serve for the same keys and texts. ``svc`` (the head's search): the tag's basis and
     its items are kept there, so while the tag stays (appends, no fold) only the rows of the
     subjects the read overlay touches are derived again (:mod:`refold.state_index`)."""
+    from refold.fold.partition import one_of
     from refold.state_index import index_basis, index_delta, index_facts
 
     store, tag, overlay = tables
@@ -300,7 +301,7 @@ def _table_fact_items(mem: "Memory", tables, known: VectorIndex | None = None, s
     delta = index_delta(basis, tag, overlay)
     if delta.rows.height == 0 and not delta.dropped:
         return items
-    kept = items.filter(~pl.col("key").is_in(pl.Series(sorted(delta.dropped), dtype=pl.Utf8).implode()))
+    kept = items.filter(~one_of("key", delta.dropped))
     rows = pl.concat([delta.rows, delta.context.select(delta.rows.columns).cast(delta.rows.schema)])
     fresh = _fact_items(rows, delta.names, principals, meta)
     fresh = fresh.filter(pl.col("key").is_in(delta.rows["fact_id"].implode()))

@@ -40,7 +40,7 @@ from refold.fold.events import Event
 from refold.fold.extract import Extractor
 from refold.fold.partition import (
     DEFAULT_BUCKETS, FACT_SCHEMA, ITEM_SCHEMA, advance_subjects, bucket_of, derive_frame, entities_from_names,
-    entity_rows, first_surfaces, items_of, merge_items, names_of_surfaces, read_time_rules, stored_rules,
+    entity_rows, first_surfaces, items_of, merge_items, names_of_surfaces, one_of, read_time_rules, stored_rules,
 )
 from refold.fold.spec import FoldSpec
 from refold.folding import FoldReport, extract_missing, needs_extraction
@@ -411,11 +411,6 @@ _BASE_COLUMNS = ["fact_id", "tenant", "subject", "relation", "object", "valid_fr
 
 
 
-def _among(column: str, values: Iterable[str]) -> pl.Expr:
-    """``column`` is one of ``values`` (polars)."""
-    return pl.col(column).is_in(pl.Series(sorted(set(values)), dtype=pl.Utf8).implode())
-
-
 def _buckets(nodes: Iterable[str], buckets: int) -> set[int]:
     return {bucket_of(n, buckets) for n in nodes}
 
@@ -434,19 +429,19 @@ def _refresh_derived(spec: FoldSpec, store: StateStore, buckets: int, *, before:
     derived when read, so a moved organisation re-derives nothing here."""
     rules = stored_rules(spec.rollups)
     inverse = sorted({r.inputs[0] for r in rules})
-    direct = after.select(_BASE_COLUMNS).filter(pl.col("relation").is_in(inverse) & _among("fact_id", changed))
+    direct = after.select(_BASE_COLUMNS).filter(pl.col("relation").is_in(inverse) & one_of("fact_id", changed))
     # (an append: the changed rows' new versions come first, so they win over the stored ones)
-    pending = after.filter(_among("fact_id", changed)) if append else after.clear()
+    pending = after.filter(one_of("fact_id", changed)) if append else after.clear()
     base = pl.concat([pending.select(_BASE_COLUMNS), direct]).unique("fact_id", keep="first", maintain_order=True)
     new = derive_frame(rules, base, buckets=buckets, touching=changed)
     fresh_ids = set(new["fact_id"].to_list())
     if append:
         # the derived rows the state holds with a changed input are what the rules gave over
         # the inputs' previous versions: derived again from those, not read back
-        previous = before.select(_BASE_COLUMNS).filter(_among("fact_id", changed))
-        prior_base = pl.concat([base.filter(~_among("fact_id", changed)), previous])
+        previous = before.select(_BASE_COLUMNS).filter(one_of("fact_id", changed))
+        prior_base = pl.concat([base.filter(~one_of("fact_id", changed)), previous])
         old = derive_frame(rules, prior_base, buckets=buckets, touching=changed)
-        gone = old.filter(~_among("fact_id", fresh_ids))
+        gone = old.filter(~one_of("fact_id", fresh_ids))
         rows = [t.to_arrow().select(FACT_SCHEMA.names).cast(FACT_SCHEMA) for t in (pending, new, gone)]
         if sum(t.num_rows for t in rows):
             flags = pa.array([False] * (pending.height + new.height) + [True] * gone.height, pa.bool_())
@@ -456,7 +451,7 @@ def _refresh_derived(spec: FoldSpec, store: StateStore, buckets: int, *, before:
     # inputs' stored versions (a derived id is a hash of its inputs' ids, which every version
     # of a row shares); they are replaced, every version of them, by id in the buckets of their
     # subjects: delta-rs rewrites only the files that hold them
-    old = derive_frame(rules, before.select(_BASE_COLUMNS).filter(_among("fact_id", changed)), buckets=buckets,
+    old = derive_frame(rules, before.select(_BASE_COLUMNS).filter(one_of("fact_id", changed)), buckets=buckets,
                        touching=changed)
     homes = set(old["bucket"].to_list()) | set(new["bucket"].to_list())
     if homes:
@@ -500,7 +495,7 @@ def _refresh_entities(spec: FoldSpec, store: StateStore, buckets: int, nodes: se
     fresh = entity_rows(spec, items, merged.select(_SUMMARY_COLUMNS), buckets=buckets, nodes=nodes, names=names,
                         prior=prior)
     if summarised is not None and prior is not None and prior.height:
-        kept = prior.filter(~_among("node", summarised)).select("node", "summary", "summary_sources")
+        kept = prior.filter(~one_of("node", summarised)).select("node", "summary", "summary_sources")
         if kept.height:
             fresh = fresh.join(kept, on="node", how="left", suffix="_kept").with_columns(
                 pl.coalesce("summary_kept", "summary").alias("summary"),
@@ -509,18 +504,18 @@ def _refresh_entities(spec: FoldSpec, store: StateStore, buckets: int, nodes: se
             ).select(fresh.columns)
     if append:
         return store.write("entities", fresh.to_arrow(), mode="append", seen_at=seen_at)
-    keep = old.filter(~_among("node", nodes))
+    keep = old.filter(~one_of("node", nodes))
     version = store.write("entities", pl.concat([keep, fresh.cast(keep.schema)]).to_arrow(), buckets=where)
     if renamed:
         # a node whose display name changed (its first surface was erased) or that is gone:
         # the summaries naming it change too (rare: a name that only erased events used first)
-        was = old.filter(_among("node", renamed & nodes)).select("node", "name")
+        was = old.filter(one_of("node", renamed & nodes)).select("node", "name")
         now = dict(zip(fresh["node"].to_list(), fresh["name"].to_list()))
         changed = {n for n, name in zip(was["node"].to_list(), was["name"].to_list()) if now.get(n) != name}
         if changed:
             # a merged row pointing at such a node came from a surviving item naming it as the
             # object, which lives in the row's subject's bucket: only those buckets are read
-            homes = set(items.filter(_among("object_node", changed))["bucket"].to_list())
+            homes = set(items.filter(one_of("object_node", changed))["bucket"].to_list())
             referrers = store.read("facts", buckets=homes, columns=["subject", "valid_to"], layer="merged",
                                    filter=among("object", changed))
             more = set(referrers.filter(pc.is_null(referrers["valid_to"]))["subject"].to_pylist()) - nodes
@@ -668,7 +663,7 @@ def purge_state(store: StateStore, spec: FoldSpec, event_ids: Sequence[str]) -> 
     after = pl.from_arrow(_merge(spec, surviving.filter(among("subject_node", subjects)), buckets))
     home = _buckets(subjects, buckets)
     old = pl.from_arrow(store.read("facts", buckets=home, layer="merged"))
-    mine = _among("subject", subjects)
+    mine = one_of("subject", subjects)
     store.write("facts", pl.concat([old.filter(~mine), after]).to_arrow(), buckets=home, layer="merged")
     before = old.filter(mine)
     changed = set(before["fact_id"].to_list()) | set(after["fact_id"].to_list())

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
-from refold.fold.partition import derive_frame
+from refold.fold.partition import derive_frame, one_of
 from refold.state_rollups import rollups_of, rules_of
 from refold.storage.state import StateStore, StateTag
 
@@ -76,21 +76,17 @@ def index_basis(store: StateStore, tag: StateTag) -> IndexBasis:
     return IndexBasis(rows=rows, rollups=rollups, names=names)
 
 
-def _among(column: str, values) -> pl.Expr:
-    return pl.col(column).is_in(pl.Series(sorted(set(values)), dtype=pl.Utf8).implode())
-
-
 def index_delta(basis: IndexBasis, tag: StateTag, overlay: "StateOverlay") -> IndexDelta:
     """The :class:`IndexDelta` of ``overlay`` (the read overlay of the events after ``tag``) on
     ``basis`` (``tag``'s). Works in memory: reads nothing."""
     names = dict(basis.names)
     names.update({n: name for n, (_, name) in overlay.names.items() if n not in names})
-    gone = basis.rows.filter(_among("fact_id", overlay.gone))
+    gone = basis.rows.filter(one_of("fact_id", overlay.gone))
     subjects = set(overlay.rows["subject"].to_list()) | set(gone["subject"].to_list())
     if not subjects:
         empty = basis.rows.head(0)
         return IndexDelta(rows=empty, dropped=frozenset(), context=empty, names=names)
-    mine = basis.rows.filter(_among("subject", subjects))
+    mine = basis.rows.filter(one_of("subject", subjects))
     touched = overlay.apply(mine, nodes=subjects)
     # the roll-ups with an input among the touched subjects' rows, over every current row as the
     # overlay has them (the pairs with a touched input only: see derive_frame's ``touching``)
@@ -98,7 +94,7 @@ def index_delta(basis: IndexBasis, tag: StateTag, overlay: "StateOverlay") -> In
     frames = [touched]
     rules = rules_of(tag)
     if rules and basis.rollups.height:
-        hit = basis.rollups.select("fact_id", "inputs").explode("inputs").filter(_among("inputs", stale))
+        hit = basis.rollups.select("fact_id", "inputs").explode("inputs").filter(one_of("inputs", stale))
         stale |= set(hit["fact_id"].to_list())
     if rules:
         live = touched.filter(pl.col("valid_to").is_null() & (pl.col("layer") == "merged"))
@@ -123,9 +119,9 @@ def index_delta(basis: IndexBasis, tag: StateTag, overlay: "StateOverlay") -> In
                  ["inputs"].explode().drop_nulls().to_list()) - set(rows["fact_id"].to_list())
     context = rows.head(0)
     if inputs:
-        owners = set(basis.rows.filter(_among("fact_id", inputs))["subject"].to_list()) - subjects
+        owners = set(basis.rows.filter(one_of("fact_id", inputs))["subject"].to_list()) - subjects
         if owners:
-            context = overlay.apply(basis.rows.filter(_among("subject", owners)), nodes=owners)
+            context = overlay.apply(basis.rows.filter(one_of("subject", owners)), nodes=owners)
     return IndexDelta(rows=rows, dropped=frozenset(stale), context=context, names=names)
 
 
@@ -144,7 +140,7 @@ def index_facts(store: StateStore, tag: StateTag, overlay: "StateOverlay | None"
     delta = index_delta(basis, tag, overlay)
     df = basis.frame()
     if delta.dropped:
-        df = df.filter(~_among("fact_id", delta.dropped))
+        df = df.filter(~one_of("fact_id", delta.dropped))
     if delta.rows.height:
         df = pl.concat([df, delta.rows.select(df.columns).cast(df.schema)])
     return df, delta.names

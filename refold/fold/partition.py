@@ -47,7 +47,7 @@ __all__ = [
     "DEFAULT_BUCKETS", "ENTITY_SCHEMA", "FACT_SCHEMA", "ITEM_SCHEMA", "advance_subjects", "bucket_of",
     "derive_for_subjects", "derive_frame", "entities_from_names", "entity_names", "entity_rows",
     "first_surfaces", "fold_pairs", "fold_partition", "items_frame", "items_of", "merge_items",
-    "merged_frame", "names_of_surfaces", "read_time_rules", "stored_rules", "subject_buckets"
+    "merged_frame", "names_of_surfaces", "one_of", "read_time_rules", "stored_rules", "subject_buckets"
 ]
 
 #: Buckets of a new state: a full fold's peak memory follows the largest bucket (~1/64 of the
@@ -257,6 +257,12 @@ def stored_rules(rules) -> tuple:
 def read_time_rules(rules) -> tuple:
     """The roll-up rules derived when read: compose rules (their rows grow with moves × staff)."""
     return tuple(r for r in rules if r.kind != "inverse")
+
+
+def one_of(column: str, values: Iterable[str]) -> pl.Expr:
+    """``column`` is one of ``values`` (a polars filter; :func:`refold.storage.state.among` is
+    the pyarrow one that a read pushes down)."""
+    return pl.col(column).is_in(pl.Series(sorted(set(values)), dtype=pl.Utf8).implode())
 
 
 def derive_for_subjects(rules, rows: pl.DataFrame, partners: pl.DataFrame, subjects: Iterable[str], *,
