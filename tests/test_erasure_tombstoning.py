@@ -128,7 +128,7 @@ def test_a_rewrite_keeps_the_logs_file_layout(tmp_path, monkeypatch):
     import os
 
     monkeypatch.setattr("refold.storage.log.COMPACT_EVERY", 5)
-    monkeypatch.setattr("refold.storage.log.COMPACT_TARGET_BYTES", 50_000)
+    monkeypatch.setattr("refold.storage.log.FILE_TARGET_BYTES", 50_000)
     monkeypatch.setattr("refold.storage.erasure.log_rewrite.FILE_TARGET_BYTES", 50_000)
     mem = refold.init(tmp_path / "store")
     for i in range(30):

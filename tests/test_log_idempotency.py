@@ -138,7 +138,7 @@ def test_compaction_keeps_rows_chain_head_and_ids(tmp_path, monkeypatch):
 
 
 def test_compaction_merges_only_small_files_so_files_hold_disjoint_seq_ranges(tmp_path, monkeypatch):
-    """A compaction bins files up to COMPACT_TARGET_BYTES: a file near that size is left alone,
+    """A compaction bins files up to FILE_TARGET_BYTES: a file near that size is left alone,
     and what gets merged is the run of files appended since. So the log keeps files of about that
     size, each over its own seq range, and a read of a few seqs opens only their files (with
     delta-rs's default target each compaction merged the whole log of a small store again, in no
@@ -146,7 +146,7 @@ def test_compaction_merges_only_small_files_so_files_hold_disjoint_seq_ranges(tm
     import os
 
     monkeypatch.setattr("refold.storage.log.COMPACT_EVERY", 5)
-    monkeypatch.setattr("refold.storage.log.COMPACT_TARGET_BYTES", 50_000)
+    monkeypatch.setattr("refold.storage.log.FILE_TARGET_BYTES", 50_000)
     mem = refold.init(tmp_path / "store")
     for i in range(30):
         mem.append([{**_event(10 * i + j, event_id=f"c{i}-{j}"), "content": os.urandom(300).hex()}

@@ -73,12 +73,6 @@ from .signing import signer_from_env
 #: single-event append took ~4 ms at 10 files, ~20 ms at 100 and ~180 ms at 800 (2 busy cores);
 #: merging 25 small files costs ~30 ms, less than the growth it saves over the next 25 appends.
 COMPACT_EVERY = 25
-#: Files of about this size are left as they are by a compaction (delta-rs's ``target_size``):
-#: it merges only the files appended since, which hold a run of seqs, so every file covers its
-#: own seq range and a read of a few seqs opens only their files. Without it (delta-rs's
-#: default, 100 MiB) each compaction merged the whole log of a small store again, in no order:
-#: at 1M events 4 files each spanning every seq, so reading any event read the log.
-COMPACT_TARGET_BYTES = FILE_TARGET_BYTES
 
 
 def _dedupe(batch: Sequence[NewEvent], ids: list[str]) -> list[NewEvent]:
@@ -325,7 +319,10 @@ class EventLog(LogReader):
         self._known_ids(dt)  # index every file first: the compacted files hold the same ids
         head = self._last if self._last and self._last.table_version == dt.version() else self.head(dt)
         after = Head(head.seq, head.link, head.recorded_at, dt.version() + 1)
-        metrics = dt.optimize.compact(target_size=COMPACT_TARGET_BYTES, writer_properties=WRITER_PROPERTIES,
+        # (files of about FILE_TARGET_BYTES are left alone: it merges the files appended since, a run
+        # of seqs, so every file keeps its own seq range; delta-rs's 100 MiB default re-merged
+        # the whole log of a smaller store each time, in no order)
+        metrics = dt.optimize.compact(target_size=FILE_TARGET_BYTES, writer_properties=WRITER_PROPERTIES,
                                       commit_properties=CommitProperties(
             max_commit_retries=0, custom_metadata={HEAD_KEY: json.dumps(after.as_json())}))
         if not metrics.get("numFilesRemoved"):  # nothing to merge, nothing committed

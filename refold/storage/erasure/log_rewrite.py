@@ -128,7 +128,7 @@ class Staged:
 
 def _candidates(dt: DeltaTable, seqs: np.ndarray) -> list[tuple[str, int]]:
     """(path, size) of the data files whose seq range may hold one of the sorted ``seqs``, in
-    the order of their first seq (so their rows, read in that order, are in seq order)."""
+    the order of their first seq (so the runs :func:`stage` writes back keep disjoint ranges)."""
     actions = pa.table(dt.get_add_actions(flatten=True))
     if actions.num_rows == 0:
         return []
@@ -222,7 +222,7 @@ def _spliced(rows: pa.Table, hit: np.ndarray, tombs: pa.Table) -> pa.Table:
     """``rows`` with the rows where ``hit`` holds replaced by ``tombs`` (in the same order), every
     row where it was: slices of ``rows`` around the tombstones, no copy of the surviving rows.
     (Sorting them by seq instead gathered every row of the rewritten files: ~4 s of an erasure
-    at 1M events, for a log whose compacted files are not in seq order anyway.)"""
+    at 1M events, for files whose rows a compaction need not have left in seq order anyway.)"""
     pieces, start = [], 0
     for k, i in enumerate(np.flatnonzero(hit).tolist()):
         if i > start:
