@@ -68,6 +68,22 @@ class KeyStoreContract:
         assert ks.erased("s-a") == "er-1"
         assert ks.get_or_create("s-b")[0]  # other owners are unaffected
 
+    def test_erased_owners_lists_every_marker_by_owner_digest(self, tmp_path):
+        """What a shred-mode read checks before answering from derived state: every owner
+        destroy was called for (subjects and tenants), named by digest, and nothing else."""
+        ks = self.make(tmp_path)
+        assert ks.erased_owners() == frozenset()
+        ks.get_or_create("s-a")
+        ks.get_or_create(KeyOwner.tenant("acme"))
+        assert ks.erased_owners() == frozenset()
+        ks.destroy("s-a", erasure_id="er-1")
+        ks.destroy(KeyOwner.tenant("acme"))
+        ks.destroy("never-seen")  # a marker without keys still counts: appends about it are refused
+        assert ks.erased_owners() == frozenset({KeyOwner.subject("s-a").digest(), KeyOwner.tenant("acme").digest(),
+                                                KeyOwner.subject("never-seen").digest()})
+        ks.destroy("s-a")
+        assert len(ks.erased_owners()) == 3
+
     def test_subject_and_tenant_owners_never_share_a_key(self, tmp_path):
         """Issue #16 item 8: subject "tenant:acme" is not tenant acme."""
         ks = self.make(tmp_path)

@@ -21,6 +21,11 @@ Contract (:class:`KeyStore`):
   naming the erasure, so an append racing the erasure (or coming after it) can never get a fresh
   key and stay readable. New data about the person goes under a new subject id.
 * ``erased(subject_id)`` is the erasure id of that marker (``""`` when none was named), or None.
+* ``erased_owners()`` lists every erased marker: the :meth:`KeyOwner.digest` of each owner
+  ``destroy`` was called for (a frozenset; one listing, no key read). Since the marker is written
+  before the keys go, an owner whose keys are gone, or going, is in it: a shred-mode read checks
+  it to know that the derived state it answers from predates no destruction (docs/erasure.md,
+  "Keys destroyed outside an erasure").
 * ``exists(key_id)`` is ``get(key_id) is not None`` without reading the key.
 * ``destruction(subject_id)`` is what destroying the owner's keys did, as a JSON-able mapping for
   the erasure receipt (``{"key_store": "file" | "kms" | ..., "erasure_id": ..., ...}``; a KMS
@@ -53,7 +58,7 @@ import hashlib
 import os
 import secrets
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -112,9 +117,22 @@ class KeyStore(Protocol):
 
     def erased(self, subject_id: "str | KeyOwner") -> str | None: ...
 
+    def erased_owners(self) -> frozenset[str]: ...
+
     def exists(self, key_id: str) -> bool: ...
 
     def destruction(self, subject_id: "str | KeyOwner") -> Mapping[str, Any] | None: ...
+
+
+def marks_fingerprint(marks: "Iterable[str]") -> str:
+    """A short name of a set of erased markers (:meth:`KeyStore.erased_owners`): ``""`` for none,
+    else ``"<count>:<sha256 of the sorted digests>"``. Derived state records the one its fold
+    honoured; a read compares it with the markers listed now (markers are never removed, so an
+    equal name means no owner was erased since)."""
+    names = sorted(set(marks))
+    if not names:
+        return ""
+    return f"{len(names)}:{hashlib.sha256(chr(10).join(names).encode('ascii')).hexdigest()}"
 
 
 def _new_key_id() -> str:
@@ -250,6 +268,12 @@ class FileKeyStore:
         except FileNotFoundError:
             return None
 
+    def erased_owners(self) -> frozenset[str]:
+        try:  # (a marker is written to a temp name and renamed: only whole names are digests)
+            return frozenset(n for n in os.listdir(self._erased) if not n.startswith("."))
+        except FileNotFoundError:
+            return frozenset()
+
     def get(self, key_id: str) -> bytes | None:
         try:
             data = self._key_file(key_id).read_bytes()
@@ -370,6 +394,9 @@ class MemoryKeyStore:
 
     def erased(self, subject_id: "str | KeyOwner") -> str | None:
         return self._erased.get(_check_subject(subject_id))
+
+    def erased_owners(self) -> frozenset[str]:
+        return frozenset(owner.digest() for owner in self._erased)
 
     def get(self, key_id: str) -> bytes | None:
         return self._keys.get(key_id)

@@ -69,6 +69,11 @@ class ObjectKeyStore:
         text = self.files.get_text(f"{self.prefix}/erased/{_check_subject(subject_id).digest()}")
         return None if text is None else text.strip()
 
+    def erased_owners(self) -> frozenset[str]:
+        folder = f"{self.prefix}/erased/"
+        names = (key[len(folder):] for key in self.files.list(folder) if key.startswith(folder))
+        return frozenset(n for n in names if n and "/" not in n and not n.startswith("."))
+
     def get(self, key_id: str) -> bytes | None:
         data = self._stored(key_id)
         return None if data is None else self._open_key(key_id, data)
