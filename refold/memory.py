@@ -118,6 +118,12 @@ class Memory:
 
         return open_keystore(self.layout, self.settings)
 
+    def erased_marks(self) -> frozenset[str]:
+        """The erased markers of a shred-mode store's key store (one listing,
+        :meth:`~refold.storage.keys.KeyStore.erased_owners`); empty in delete mode. An event of a
+        marked owner is erased for every read and fold, whatever keys remain."""
+        return self.key_store.erased_owners() if self.mode == "shred" else frozenset()
+
     # -- the log ----------------------------------------------------------------------------------
 
     def append(self, events: NewEvent | Mapping[str, Any] | Iterable[NewEvent | Mapping[str, Any]],
@@ -194,16 +200,20 @@ class Memory:
             return {}
         return {e.event_id: e for e in self._readable(self.log_store.events_by_id(None, ids, seqs=seqs))}
 
-    def _readable(self, events: list[Event]) -> list[Event]:
+    def _readable(self, events: list[Event], marks: frozenset[str] | None = None) -> list[Event]:
+        """``events`` in readable form (shred mode: decrypted; erased: an event whose key is gone
+        or whose owner has an erased marker among ``marks``, default: listed now)."""
         if self.mode != "shred":
             return events
-        from refold.storage.crypto import open_event
+        from refold.storage.crypto import marked_events, open_event
 
         keys = self.key_store
+        gone = marked_events((e.event_id for e in events), (e.subjects for e in events), (e.tenant for e in events),
+                             (e.cipher for e in events), self.erased_marks() if marks is None else marks)
         out = []
         for e in events:
             if e.cipher:
-                opened = open_event(e, keys)
+                opened = None if e.event_id in gone else open_event(e, keys)
                 e = opened if opened is not None else e.with_(content=None, justification=None, fact=None)
             out.append(e)
         return out
@@ -376,21 +386,26 @@ class Memory:
         (docs/fold.md, "Reads"); None when this spec was never folded into state tables, a full
         fold of it is under way, or the log no longer holds the tag's position (the graph engine's
         read answers then). Writes nothing, calls no model. A log version seen before, with no
-        event pending, is answered from this process's memory (through :meth:`_cached`)."""
+        event pending, is answered from this process's memory (through :meth:`_cached`).
+
+        Shred mode: only while the key store lists the erased markers the tag honours (one
+        listing per read, :meth:`erased_marks`), else None; the events after the tag are
+        decrypted."""
         store = self.state_store(spec)
         version = self.log_store.version()
+        marks = self.erased_marks()  # before the tables: a marker listed after is the next read's
         seen = self._cached("_state_at", spec.hash)
-        if seen is not None and seen[0] == version:
+        if seen is not None and seen[0] == version and _honours(seen[1][1], marks):
             return seen[1]
         tag = store.tag()
-        if tag is None:
+        if tag is None or not _honours(tag, marks):
             return None
         from refold.state_overlay import state_overlay, tail_after
 
         tail = tail_after(self, tag)
         if tail is None:
             return None
-        found = (store, tag, state_overlay(self, spec, store, tag, tail))
+        found = (store, tag, state_overlay(self, spec, store, tag, self._readable(tail, marks)))
         if not found[2].pending:  # else not kept: a fold (here or elsewhere) may cache their extractions
             self._state_at = {spec.hash: (version, found)}
         return found
@@ -401,13 +416,24 @@ class Memory:
 
         return ExtractionCache(self.layout, storage_options=self.storage_options)
 
+    def _read_epoch(self) -> str:
+        """What a kept graph-engine state is keyed by besides the log position: the erasure epoch
+        and, in shred mode, the erased markers (a key destroyed outside an erasure bumps no
+        epoch, and the events it makes unreadable keep their seqs and links). Read before the log."""
+        epoch = self.erasure_epoch()
+        if self.mode != "shred":
+            return epoch
+        from refold.storage.keys import marks_fingerprint
+
+        return f"{epoch}|{marks_fingerprint(self.erased_marks())}"
+
     def _fold_state(self, spec: FoldSpec, events: list[Event] | None, *, full: bool = False,
                     extractor: Extractor | None = None, epoch: str | None = None) -> "FoldState":
         """State of ``spec`` over ``events`` (a log prefix; None: the head, read incrementally).
 
         Resumes from this process's live fold or the newest valid snapshot at or before the
         prefix's end; the returned graph is a copy that later folds never touch. ``epoch``: the
-        erasure epoch read before ``events`` were (default: read now); it keys the cached state.
+        :meth:`_read_epoch` read before ``events`` were (default: read now); it keys the cached state.
         """
         from refold.fold.graph_objects import paused_gc
         from refold.fold.snapshot_codec import stats_to_json
@@ -415,7 +441,7 @@ class Memory:
         from refold.projection import DeltaSource, ListSource
 
         if epoch is None:
-            epoch = self.erasure_epoch()
+            epoch = self._read_epoch()
         # the epoch is part of the key: an erasure keeps seqs and links (tombstones) but not content
         if events is None:
             head = self.head()
@@ -452,7 +478,7 @@ class Memory:
         under the rules spec, the rules extractor in memory) and counts the rest in
         ``FoldState.pending`` (docs/fold.md, "Reads"): :meth:`fold` extracts them.
         """
-        epoch = self.erasure_epoch()  # before any read: see refold.storage.epoch
+        epoch = self._read_epoch()  # before any read: see refold.storage.epoch
         spec = spec or self.current_spec()
         if as_of is None and self.mode != "shred":
             return self._fold_state(spec, None, epoch=epoch)
@@ -488,11 +514,8 @@ class Memory:
         return neighbourhood(graph, subject=subject, depth=depth, tenant=tenant, valid_at=when)
 
     def _readable_tables(self, as_of):
-        """The current spec's state tables when a read can answer from them: a plain store
-        (shred-mode reads decrypt through the log): (store, tag, overlay), see
-        :meth:`_state_read` (the head) and :meth:`_state_read_at` (``as_of``)."""
-        if self.mode == "shred":
-            return None
+        """The current spec's state tables when a read can answer from them: (store, tag,
+        overlay), see :meth:`_state_read` (the head) and :meth:`_state_read_at` (``as_of``)."""
         if as_of is None:
             return self._state_read(self.current_spec())
         return self._state_read_at(self.current_spec(), as_of)
@@ -509,17 +532,18 @@ class Memory:
         end = self.log_store.prefix_end(as_of)  # (what seqs a version holds outlives an erasure)
         if end is None or end < 0:
             return None
+        marks = self.erased_marks()
         seen = self._cached("_state_past", (spec.hash, end))
         store = self.state_store(spec)
-        if seen is not None and seen[1] in store.tags():  # (still whole: a vacuum elsewhere may have cut it)
-            return seen
+        if seen is not None and seen[1] in store.tags() and _honours(seen[1], marks):  # (still whole: a vacuum
+            return seen  # elsewhere may have cut it)
         tag = store.tag_at(end)
-        if tag is None:
+        if tag is None or not _honours(tag, marks):
             return None
         tail = tail_after(self, tag, until=end)
         if tail is None:
             return None
-        found = (store, tag, state_overlay(self, spec, store, tag, tail))
+        found = (store, tag, state_overlay(self, spec, store, tag, self._readable(tail, marks)))
         if not found[2].pending:  # else not kept, as for the head (see _state_read)
             self._state_past = {(spec.hash, end): found}
         return found
@@ -741,6 +765,14 @@ def init(root: str | Path, *, mode: Mode = "delete", storage_options: dict[str, 
     write_settings(layout, mode, keys=keys)
     EventLog.create(layout, storage_options=storage_options)
     return Memory(root, storage_options=storage_options)
+
+
+def _honours(tag, marks: frozenset[str]) -> bool:
+    """Whether state tables at ``tag`` honour exactly the erased markers ``marks`` (listed now):
+    no owner was erased since their fold (markers are never removed)."""
+    from refold.storage.keys import marks_fingerprint
+
+    return tag.erased == marks_fingerprint(marks)
 
 
 def open(root: str | Path, *, create: bool = False, mode: Mode = "delete",  # noqa: A001

@@ -240,6 +240,9 @@ class _Service:
         self.lock = threading.RLock()
         #: (key, :class:`~refold.state_index.IndexBasis`, its fact items) of the head's state tag
         self.basis: tuple[tuple, Any, pl.DataFrame] | None = None
+        #: shred mode: (markers' fingerprint, last seq read, ids of the events up to it those
+        #: erased markers make unreadable), see :func:`_marked`
+        self.marked: tuple[str, int, frozenset[str]] | None = None
 
 
 _services: "weakref.WeakKeyDictionary[Memory, _Service]" = weakref.WeakKeyDictionary()
@@ -329,11 +332,13 @@ def _head_items(mem: "Memory", pinned: int | None, base: tuple[dict[str, VectorI
     tables) the graph engine's fold of the log at ``pinned``."""
     from refold.state_overlay import log_after
 
+    marks = mem.erased_marks()  # (shred mode) before the tables, as a read does
     tables = mem._readable_tables(None)
     if tables is None:
         state = mem.state(as_of=pinned)
         return _graph_items(state, mem.events(as_of=pinned)), state.pending
-    facts = _table_fact_items(mem, tables, base[0]["facts"] if base is not None else None, _service(mem))
+    svc = _service(mem)
+    facts = _table_fact_items(mem, tables, base[0]["facts"] if base is not None else None, svc)
     head = mem.head()
     tail = None
     if base is not None and base[1] >= 0 and set(EVENT_SCHEMA) <= set(base[0]["events"].meta.columns):
@@ -342,16 +347,39 @@ def _head_items(mem: "Memory", pinned: int | None, base: tuple[dict[str, VectorI
         events = event_items(mem.events(as_of=pinned))
     else:
         known = base[0]["events"].meta.select(list(EVENT_SCHEMA)).cast(EVENT_SCHEMA)
-        events = pl.concat([known, event_items(tail)])
+        if marks:  # keys destroyed since the base was built: their events leave it
+            known = known.filter(~pl.col("key").is_in(sorted(_marked(mem, svc, marks, base[1]))))
+        events = pl.concat([known, event_items(mem._readable(tail, marks))])
     return {"facts": facts, "events": events}, tables[2].pending
 
 
+def _marked(mem: "Memory", svc: _Service, marks: frozenset[str], until: int) -> frozenset[str]:
+    """Ids of the events up to seq ``until`` that the erased markers ``marks`` make unreadable
+    (shred mode), kept per marker set and extended as the log grows (an event of a marked owner
+    stays unreadable: the set only grows)."""
+    from refold.storage.crypto import marked_in_log
+    from refold.storage.keys import marks_fingerprint
+
+    name = marks_fingerprint(marks)
+    kept = svc.marked
+    if kept is None or kept[0] != name or kept[1] > until:
+        kept = (name, -1, frozenset())
+    if kept[1] < until:
+        kept = (name, until, kept[2] | marked_in_log(mem.log_store, marks, since=kept[1] + 1, until=until))
+    svc.marked = kept
+    return kept[2]
+
+
 def _epoch(mem: "Memory", spec_hash: str, model_id: str, persist: bool, erasure: str) -> Any:
-    """What a cached view must have been built under: the index's purge epoch and the store's
-    erasure epoch (``erasure``, read before the view's data; see refold.storage.epoch)."""
+    """What a cached view must have been built under: the index's purge epoch, the store's
+    erasure epoch (``erasure``, read before the view's data; see refold.storage.epoch) and, in
+    shred mode, the erased markers (keys destroyed outside an erasure bump no epoch)."""
+    from refold.storage.keys import marks_fingerprint
+
+    marks = marks_fingerprint(mem.erased_marks())
     if persist:
-        return index_store(mem.layout).epoch(spec_hash, model_id), erasure
-    return ((generation(mem.layout.index), None) if mem.layout.is_local else None), erasure
+        return index_store(mem.layout).epoch(spec_hash, model_id), erasure, marks
+    return ((generation(mem.layout.index), None) if mem.layout.is_local else None), erasure, marks
 
 
 def forget_views(mem: "Memory") -> None:
@@ -424,7 +452,7 @@ def _open_head(mem: "Memory", svc: _Service, emb: Embedder, *, erasure: str, bac
     want = backend or (loaded[0]["backend"] if loaded else usable.backend if usable is not None else "flat")
     pending, stored = 0, True  # stored: the index on disk is this one
     if loaded is not None and (loaded[0]["last_seq"], loaded[0]["link"]) == (head.seq, head.link) \
-            and loaded[0]["backend"] == want:
+            and loaded[0]["backend"] == want and loaded[0].get("erased_marks", "") == epoch[2]:
         indexes = loaded[1]
         totals = {"added": 0, "embedded": 0, "removed": 0}
     else:
@@ -449,9 +477,10 @@ def _open_head(mem: "Memory", svc: _Service, emb: Embedder, *, erasure: str, bac
         totals = _sync(indexes, items, emb, donors=donors)
         stored = False
         if store is not None and save and not pending:
-            store.save(spec.hash, emb.model_id, indexes, last_seq=head.seq, link=head.link)
+            store.save(spec.hash, emb.model_id, indexes, last_seq=head.seq, link=head.link, marks=epoch[2])
             stored = True
-            epoch = _epoch(mem, spec.hash, emb.model_id, persist, erasure)  # a first save writes the manifest
+            # a first save writes the manifest (the markers stay those listed before the items)
+            epoch = (*_epoch(mem, spec.hash, emb.model_id, persist, erasure)[:2], epoch[2])
     report = IndexReport(spec_hash=spec.hash, model_id=emb.model_id, backend=want, last_seq=head.seq,
                          facts=len(indexes["facts"]), events=len(indexes["events"]), **totals,
                          path=store.location(spec.hash, emb.model_id) if store else None)

@@ -13,6 +13,12 @@
                  from the surviving items (cached extractions: no model call), the dependent
                  roll-ups and entities refreshed, and old versions vacuumed
 
+In shred mode the events are read decrypted, an event of an owner with an erased marker
+(``KeyStore.erased_owners``) as erased, and every tag records the markers its fold honoured
+(``StateTag.erased``): markers listed since (keys destroyed outside an erasure) make the next
+fold erase those owners' events from the state first, as an erasure does (:func:`honour_marks`),
+and reads answer from the graph engine until then (refold.memory, ``_readable_tables``).
+
 Compose roll-ups are not stored: a read derives them for what it reads (refold.state_rollups),
 so no stage here costs in proportion to (moves × staff). Peak memory of a full fold follows the
 largest bucket group, not the whole graph. :func:`merge_group` reads a bucket group's items from
@@ -46,6 +52,7 @@ from refold.fold.spec import FoldSpec
 from refold.folding import FoldReport, extract_missing, needs_extraction
 from refold.progress import FoldProgress
 from refold.storage.cache import PurgeResult
+from refold.storage.keys import marks_fingerprint
 from refold.storage.schema import _utc_times, table_to_events
 from refold.storage.state import FORMAT as STATE_FORMAT
 from refold.storage.state import StateStore, StateTag, among, state_specs
@@ -84,13 +91,9 @@ class _Head:
 # -- reading the log -----------------------------------------------------------------------------
 
 
-def _event_batches(mem: "Memory", since: int = 0) -> Iterator[list[Event]]:
-    """Stored events with seq >= ``since`` in batches (each in log order), readable form."""
-    if mem.mode == "shred":  # content must be decrypted (and destroyed keys honoured) first
-        events = [e for e in mem.events() if e.seq >= since]
-        for start in range(0, len(events), EVENT_BATCH):
-            yield events[start:start + EVENT_BATCH]
-        return
+def _event_batches(mem: "Memory", since: int = 0, marks: frozenset[str] = frozenset()) -> Iterator[list[Event]]:
+    """Stored events with seq >= ``since`` in batches (each in log order), readable form (shred
+    mode: decrypted batch by batch, events of owners among ``marks`` erased)."""
     from refold.storage.delta_io import parquet_dataset
     from refold.storage.schema import EVENTS_SCHEMA
 
@@ -100,7 +103,7 @@ def _event_batches(mem: "Memory", since: int = 0) -> Iterator[list[Event]]:
     for batch in scanner.to_batches():
         if batch.num_rows:
             table = pa.Table.from_batches([batch]).sort_by("seq")
-            yield list(table_to_events(table))
+            yield mem._readable(list(table_to_events(table)), marks)
 
 
 def _items(mem: "Memory", spec: FoldSpec, events: list[Event], *, extractor: Extractor | None, buckets: int,
@@ -229,26 +232,28 @@ def fold_state(mem: "Memory", spec: FoldSpec, *, extractor: Extractor | None, fu
     count other than the state's refolds in full. ``merger``: how a full fold's merge stage runs
     (default :func:`local_merger`)."""
     store = mem.state_store(spec)
+    marks = mem.erased_marks()  # before any event is read: a marker listed later is the next fold's
     tag = None if full else store.tag()
     if tag is not None and buckets is not None and buckets != tag.buckets:
         tag = None
     buckets = buckets or DEFAULT_BUCKETS
     if tag is not None:
-        done = _incremental(mem, spec, store, tag, extractor=extractor, progress=progress, runner=runner,
+        tag = honour_marks(mem, spec, store, tag, marks)
+        done = _incremental(mem, spec, store, tag, marks, extractor=extractor, progress=progress, runner=runner,
                             batch_size=batch_size)
         if done is not None:
             return done
-    return _full(mem, spec, store, extractor=extractor, progress=progress, runner=runner,
+    return _full(mem, spec, store, marks, extractor=extractor, progress=progress, runner=runner,
                  batch_size=batch_size, buckets=buckets, merger=merger)
 
 
-def _full(mem, spec, store: StateStore, *, extractor, progress, runner, batch_size, buckets,
+def _full(mem, spec, store: StateStore, marks: frozenset[str], *, extractor, progress, runner, batch_size, buckets,
           merger=None) -> FoldReport:
     """Refold every partition. Resumable: each commit notes the run (spec, log head, bucket
     count) and what it holds, so a rerun after a killed fold of the same log reuses the items
     and the bucket groups already written and redoes only the missing ones."""
     log_head = mem.head()
-    run = f"{STATE_FORMAT}:{log_head.seq}:{log_head.link}:{buckets}"
+    run = f"{STATE_FORMAT}:{log_head.seq}:{log_head.link}:{buckets}:{marks_fingerprint(marks)}"
     calls = rejected = 0
     items_done = next((n for n in store.notes("items") if n.get("run") == run and "tenants" in n), None)
     groups_done = {n["group"] for n in store.notes("facts") if n.get("run") == run and "group" in n}
@@ -256,7 +261,7 @@ def _full(mem, spec, store: StateStore, *, extractor, progress, runner, batch_si
     if items_done is not None:
         tenants = set(json.loads(items_done["tenants"]))
     else:
-        calls, rejected, tenants = _write_items(mem, spec, store, extractor=extractor, progress=progress,
+        calls, rejected, tenants = _write_items(mem, spec, store, marks, extractor=extractor, progress=progress,
                                                 runner=runner, batch_size=batch_size, buckets=buckets,
                                                 until=log_head.seq, run=run)
         groups_done = set()
@@ -271,7 +276,7 @@ def _full(mem, spec, store: StateStore, *, extractor, progress, runner, batch_si
             _crash_point(f"merged:{i}")
             bar.advance(len(group))
     tag = _finish(mem, spec, store, head=_Head(log_head.seq, log_head.link), tenants=tenants, buckets=buckets,
-                  subjects=None)
+                  subjects=None, erased=marks_fingerprint(marks))
     report = _report(store, spec, tag, calls=calls, rejected=rejected, started_from=-1)
     return dataclasses.replace(report, reused_partitions=reused)
 
@@ -287,14 +292,14 @@ def _groups(buckets: int, size: int) -> list[list[int]]:
     return [list(range(b, min(b + size, buckets))) for b in range(0, buckets, size)]
 
 
-def _write_items(mem, spec, store: StateStore, *, extractor, progress, runner, batch_size, buckets, until: int,
-                 run: str) -> tuple[int, int, set[str]]:
+def _write_items(mem, spec, store: StateStore, marks: frozenset[str], *, extractor, progress, runner, batch_size,
+                 buckets, until: int, run: str) -> tuple[int, int, set[str]]:
     """Write the items table of the log up to ``until`` (extracting what is missing); the last
     commit notes the run and the tenants."""
     calls = rejected = 0
     tenants: set[str] = set()
     first, pending = True, []
-    for events in _event_batches(mem):
+    for events in _event_batches(mem, marks=marks):
         events = [e for e in events if e.seq <= until]
         if not events:
             continue
@@ -322,21 +327,22 @@ def _crash_point(step: str) -> None:
 def _finish(mem, spec, store: StateStore, *, head: _Head, tenants: Iterable[str], buckets: int,
             subjects: set[str] | None, nodes: set[str] | None = None, new_items: pl.DataFrame | None = None,
             before: pl.DataFrame | None = None, after: pl.DataFrame | None = None,
-            changed: set[str] | None = None, counts: tuple[int, int] = (0, 0)) -> StateTag:
+            changed: set[str] | None = None, counts: tuple[int, int] = (0, 0), erased: str = "") -> StateTag:
     """The stages after the merge: entities, then the roll-ups, then the tag.
 
     ``subjects`` None: everything (a full fold). Else (an append: an incremental fold) the
     subjects whose merged rows changed: ``before``/``after`` their merged rows before and after,
     ``changed`` the ids of the rows that changed, ``nodes`` the nodes the ``new_items`` name;
     new row versions are appended. ``counts``: the (merged, derived) row counts before the
-    change. (An erasure runs its own stages: :func:`purge_state`.)"""
+    change. ``erased``: the erased markers the fold honoured (``StateTag.erased``). (An erasure
+    runs its own stages: :func:`purge_state`.)"""
     tenants = tuple(sorted(tenants))
     if subjects is None:
         entities_version, facts_count = _full_entities(spec, store, buckets)
         derived = _full_rollups(spec, store, buckets)
         tag = StateTag(log_seq=head.seq, log_link=head.link, buckets=buckets, tenants=tenants,
                        entities_version=entities_version, facts=facts_count, derived=derived,
-                       rollups=_read_rollups(spec))
+                       rollups=_read_rollups(spec), erased=erased)
     else:
         assert new_items is not None and before is not None and after is not None and changed is not None
         entities_version = _refresh_entities(spec, store, buckets, (nodes or set()) | subjects, set(),
@@ -345,7 +351,7 @@ def _finish(mem, spec, store: StateStore, *, head: _Head, tenants: Iterable[str]
                                  append=True, seen_at=head.seq)
         tag = StateTag(log_seq=head.seq, log_link=head.link, buckets=buckets, tenants=tenants,
                        entities_version=entities_version, facts=counts[0] + after.height - before.height,
-                       derived=counts[1] + delta, rollups=_read_rollups(spec))
+                       derived=counts[1] + delta, rollups=_read_rollups(spec), erased=erased)
     store.set_tag(tag)
     return _current_tag(store)
 
@@ -534,26 +540,28 @@ def _report(store: StateStore, spec: FoldSpec, tag: StateTag, *, calls: int, rej
 # -- incremental -----------------------------------------------------------------------------------
 
 
-def _tail(mem: "Memory", tag: StateTag) -> list[Event] | None:
-    """The events after ``tag``'s position, or None when the log no longer has that position
-    (rewritten or another log: the caller refolds in full)."""
-    from refold.projection import DeltaSource, ListSource
+def _tail(mem: "Memory", tag: StateTag, marks: frozenset[str]) -> list[Event] | None:
+    """The events after ``tag``'s position in readable form (shred mode: only they are
+    decrypted, those of owners among ``marks`` erased), or None when the log no longer has that
+    position (rewritten or another log: the caller refolds in full)."""
+    from refold.projection import DeltaSource
 
-    source = DeltaSource(mem.log_store, erased=False) if mem.mode != "shred" else ListSource(mem.events())
+    source = DeltaSource(mem.log_store, erased=False)
     if tag.log_seq < 0:
-        return source.window(0)[0]
+        return mem._readable(source.window(0)[0], marks)
     tail, _ = source.window(tag.log_seq + 1)
     if tail and tail[0].prev_link:
-        return tail if tail[0].seq == tag.log_seq + 1 and tail[0].prev_link == tag.log_link else None
+        ok = tail[0].seq == tag.log_seq + 1 and tail[0].prev_link == tag.log_link
+        return mem._readable(tail, marks) if ok else None
     events, _ = source.window(tag.log_seq)
     if not events or events[0].seq != tag.log_seq or events[0].link != tag.log_link:
         return None
-    return events[1:]
+    return mem._readable(events[1:], marks)
 
 
-def _incremental(mem, spec, store: StateStore, tag: StateTag, *, extractor, progress, runner,
-                 batch_size) -> FoldReport | None:
-    tail = _tail(mem, tag)
+def _incremental(mem, spec, store: StateStore, tag: StateTag, marks: frozenset[str], *, extractor, progress,
+                 runner, batch_size) -> FoldReport | None:
+    tail = _tail(mem, tag, marks)
     if tail is None:
         return None
     if not tail:
@@ -589,7 +597,7 @@ def _incremental(mem, spec, store: StateStore, tag: StateTag, *, extractor, prog
     # (the changed rows are committed with the roll-ups they change: one commit to facts)
     tag = _finish(mem, spec, store, head=head, tenants=tenants, buckets=buckets, subjects=subjects, nodes=nodes,
                   new_items=pl.from_arrow(pa.Table.from_pylist(rows, schema=ITEM_SCHEMA)),
-                  before=current, after=after, changed=changed, counts=(tag.facts, tag.derived))
+                  before=current, after=after, changed=changed, counts=(tag.facts, tag.derived), erased=tag.erased)
     if store.files("facts") > COMPACT_FILES * buckets:
         size = group_size(store, buckets)
         store.compact("facts", buckets=buckets, group=size)
@@ -617,9 +625,14 @@ class StatePurger:
         self.mem = mem
 
     def purge(self, event_ids: Iterable[str]) -> PurgeResult:
+        """In shred mode the events of every owner with an erased marker are purged too (the
+        erasure's own subject's, and those of keys destroyed outside an erasure since the last
+        fold), and the tags record those markers (see :func:`honour_marks`)."""
         from refold.folding import recorded_specs
+        from refold.storage.crypto import marked_in_log
 
-        ids = sorted(set(event_ids))
+        marks = self.mem.erased_marks()  # (the erasure wrote its subject's marker before this step)
+        ids = sorted(set(event_ids) | marked_in_log(self.mem.log_store, marks))
         self.mem._state_at = {}  # this process's up-to-date marks no longer hold
         found = state_specs(self.mem.layout)
         if not ids or not found:
@@ -633,14 +646,32 @@ class StatePurger:
                 StateStore(self.mem.layout, spec_hash, storage_options=self.mem.storage_options).drop()
                 detail.append(f"state/{spec_hash}: dropped")
                 continue
-            n = purge_state(store, specs[spec_hash], ids)
+            n = purge_state(store, specs[spec_hash], ids, erased=marks_fingerprint(marks))
             removed += n
             detail.append(f"state/{spec_hash}: {n} item row(s) removed")
         return PurgeResult(store="state", rows=removed, detail=tuple(detail))
 
 
-def purge_state(store: StateStore, spec: FoldSpec, event_ids: Sequence[str]) -> int:
+def honour_marks(mem: "Memory", spec: FoldSpec, store: StateStore, tag: StateTag, marks: frozenset[str]) -> StateTag:
+    """``tag``, or the tag after erasing from the state the events up to it of the owners among
+    ``marks`` when ``tag`` honours other markers: keys destroyed outside an erasure (a tenant's
+    key, ``KeyStore.destroy`` called directly, an erasure stopped before its refold). The events
+    go as an erasure's do (:func:`purge_state`: cached extractions, no model call, old versions
+    vacuumed); the events after the tag are read with ``marks`` by the fold that follows."""
+    from refold.storage.crypto import marked_in_log
+
+    wanted = marks_fingerprint(marks)
+    if tag.erased == wanted:
+        return tag
+    ids = marked_in_log(mem.log_store, marks, until=tag.log_seq)
+    mem._state_at = {}  # (this process's kept reads of the tables predate the purge)
+    purge_state(store, spec, sorted(ids), erased=wanted)
+    return _current_tag(store)
+
+
+def purge_state(store: StateStore, spec: FoldSpec, event_ids: Sequence[str], *, erased: str | None = None) -> int:
     """Remove ``event_ids``' items from ``store`` and refold what they touched; return the rows removed.
+    ``erased``: the erased markers the state honours after it (``StateTag.erased``; None: as before).
 
     The items and merged rows are rewritten bucket by bucket (only the buckets of the erased
     items' subjects: a subject's rows are a small part of its bucket); the derived rows of the
@@ -650,9 +681,12 @@ def purge_state(store: StateStore, spec: FoldSpec, event_ids: Sequence[str]) -> 
     tag = store.tag()
     assert tag is not None
     buckets = tag.buckets
+    honoured = tag.erased if erased is None else erased
     hit = store.read("items", columns=["bucket", "seq", "subject_node", "object_node"],
                      filter=among("event_id", event_ids))
     if hit.num_rows == 0:
+        if honoured != tag.erased:
+            store.set_tag(dataclasses.replace(tag, erased=honoured))
         return 0
     where = set(hit["bucket"].to_pylist())
     subjects = set(hit["subject_node"].to_pylist())
@@ -679,6 +713,6 @@ def purge_state(store: StateStore, spec: FoldSpec, event_ids: Sequence[str]) -> 
     entities_version = _refresh_entities(spec, store, buckets, subjects | renamed, renamed)
     store.set_tag(dataclasses.replace(tag, entities_version=entities_version,
                                       facts=tag.facts + after.height - before.height, derived=tag.derived + derived,
-                                      rollups=_read_rollups(spec)))
+                                      rollups=_read_rollups(spec), erased=honoured))
     store.vacuum()
     return items.num_rows - surviving.num_rows

@@ -36,7 +36,7 @@ import base64
 import binascii
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from refold.fold.errors import IntegrityError, StoreError
@@ -57,6 +57,36 @@ def key_subjects(subjects: Sequence[str], tenant: str) -> list[KeyOwner]:
     if subjects:
         return [KeyOwner.subject(s) for s in sorted(set(subjects))]
     return [KeyOwner.tenant(tenant)]
+
+
+def marked_events(event_ids: Iterable[str], subjects: Iterable[Sequence[str] | None], tenants: Iterable[str | None],
+                  ciphers: Iterable[str | None], marks: frozenset[str]) -> set[str]:
+    """Ids of the encrypted events (columns of the log, row by row) one of whose key owners has
+    an erased marker among ``marks`` (:meth:`KeyStore.erased_owners`). Such an event is erased
+    whatever keys remain: the marker is written before the keys are destroyed, so a reader that
+    honours markers never shows what a destruction under way is about to shred."""
+    if not marks:
+        return set()
+    digests: dict[tuple[str, str], str] = {}
+
+    def marked(owner: KeyOwner) -> bool:
+        name = digests.get((owner.kind, owner.id))
+        if name is None:
+            name = digests[(owner.kind, owner.id)] = owner.digest()
+        return name in marks
+
+    return {event_id for event_id, subs, tenant, cipher in zip(event_ids, subjects, tenants, ciphers)
+            if cipher and any(marked(o) for o in key_subjects(subs or (), tenant or ""))}
+
+
+def marked_in_log(log, marks: frozenset[str], *, since: int = 0, until: int | None = None) -> set[str]:
+    """:func:`marked_events` of the log's rows with ``since <= seq <= until`` (None: the head);
+    reads four clear columns of the files that can hold them, never a key."""
+    if not marks:
+        return set()
+    rows = log.arrow(columns=["event_id", "subjects", "tenant", "cipher"], prune=[{"seq": (since, until)}])
+    return marked_events(rows["event_id"].to_pylist(), rows["subjects"].to_pylist(), rows["tenant"].to_pylist(),
+                         rows["cipher"].to_pylist(), marks)
 
 
 def event_key(keys: Sequence[tuple[str, bytes]], event_id: str) -> bytes:

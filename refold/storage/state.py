@@ -92,9 +92,13 @@ class StateTag:
     #: the roll-up rules a read derives (compose rules: their rows are not stored), as
     #: (name, kind, inputs, output)
     rollups: tuple[tuple[str, str, tuple[str, ...], str], ...] = ()
+    #: shred mode: the erased markers this state honours (:func:`refold.storage.keys.marks_fingerprint`;
+    #: "" none). A read answers from the tables only while the key store lists the same markers
+    erased: str = ""
 
     def metadata(self) -> dict[str, str]:
-        return {_PREFIX + "read_rollups": json.dumps([list(r) for r in self.rollups]),_PREFIX + "log_seq": str(self.log_seq), _PREFIX + "log_link": self.log_link,
+        return {_PREFIX + "read_rollups": json.dumps([list(r) for r in self.rollups]),
+                _PREFIX + "erased_owners": self.erased,_PREFIX + "log_seq": str(self.log_seq), _PREFIX + "log_link": self.log_link,
                 _PREFIX + "buckets": str(self.buckets), _PREFIX + "tenants": json.dumps(list(self.tenants)),
                 _PREFIX + "entities_version": str(self.entities_version),
                 _PREFIX + "counts": f"{self.facts},{self.derived}", _PREFIX + "state_format": FORMAT}
@@ -109,7 +113,7 @@ class StateTag:
         return cls(log_seq=int(info[_PREFIX + "log_seq"]), log_link=info[_PREFIX + "log_link"],
                    buckets=int(info[_PREFIX + "buckets"]), tenants=tuple(json.loads(info[_PREFIX + "tenants"])),
                    entities_version=int(info[_PREFIX + "entities_version"]), facts=facts, derived=derived,
-                   facts_version=version,
+                   facts_version=version, erased=info.get(_PREFIX + "erased_owners") or "",
                    rollups=tuple((n, k, tuple(i), o) for n, k, i, o in json.loads(info.get(_PREFIX + "read_rollups",
                                                                                           "[]"))))
 
