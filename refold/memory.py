@@ -208,8 +208,12 @@ class Memory:
         from refold.storage.crypto import marked_events, open_event
 
         keys = self.key_store
-        gone = marked_events((e.event_id for e in events), (e.subjects for e in events), (e.tenant for e in events),
-                             (e.cipher for e in events), self.erased_marks() if marks is None else marks)
+        marks = self.erased_marks() if marks is None else marks
+        gone = marked_events(pl.DataFrame({
+            "event_id": [e.event_id for e in events], "subjects": [list(e.subjects or ()) for e in events],
+            "tenant": [e.tenant for e in events], "cipher": [e.cipher for e in events],
+        }, schema={"event_id": pl.Utf8, "subjects": pl.List(pl.Utf8), "tenant": pl.Utf8, "cipher": pl.Utf8}),
+            marks) if marks else set()
         out = []
         for e in events:
             if e.cipher:

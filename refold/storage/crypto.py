@@ -36,13 +36,16 @@ import base64
 import binascii
 import json
 import os
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from refold.fold.errors import IntegrityError, StoreError
 from refold.fold.events import Event, Fact, NewEvent
 from .keys import KeyOwner, KeyStore
 from .layout import Layout, read_settings
+
+if TYPE_CHECKING:
+    import polars as pl
 
 CIPHER = "aes256gcm-v1"
 SCHEMA_VERSION = 1
@@ -59,34 +62,36 @@ def key_subjects(subjects: Sequence[str], tenant: str) -> list[KeyOwner]:
     return [KeyOwner.tenant(tenant)]
 
 
-def marked_events(event_ids: Iterable[str], subjects: Iterable[Sequence[str] | None], tenants: Iterable[str | None],
-                  ciphers: Iterable[str | None], marks: frozenset[str]) -> set[str]:
-    """Ids of the encrypted events (columns of the log, row by row) one of whose key owners has
-    an erased marker among ``marks`` (:meth:`KeyStore.erased_owners`). Such an event is erased
-    whatever keys remain: the marker is written before the keys are destroyed, so a reader that
-    honours markers never shows what a destruction under way is about to shred."""
-    if not marks:
+def marked_events(rows: "pl.DataFrame", marks: frozenset[str]) -> set[str]:
+    """Ids of the encrypted events among ``rows`` (columns ``event_id``, ``subjects``, ``tenant``,
+    ``cipher``, as in the log) one of whose key owners (:func:`key_subjects`) has an erased
+    marker among ``marks`` (:meth:`KeyStore.erased_owners`). Such an event is erased whatever
+    keys remain: the marker is written before the keys are destroyed, so a reader that honours
+    markers never shows what a destruction under way is about to shred. Each distinct owner is
+    hashed once."""
+    import polars as pl
+
+    if not marks or rows.height == 0:
         return set()
-    digests: dict[tuple[str, str], str] = {}
-
-    def marked(owner: KeyOwner) -> bool:
-        name = digests.get((owner.kind, owner.id))
-        if name is None:
-            name = digests[(owner.kind, owner.id)] = owner.digest()
-        return name in marks
-
-    return {event_id for event_id, subs, tenant, cipher in zip(event_ids, subjects, tenants, ciphers)
-            if cipher and any(marked(o) for o in key_subjects(subs or (), tenant or ""))}
+    rows = rows.filter(pl.col("cipher").is_not_null())
+    has_subjects = pl.col("subjects").list.len().fill_null(0) > 0
+    by_subject = rows.filter(has_subjects).select("event_id", "subjects").explode("subjects")
+    by_tenant = rows.filter(~has_subjects).select("event_id", pl.col("tenant").fill_null(""))
+    subjects = [s for s in by_subject["subjects"].unique().to_list() if KeyOwner.subject(s).digest() in marks]
+    tenants = [t for t in by_tenant["tenant"].unique().to_list() if KeyOwner.tenant(t).digest() in marks]
+    return {*by_subject.filter(pl.col("subjects").is_in(subjects))["event_id"].to_list(),
+            *by_tenant.filter(pl.col("tenant").is_in(tenants))["event_id"].to_list()}
 
 
 def marked_in_log(log, marks: frozenset[str], *, since: int = 0, until: int | None = None) -> set[str]:
     """:func:`marked_events` of the log's rows with ``since <= seq <= until`` (None: the head);
     reads four clear columns of the files that can hold them, never a key."""
+    import polars as pl
+
     if not marks:
         return set()
     rows = log.arrow(columns=["event_id", "subjects", "tenant", "cipher"], prune=[{"seq": (since, until)}])
-    return marked_events(rows["event_id"].to_pylist(), rows["subjects"].to_pylist(), rows["tenant"].to_pylist(),
-                         rows["cipher"].to_pylist(), marks)
+    return marked_events(pl.from_arrow(rows), marks)
 
 
 def event_key(keys: Sequence[tuple[str, bytes]], event_id: str) -> bytes:
