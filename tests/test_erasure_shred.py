@@ -109,3 +109,22 @@ def test_untagged_mentions_are_tombstoned_in_shred_mode(store):
     with pytest.raises(Exception):
         DeltaTable(store.layout.events, version=before.table_version)
     assert store.verify().ok and erasing.verify_receipt(store, receipt, needles=H.NEEDLES).ok
+
+
+def test_a_shred_plan_reads_into_python_only_the_events_under_the_subjects_keys(store, monkeypatch):
+    """Every event of a shred-mode store is encrypted; the plan's loop needs only those tagged
+    with the subject or under one of its live keys (at a million events, the rest cost seconds)."""
+    from refold.storage.erasure import planning
+
+    seen = []
+    real = planning.plan_rows
+
+    def counted(*args, **kwargs):
+        rows = real(*args, **kwargs)
+        seen.append({r["event_id"] for r in rows})
+        return rows
+
+    monkeypatch.setattr(planning, "plan_rows", counted)
+    plan = erasing.erase(store, H.X, dry_run=True)
+    assert seen == [H.X_EVENT_IDS - {"ev-mention"}]
+    assert {e["event_id"] for e in plan.events} == H.X_EVENT_IDS - {"ev-mention"}

@@ -98,7 +98,8 @@ def plan_batch(log, subject_ids: Sequence[str], *, mode: str, keystore=None, reg
     """Each subject's plan (read-only); raises :class:`ErasureError` naming every unknown subject
     (no events, keys, registry entry or earlier receipt) before anything is written, or with
     ``skip_unknown`` leaves them out of the result."""
-    rows = plan_rows(log, subject_ids)  # the log read once for every subject (their rows only)
+    live = [k for s in subject_ids for k in keystore.key_ids(s)] if keystore is not None else []
+    rows = plan_rows(log, subject_ids, key_ids=live)  # the log read once for every subject (their rows only)
     plans = {s: make_plan(log, s, mode=mode, keystore=keystore, registry=registry, rows=rows)
              for s in subject_ids}
     unknown = [s for s, p in plans.items() if p.nothing_to_do and p.previous_erasure_id is None]

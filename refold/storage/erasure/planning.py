@@ -157,18 +157,22 @@ def _engine_note(engines: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
 PLAN_COLUMNS = ["seq", "event_id", "kind", "subjects", "key_ids", "commitment", "cipher"]
 
 
-def plan_rows(log, subject_ids: Sequence[str], *, extras: bool = False) -> list[dict[str, Any]]:
+def plan_rows(log, subject_ids: Sequence[str], *, key_ids: Iterable[str] = (),
+              extras: bool = False) -> list[dict[str, Any]]:
     """The log's :data:`PLAN_COLUMNS` rows a plan for ``subject_ids`` can act on, as dicts: the
-    events tagged with one of them and every encrypted event (its keys decide), plus, with
-    ``extras``, every event (an extra event id may name any). The plan's loop would pass over
-    the others; reading them into Python cost seconds at a million events."""
+    events tagged with one of them and the encrypted events under one of ``key_ids`` (the
+    subjects' live keys: those decide what a destruction shreds), plus, with ``extras``, every
+    event (an extra event id may name any). The plan's loop would pass over the others; reading
+    them into Python cost seconds at a million events (in shred mode every event is encrypted)."""
     import polars as pl
 
     table = pl.from_arrow(log.arrow(columns=PLAN_COLUMNS))
     if not extras and table.height:
         wanted = pl.Series(sorted(set(subject_ids)), dtype=pl.Utf8).implode()
         tagged = pl.col("subjects").list.eval(pl.element().is_in(wanted)).list.any().fill_null(False)
-        table = table.filter(tagged | pl.col("cipher").is_not_null())
+        keys = pl.Series(sorted(set(key_ids)), dtype=pl.Utf8).implode()
+        under = pl.col("key_ids").list.eval(pl.element().is_in(keys)).list.any().fill_null(False)
+        table = table.filter(tagged | (pl.col("cipher").is_not_null() & under))
     return table.to_dicts()
 
 
@@ -183,9 +187,9 @@ def make_plan(log, subject_id: str, *, mode: str, keystore=None, registry=None,
     # an extra erased before is a tombstone under its id's pseudonym
     key = pseudonyms(log.layout.root, files=log.layout.files()) if extras else None
     erased_extras = key.of(extras) if key is not None else {}
-    if rows is None:
-        rows = plan_rows(log, [subject_id], extras=bool(extras))
     key_ids = tuple(keystore.key_ids(subject_id)) if keystore is not None else ()
+    if rows is None:
+        rows = plan_rows(log, [subject_id], key_ids=key_ids, extras=bool(extras))
     live = set(key_ids)
     events, tomb, untagged = [], [], 0
     found_extras = set()
