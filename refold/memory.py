@@ -66,16 +66,28 @@ class Memory:
         self._state_stores: dict = {}  # spec hash → StateStore (its open Delta table handles)
         self._state_at: dict = {}  # spec hash → (log version, (store, tag, overlay)) a read answered from
         self._state_past: dict = {}  # (spec hash, log seq) → (store, tag, overlay) of a read as of that seq
-        self._seen_epoch = read_epoch(self.layout)  # the erasure epoch this object's caches belong to
+        self._seen_epoch = self._epoch_now()  # the erasure epoch this object's caches belong to
+
+    def _epoch_now(self) -> str:
+        """The store's erasure epoch file and, in shred mode, the fingerprint of the key store's
+        erased markers: a key destroyed outside an erasure bumps no epoch file, yet the events it
+        makes unreadable keep their seqs and links, so every cache must see it as an erasure."""
+        epoch = read_epoch(self.layout)
+        if self.mode != "shred":
+            return epoch
+        from refold.storage.keys import marks_fingerprint
+
+        return f"{epoch}|{marks_fingerprint(self.erased_marks())}"
 
     def erasure_epoch(self) -> str:
-        """The store's erasure epoch (:mod:`refold.storage.epoch`), read now; when it differs
-        from the one this object last saw, every state this object holds in memory (folded and
-        as-of states, the live fold, search views) is dropped first, because an erasure — here
-        or in another process — rewrote the past they were built from. Every read calls it
-        before reading data; a cache keyed by the returned value never serves a state from
+        """The store's erasure epoch (:mod:`refold.storage.epoch`; in shred mode with the erased
+        markers, see :meth:`_epoch_now`), read now; when it differs from the one this object
+        last saw, every state this object holds in memory (folded and as-of states, the live
+        fold, search views) is dropped first, because an erasure — here or in another process,
+        or a key destroyed outside one — rewrote the past they were built from. Every read calls
+        it before reading data; a cache keyed by the returned value never serves a state from
         before an erasure."""
-        now = read_epoch(self.layout)
+        now = self._epoch_now()
         if now != self._seen_epoch:
             from refold.search import forget_views
             from refold.state_rollups import forget_hints
@@ -399,7 +411,7 @@ class Memory:
         version = self.log_store.version()
         marks = self.erased_marks()  # before the tables: a marker listed after is the next read's
         seen = self._cached("_state_at", spec.hash)
-        if seen is not None and seen[0] == version and _honours(seen[1][1], marks):
+        if seen is not None and seen[0] == version:  # (a new marker changed the epoch: dropped)
             return seen[1]
         tag = store.tag()
         if tag is None or not _honours(tag, marks):
@@ -420,24 +432,13 @@ class Memory:
 
         return ExtractionCache(self.layout, storage_options=self.storage_options)
 
-    def _read_epoch(self) -> str:
-        """What a kept graph-engine state is keyed by besides the log position: the erasure epoch
-        and, in shred mode, the erased markers (a key destroyed outside an erasure bumps no
-        epoch, and the events it makes unreadable keep their seqs and links). Read before the log."""
-        epoch = self.erasure_epoch()
-        if self.mode != "shred":
-            return epoch
-        from refold.storage.keys import marks_fingerprint
-
-        return f"{epoch}|{marks_fingerprint(self.erased_marks())}"
-
     def _fold_state(self, spec: FoldSpec, events: list[Event] | None, *, full: bool = False,
                     extractor: Extractor | None = None, epoch: str | None = None) -> "FoldState":
         """State of ``spec`` over ``events`` (a log prefix; None: the head, read incrementally).
 
         Resumes from this process's live fold or the newest valid snapshot at or before the
         prefix's end; the returned graph is a copy that later folds never touch. ``epoch``: the
-        :meth:`_read_epoch` read before ``events`` were (default: read now); it keys the cached state.
+        :meth:`erasure_epoch` read before ``events`` were (default: read now); it keys the cached state.
         """
         from refold.fold.graph_objects import paused_gc
         from refold.fold.snapshot_codec import stats_to_json
@@ -445,7 +446,7 @@ class Memory:
         from refold.projection import DeltaSource, ListSource
 
         if epoch is None:
-            epoch = self._read_epoch()
+            epoch = self.erasure_epoch()
         # the epoch is part of the key: an erasure keeps seqs and links (tombstones) but not content
         if events is None:
             head = self.head()
@@ -482,7 +483,7 @@ class Memory:
         under the rules spec, the rules extractor in memory) and counts the rest in
         ``FoldState.pending`` (docs/fold.md, "Reads"): :meth:`fold` extracts them.
         """
-        epoch = self._read_epoch()  # before any read: see refold.storage.epoch
+        epoch = self.erasure_epoch()  # before any read: see refold.storage.epoch
         spec = spec or self.current_spec()
         if as_of is None and self.mode != "shred":
             return self._fold_state(spec, None, epoch=epoch)
@@ -539,8 +540,8 @@ class Memory:
         marks = self.erased_marks()
         seen = self._cached("_state_past", (spec.hash, end))
         store = self.state_store(spec)
-        if seen is not None and seen[1] in store.tags() and _honours(seen[1], marks):  # (still whole: a vacuum
-            return seen  # elsewhere may have cut it)
+        if seen is not None and seen[1] in store.tags():  # (still whole: a vacuum elsewhere may have cut it)
+            return seen
         tag = store.tag_at(end)
         if tag is None or not _honours(tag, marks):
             return None

@@ -371,15 +371,12 @@ def _marked(mem: "Memory", svc: _Service, marks: frozenset[str], until: int) -> 
 
 
 def _epoch(mem: "Memory", spec_hash: str, model_id: str, persist: bool, erasure: str) -> Any:
-    """What a cached view must have been built under: the index's purge epoch, the store's
-    erasure epoch (``erasure``, read before the view's data; see refold.storage.epoch) and, in
-    shred mode, the erased markers (keys destroyed outside an erasure bump no epoch)."""
-    from refold.storage.keys import marks_fingerprint
-
-    marks = marks_fingerprint(mem.erased_marks())
+    """What a cached view must have been built under: the index's purge epoch and the store's
+    erasure epoch (``erasure``, read before the view's data; see refold.storage.epoch; in shred
+    mode it names the erased markers too, :meth:`Memory.erasure_epoch`)."""
     if persist:
-        return index_store(mem.layout).epoch(spec_hash, model_id), erasure, marks
-    return ((generation(mem.layout.index), None) if mem.layout.is_local else None), erasure, marks
+        return index_store(mem.layout).epoch(spec_hash, model_id), erasure
+    return ((generation(mem.layout.index), None) if mem.layout.is_local else None), erasure
 
 
 def forget_views(mem: "Memory") -> None:
@@ -452,7 +449,7 @@ def _open_head(mem: "Memory", svc: _Service, emb: Embedder, *, erasure: str, bac
     want = backend or (loaded[0]["backend"] if loaded else usable.backend if usable is not None else "flat")
     pending, stored = 0, True  # stored: the index on disk is this one
     if loaded is not None and (loaded[0]["last_seq"], loaded[0]["link"]) == (head.seq, head.link) \
-            and loaded[0]["backend"] == want and loaded[0].get("erased_marks", "") == epoch[2]:
+            and loaded[0]["backend"] == want and loaded[0].get("erasure_epoch", "") == erasure:
         indexes = loaded[1]
         totals = {"added": 0, "embedded": 0, "removed": 0}
     else:
@@ -477,10 +474,9 @@ def _open_head(mem: "Memory", svc: _Service, emb: Embedder, *, erasure: str, bac
         totals = _sync(indexes, items, emb, donors=donors)
         stored = False
         if store is not None and save and not pending:
-            store.save(spec.hash, emb.model_id, indexes, last_seq=head.seq, link=head.link, marks=epoch[2])
+            store.save(spec.hash, emb.model_id, indexes, last_seq=head.seq, link=head.link, erasure=erasure)
             stored = True
-            # a first save writes the manifest (the markers stay those listed before the items)
-            epoch = (*_epoch(mem, spec.hash, emb.model_id, persist, erasure)[:2], epoch[2])
+            epoch = _epoch(mem, spec.hash, emb.model_id, persist, erasure)  # a first save writes the manifest
     report = IndexReport(spec_hash=spec.hash, model_id=emb.model_id, backend=want, last_seq=head.seq,
                          facts=len(indexes["facts"]), events=len(indexes["events"]), **totals,
                          path=store.location(spec.hash, emb.model_id) if store else None)

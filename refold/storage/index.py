@@ -378,11 +378,11 @@ class IndexStore:
             return None
 
     def save(self, spec_hash: str, model_id: str, indexes: dict[str, VectorIndex], *,
-             last_seq: int, link: str, marks: str = "") -> dict[str, Any]:
-        """Write both indexes and then the manifest: the log position they reflect and, in shred
-        mode, the erased markers their items honour (``marks``, a
-        :func:`~refold.storage.keys.marks_fingerprint`: an index saved before a key was destroyed
-        is brought up to date before it serves)."""
+             last_seq: int, link: str, erasure: str = "") -> dict[str, Any]:
+        """Write both indexes and then the manifest: the log position they reflect and the
+        erasure epoch their items were read under (``erasure``, ``Memory.erasure_epoch``: in
+        shred mode it names the erased markers, so an index saved before a key was destroyed is
+        brought up to date before it serves)."""
         folder = self.folder(spec_hash, model_id)
         epoch = int((self.manifest(spec_hash, model_id) or {}).get("epoch", 0))
         # a crash between files leaves the manifest's position stale, so the next search resyncs
@@ -393,7 +393,7 @@ class IndexStore:
             "format": FORMAT, "spec_hash": spec_hash, "model_id": model_id,
             "dim": indexes["facts"].dim, "backend": indexes["facts"].backend,
             "last_seq": last_seq, "link": link, "counts": {k: len(v) for k, v in indexes.items()},
-            "epoch": epoch, "events_through": [last_seq, link], "erased_marks": marks,
+            "epoch": epoch, "events_through": [last_seq, link], "erasure_epoch": erasure,
         }
         atomic_write_json(folder / "manifest.json", manifest)
         return manifest
@@ -537,12 +537,12 @@ class ObjectIndexStore(IndexStore):
             shutil.rmtree(self.folder(spec_hash, model_id), ignore_errors=True)
 
     def save(self, spec_hash: str, model_id: str, indexes: dict[str, VectorIndex], *,
-             last_seq: int, link: str, marks: str = "") -> dict[str, Any]:
+             last_seq: int, link: str, erasure: str = "") -> dict[str, Any]:
         folder = self.folder(spec_hash, model_id)
         make_dirs(folder)
         self.files.delete(f"{self._prefix(folder)}/manifest.json")  # stale until the new one lands
         try:
-            manifest = super().save(spec_hash, model_id, indexes, last_seq=last_seq, link=link, marks=marks)
+            manifest = super().save(spec_hash, model_id, indexes, last_seq=last_seq, link=link, erasure=erasure)
             self._upload(folder)
             return manifest
         finally:
