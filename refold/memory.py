@@ -64,7 +64,7 @@ class Memory:
         self._fold_lock = threading.RLock()  # the live fold is advanced by one caller at a time
         self._recorded_specs: set[str] = set()  # specs known to be in the log (never erased)
         self._state_stores: dict = {}  # spec hash → StateStore (its open Delta table handles)
-        self._state_at: dict = {}  # spec hash → (log version, (store, tag, overlay)) a read answered from
+        self._state_at: dict = {}  # spec hash → (log version, (store, tag, overlay), (seq, link) it reached)
         self._state_past: dict = {}  # (spec hash, log seq) → (store, tag, overlay) of a read as of that seq
         self._seen_epoch = self._epoch_now()  # the erasure epoch this object's caches belong to
 
@@ -402,7 +402,9 @@ class Memory:
         (docs/fold.md, "Reads"); None when this spec was never folded into state tables, a full
         fold of it is under way, or the log no longer holds the tag's position (the graph engine's
         read answers then). Writes nothing, calls no model. A log version seen before, with no
-        event pending, is answered from this process's memory (through :meth:`_cached`).
+        event pending, is answered from this process's memory (through :meth:`_cached`); a later
+        one over the same tables advances that overlay by the events after it (an agent's read
+        after its append merges only the appended events, not the whole tail).
 
         Shred mode: only while the key store lists the erased markers the tag honours (one
         listing per read, :meth:`erased_marks`), else None; the events after the tag are
@@ -416,14 +418,21 @@ class Memory:
         tag = store.tag()
         if tag is None or not _honours(tag, marks):
             return None
-        from refold.state_overlay import state_overlay, tail_after
+        from refold.state_overlay import log_after, state_overlay, tail_after
 
-        tail = tail_after(self, tag)
+        tail = base = None
+        if seen is not None and seen[1][1] == tag:
+            # the same tables, the log moved (an append): the kept overlay is advanced by the
+            # events after the position it reached, when the log still holds that position
+            tail, base = log_after(self, *seen[2]), seen[1][2]
         if tail is None:
-            return None
-        found = (store, tag, state_overlay(self, spec, store, tag, self._readable(tail, marks)))
+            tail, base = tail_after(self, tag), None
+            if tail is None:
+                return None
+        end = (tail[-1].seq, tail[-1].link) if tail else (seen[2] if base is not None else (tag.log_seq, tag.log_link))
+        found = (store, tag, state_overlay(self, spec, store, tag, self._readable(tail, marks), base=base))
         if not found[2].pending:  # else not kept: a fold (here or elsewhere) may cache their extractions
-            self._state_at = {spec.hash: (version, found)}
+            self._state_at = {spec.hash: (version, found, end)}
         return found
 
     @property

@@ -18,6 +18,7 @@ so a later fold extracts (and caches) every pending event and folds the log exac
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -134,12 +135,47 @@ def log_after(mem: "Memory", seq: int, link: str, *, until: int | None = None) -
 
 
 def state_overlay(mem: "Memory", spec: FoldSpec, store: StateStore, tag: StateTag,
-                  tail: list[Event]) -> StateOverlay:
+                  tail: list[Event], *, base: StateOverlay | None = None) -> StateOverlay:
     """The overlay of ``tail`` (the events after ``tag``, in log order) on ``spec``'s state
-    tables at ``tag``. Reads the log's tail, the extraction cache and the touched subjects' rows;
-    writes nothing and calls no model."""
+    tables at ``tag``; with ``base``, the overlay of the events after ``tag`` up to ``tail``'s
+    first, the overlay of base's events then ``tail``: base is advanced by ``tail`` alone
+    (incremental projection again: state at n + events (n, m] = state at m), so a read right
+    after an append reads, extracts and merges only the appended events, not the whole tail.
+    Reads the log's tail, the extraction cache and the touched subjects' rows; writes nothing
+    and calls no model."""
+    base = base or StateOverlay()
     if not tail:
-        return StateOverlay()
+        return base
+    items, pending = _tail_items(mem, spec, tail, tag.buckets)
+    pending, overlaid = base.pending + pending, base.overlaid + len(tail)
+    if not items:
+        return dataclasses.replace(base, pending=pending, overlaid=overlaid)
+    items.sort(key=lambda r: (r["seq"], r["ordinal"]))
+    subjects = {i["subject_node"] for i in items}
+    tables = _read(store, tag, buckets={bucket_of(s, tag.buckets) for s in subjects}, filter=among("subject", subjects))
+    # the touched subjects' open merged rows as base leaves them (the merge never changes a
+    # closed row: base's closed rows stay as they are)
+    current = base.apply(tables, nodes=subjects).filter((pl.col("layer") == "merged") & pl.col("valid_to").is_null())
+    fresh, changed = advance_subjects(spec, current.to_dicts(), items, buckets=tag.buckets)
+    after = pl.from_arrow(pa.Table.from_pylist(fresh, schema=FACT_SCHEMA))
+    rows, gone = after.filter(pl.col("fact_id").is_in(pl.Series(sorted(changed), dtype=pl.Utf8).implode())), set()
+    if stored_rules(spec.rollups) and changed:  # compose roll-ups: derived by the read itself
+        derived, gone = _derived(spec, current, after, changed, buckets=tag.buckets)
+        rows = pl.concat([rows, derived.select(rows.columns).cast(rows.schema)])
+    if base.rows.height or base.gone:
+        made = set(rows["fact_id"].to_list())
+        kept = base.rows.filter(~pl.col("fact_id").is_in(pl.Series(sorted(made | gone), dtype=pl.Utf8).implode()))
+        rows = pl.concat([kept, rows.select(kept.columns).cast(kept.schema)])
+        # (an id gone now that only base made is simply no longer among the rows; one base
+        # found gone and derived again is among them, and a row shown wins over gone)
+        gone = (set(base.gone) | gone) - made
+    names = {**_new_names(spec, store, tag, items), **base.names}  # (base's names came first)
+    return StateOverlay(rows=rows, gone=frozenset(gone), names=names, pending=pending, overlaid=overlaid)
+
+
+def _tail_items(mem: "Memory", spec: FoldSpec, tail: list[Event], buckets: int) -> tuple[list[dict[str, Any]], int]:
+    """(item rows, pending events) of ``tail`` with the extractions a read may make: cached,
+    stated, or (rules spec) the rules extractor in memory; an event needing a model is pending."""
     wanted = [e for e in tail if needs_extraction(e)]
     cached = mem.cache.facts(spec.hash, [e.event_id for e in wanted]) if wanted else {}
     rules = None
@@ -161,20 +197,8 @@ def state_overlay(mem: "Memory", spec: FoldSpec, store: StateStore, tag: StateTa
                     pending += 1
                 else:
                     facts = extraction.facts
-        items += items_of(event, facts, tag.buckets)
-    if not items:
-        return StateOverlay(pending=pending, overlaid=len(tail))
-    items.sort(key=lambda r: (r["seq"], r["ordinal"]))
-    subjects = {i["subject_node"] for i in items}
-    current = _read(store, tag, buckets={bucket_of(s, tag.buckets) for s in subjects}, filter=among("subject", subjects))
-    fresh, changed = advance_subjects(spec, current.to_dicts(), items, buckets=tag.buckets)
-    after = pl.from_arrow(pa.Table.from_pylist(fresh, schema=FACT_SCHEMA))
-    rows, gone = after.filter(pl.col("fact_id").is_in(pl.Series(sorted(changed), dtype=pl.Utf8).implode())), set()
-    if stored_rules(spec.rollups) and changed:  # compose roll-ups: derived by the read itself
-        derived, gone = _derived(spec, current, after, changed, buckets=tag.buckets)
-        rows = pl.concat([rows, derived.select(rows.columns).cast(rows.schema)])
-    return StateOverlay(rows=rows, gone=frozenset(gone), names=_new_names(spec, store, tag, items), pending=pending,
-                        overlaid=len(tail))
+        items += items_of(event, facts, buckets)
+    return items, pending
 
 
 def _derived(spec: FoldSpec, current: pl.DataFrame, after: pl.DataFrame, changed: set[str], *,

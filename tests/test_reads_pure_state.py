@@ -215,3 +215,56 @@ def test_a_read_of_the_state_tables_in_a_fresh_process_exits_cleanly_every_time(
             if proc.returncode != 0 or b"Berlin" not in out:
                 failures.append((proc.returncode, err.decode(errors="replace")[-300:]))
     assert not failures, f"{len(failures)} of {runs} runs failed: {failures[:3]}"
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_warm_reads_overlay_advanced_by_each_append_equals_a_fresh_reads(tmp_path, seed, monkeypatch):
+    """Equivalence of the advanced overlay: a warm Memory that read after every append advances
+    its kept overlay by the appended events alone (it never reads the tail from the tag again),
+    and answers every read as a fresh process does (the overlay of the whole tail), through
+    supersession, retractions, organisations moving (compose roll-ups) and a fold by another
+    process (new tables: the overlay is made again). Each step writes nothing."""
+    import random
+
+    from refold import state_overlay
+
+    root = tmp_path / "store"
+    mem = refold.init(root)
+    mem.append(list(workload(120, seed=seed, people=8)))
+    mem.fold(engine="partitioned")
+    ctx = tools.ToolContext(memory=mem, embedder=EMB)
+    rng = random.Random(seed)
+    whole_tails = []
+    real_tail_after = state_overlay.tail_after
+    monkeypatch.setattr(state_overlay, "tail_after", lambda *a, **k: whole_tails.append(1) or real_tail_after(*a, **k))
+    assert mem.facts().height  # the first read overlays the (empty) tail from the tag
+    start, tables_moved = 1000, False
+    for step in range(12):
+        roll = rng.random()
+        if roll < 0.15:
+            live = mem.facts(current_only=True).filter(pl.col("derivation") == "extracted")["fact_id"].to_list()
+            tools.handle("retract_memory", {"fact_id": rng.choice(live), "justification": "wrong",
+                                            "trace_id": f"run-{step}"}, ctx)
+        elif roll < 0.3:
+            tools.handle("write_memory", {**WRITE, "subject": f"Org{rng.randrange(3)}", "relation": "located_in",
+                                          "object": rng.choice(["Oslo", "Paris", "Lima"])}, ctx)
+        elif roll < 0.4 and step > 4:
+            refold.open(root).fold(engine="partitioned")  # another process: the tables move on
+            tables_moved = True
+        else:
+            n = rng.randrange(1, 6)
+            mem.append(list(workload(n, seed=seed + 100 + step, people=8, start=start)))
+            start += n
+        calls = len(whole_tails)
+        before = _files(root)
+        warm = mem.facts()
+        assert _files(root) == before
+        fresh = refold.open(root).facts()
+        assert _comparable(warm) == _comparable(fresh), f"step {step}"
+        made_again = len(whole_tails) - calls - 1  # (the fresh process read the whole tail once)
+        log_moved = not (0.3 <= roll < 0.4 and step > 4)  # (a fold moves the tables, not the log)
+        # the warm read makes its overlay again only when the log moved over other tables
+        assert made_again == (1 if log_moved and tables_moved else 0), f"step {step}"
+        tables_moved = tables_moved and not log_moved
+    mem.fold(engine="partitioned")
+    assert _comparable(mem.facts()) == _comparable(warm)
