@@ -261,6 +261,9 @@ class Memory:
         tables (``full`` rewrites them, in ``buckets`` partitions, default 64; otherwise only
         what the new events touch); ``merger`` runs its merge stage elsewhere
         (``refold.jobs.ray_merge.ray_merger()``: Ray tasks; ``runner`` does the same for extraction).
+        Shred mode: the fold first purges what the extraction cache, a stored index and graph
+        snapshots keep of owners whose keys were destroyed outside an erasure
+        (:func:`refold.erasing.sweep_destroyed`; docs/erasure.md).
         """
         from refold.extractors import get_extractor
         from refold.folding import FoldReport, record_spec
@@ -271,6 +274,10 @@ class Memory:
         if spec.hash not in self._recorded_specs:
             record_spec(self, spec)
             self._recorded_specs.add(spec.hash)
+        if self.mode == "shred":  # keys destroyed outside an erasure: their residue goes first
+            from refold.erasing import sweep_destroyed
+
+            sweep_destroyed(self)
         if (engine or self.fold_engine) == "partitioned":
             from refold.state_fold import fold_state
 

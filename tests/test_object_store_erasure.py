@@ -172,3 +172,19 @@ def test_an_erasure_refolds_the_state_tables_in_a_bucket(moto_process):  # noqa:
     facts = again.facts(subject=H.Y_NAME)
     assert facts.height and again._state_tables(again.current_spec()) is not None
     assert mem.verify().ok and erasing.verify_receipt(mem, receipt, needles=H.NEEDLES).ok
+
+
+def test_a_key_destroyed_outside_an_erasure_is_swept_from_a_bucket(moto_process):  # noqa: F811
+    """A shred-mode store in a bucket: after a subject's key is destroyed through the key store
+    (no erasure), the next fold leaves no object holding the subject's name (extraction cache
+    and state tables, their old files vacuumed) and records the sweep in the bucket."""
+    bucket = new_bucket(moto_process)
+    mem = refold.init(f"{bucket.uri}/shred", mode="shred", storage_options=bucket.storage_options)
+    mem.append(H.events())
+    mem.fold()
+    before = {h.file.split("/")[0] for h in erasing.scan(mem, [H.Y_NAME]).hits}
+    assert {"extractions", "state"} <= before
+    erasing.keystore(mem).destroy(H.Y)
+    mem.fold()
+    assert not erasing.scan(mem, [H.Y_NAME]).hits
+    assert "shred/erasure.swept" in bucket.keys()

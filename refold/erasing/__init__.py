@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from refold.fold.errors import ErasureError, ExtractionError
+from refold.storage.cache import PurgeResult
 from refold.storage.erasure import erase as _erase
 from refold.storage.erasure import plan as _plan
 from refold.storage.erasure.planning import ErasurePlan, RefoldOutcome
@@ -42,7 +43,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DIGEST_SCHEME", "STATE_SCHEME", "derived_stores", "erase", "erase_batch", "fact_impact", "find", "json_state_digest", "keystore",
-    "refold_outcome", "register_subject", "registry", "scan", "state_digest", "subjects", "verify_receipt",
+    "refold_outcome", "register_subject", "registry", "scan", "state_digest", "subjects", "sweep_destroyed",
+    "verify_receipt",
 ]
 
 
@@ -76,9 +78,10 @@ def find(mem: "Memory", subject_id: str) -> Mentions:
     return find_mentions(mem.events(), subject)
 
 
-def derived_stores(mem: "Memory", *, decremental: bool = True) -> list[Any]:
+def derived_stores(mem: "Memory", *, decremental: bool = True, subjects: Iterable[str] = ()) -> list[Any]:
     """Every derived store of ``mem`` with ``purge(event_ids)``: the snapshot patcher (see
-    :mod:`refold.erasing.snapshot_patch`), cache, index, and the Memory's extras (snapshots)."""
+    :mod:`refold.erasing.snapshot_patch`), cache, index, the Memory's extras (snapshots, state
+    tables) and, in shred mode, the :class:`ResidueSweeper` (``subjects``: the erasure's own)."""
     from .snapshot_patch import SnapshotPatcher
 
     # the patcher first: it needs the erased events' cache rows, which the cache purge removes
@@ -90,7 +93,47 @@ def derived_stores(mem: "Memory", *, decremental: bool = True) -> list[Any]:
     extra = getattr(mem, "derived_stores", None)
     if callable(extra):
         stores += [s for s in extra() if type(s) not in {type(x) for x in stores}]
+    if getattr(mem, "mode", None) == "shred":
+        stores.append(ResidueSweeper(mem, subjects))  # last: after every store purged the erasure's events
     return stores
+
+
+class ResidueSweeper:
+    """The erasure's purge step's last store in shred mode: :func:`sweep_destroyed` with the
+    erasure's own events left out (the stores before it purged them), so an erasure also
+    purges what the derived stores keep of owners whose keys went outside an erasure."""
+
+    def __init__(self, mem: "Memory", subjects: Iterable[str] = ()):
+        self.mem = mem
+        self.subjects = tuple(subjects)
+
+    def purge(self, event_ids: Iterable[str]) -> PurgeResult:
+        # the erasure's subjects' events are all among event_ids: the log is not read for them
+        return sweep_destroyed(self.mem, skip=event_ids, covered=self.subjects)
+
+
+def sweep_destroyed(mem: "Memory", *, skip: Iterable[str] = (), covered: Iterable[str] = ()) -> PurgeResult:
+    """Purge the extraction cache, a stored search index and graph snapshots of the events of
+    every owner with an erased marker not swept yet (:mod:`refold.storage.erasure.sweep`: keys
+    destroyed outside an erasure). Shred mode only; each :meth:`Memory.fold` calls it first, and
+    an erasure's purge step (:class:`ResidueSweeper`). The state tables honour the markers on
+    their own (:func:`refold.state_fold.honour_marks`)."""
+    from refold.storage.erasure.sweep import STORE, sweep
+
+    if mem.mode != "shred":
+        return PurgeResult(STORE, 0)
+    marks = mem.erased_marks()
+    if not marks:
+        return PurgeResult(STORE, 0)
+    stores = [s for s in derived_stores(mem, decremental=False) if type(s).__name__ not in _NOT_SWEPT]
+    from refold.storage.keys import KeyOwner
+
+    return sweep(mem.layout, mem.log_store, marks, stores, skip=skip, storage_options=mem.storage_options,
+                 covered={KeyOwner.subject(s).digest() for s in covered})
+
+
+#: stores a sweep leaves out: the state tables (they honour markers themselves) and the sweep itself
+_NOT_SWEPT = frozenset({"StatePurger", "ResidueSweeper"})
 
 
 #: Prefix of a state digest over the snapshot encoding (:func:`state_digest`); a digest without
@@ -274,7 +317,7 @@ def erase(mem: "Memory", subject_id: str, *, dry_run: bool = False, canaries: It
         plan = _plan(mem, subject_id, derived=derived_stores(mem, decremental=decremental), **common)
         impact = fact_impact(mem, plan.event_ids)
         return dataclasses.replace(plan, derived=(*plan.derived, impact)) if impact else plan
-    return _erase(mem, subject_id, derived=derived_stores(mem, decremental=decremental),
+    return _erase(mem, subject_id, derived=derived_stores(mem, decremental=decremental, subjects=(subject_id,)),
                   refold=lambda: refold_outcome(mem),
                   canaries=canaries, orphan_grace_hours=orphan_grace_hours, notes=notes, **common)
 
@@ -311,7 +354,7 @@ def erase_batch(mem: "Memory", subject_ids: Iterable[str], *, dry_run: bool = Fa
         names = ", ".join(repr(s) for s, _ in held[:10]) + (" …" if len(held) > 10 else "")
         raise LegalHoldError(f"a legal hold covers {len(held)} subject(s) of the batch ({names}); nothing was "
                              f"erased. First: {held[0][1]}. Release the holds or leave those subjects out")
-    derived = derived_stores(mem, decremental=decremental)
+    derived = derived_stores(mem, decremental=decremental, subjects=subjects)
     if dry_run:
         return list(plan_batch(mem.log_store, subjects, mode=mem.mode, keystore=keystore(mem),
                                registry=registry(mem), derived=derived, skip_unknown=skip_unknown).values())

@@ -11,6 +11,8 @@
       receipts/       erasure receipts; receipts/heads/ holds published chain heads
       subjects.json   subject registry (names and aliases per opaque subject id; erasable)
       retention.json  retention rules and legal holds (refold.retention)
+      erasure.epoch   changed by every erasure (refold.storage.epoch)
+      erasure.swept   shred mode: owners whose destroyed keys' residue was purged (refold.storage.erasure.sweep)
 
 The root is a local path, ``file://`` or an object-store URI (``s3://bucket/prefix``, ``gs://``,
 ``az://``); ``storage_options`` (as deltalake names them) reach the Delta tables and, through
