@@ -10,10 +10,12 @@ extractor; appends of 1,000), in one process:
                 and median of 20: from the state tables (every read lists the key store's erased
                 markers first), and, for comparison, through the graph engine, the path every
                 shred-mode read took before (decrypt the log, fold it; median of 3)
+* incremental   1% new events appended, then ``fold()``: only they are decrypted and extracted
 * destroy       another subject's keys destroyed with ``KeyStore.destroy``, outside an erasure
                 (no receipt, no refold): the first read after it (the graph engine answers:
                 the tables predate the marker), the fold that erases the subject's events from the
-                tables (``honour_marks``: cached extractions, no model call), then the read again
+                tables (``honour_marks``: cached extractions, no model call) and purges what the
+                extraction cache and other derived stores keep of them (the sweep), then the read again
 * erase         a third subject erased with ``erasing.erase`` (the whole procedure and its
                 receipt; its state step records the markers), then the read (from the tables)
 
@@ -85,6 +87,13 @@ def run(n: int, root: Path, *, graph: bool = True) -> dict[str, float]:
         out["read graph engine, first"] = time.perf_counter() - start
         out["read graph engine, median"] = _median(lambda: read(graph_mem), 3)
         del graph_mem
+
+    new = max(n // 100, 1)  # 1% new events: the incremental fold decrypts only them
+    mem.append(list(workload(new, seed=12, start=10 * n)))
+    start = time.perf_counter()
+    report = mem.fold(engine="partitioned", extractor="rules")
+    out["incremental: fold of 1% new"] = time.perf_counter() - start
+    assert report.extraction_calls == new
 
     mem.key_store.destroy(DESTROYED)
     if graph:

@@ -17,7 +17,7 @@ def test_shred_reads_benchmark_quick():
                           cwd=REPO, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "shred-mode store, 2,000 events" in done.stdout
-    for step in ("append", "fold", "read tables, median", "read graph engine, median",
+    for step in ("append", "fold", "read tables, median", "read graph engine, median", "incremental: fold of 1% new",
                  "destroy: first read (graph engine)", "destroy: fold honouring the marker",
                  "destroy: next read (tables)", "erase: whole erasure", "erase: next read (tables)"):
         assert re.search(rf"  {re.escape(step)} +\d+\.\d{{3}} s", done.stdout), (step, done.stdout)
