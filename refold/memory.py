@@ -341,13 +341,13 @@ class Memory:
         self._state_stores, self._state_past = {}, {}  # (their open handles and kept tags predate it)
         return out
 
-    def derived_stores(self) -> list[Any]:
+    def derived_stores(self, subjects: Iterable[str] = ()) -> list[Any]:
         """Derived stores beyond the cache and the index that erasure must purge: the snapshots
-        and the state tables."""
+        and the state tables (``subjects``: the erasure's own, see :class:`~refold.state_fold.StatePurger`)."""
         from refold.state_fold import StatePurger
         from refold.storage.snapshots import SnapshotStore
 
-        return [SnapshotStore(self.layout, storage_options=self.storage_options), StatePurger(self)]
+        return [SnapshotStore(self.layout, storage_options=self.storage_options), StatePurger(self, subjects)]
 
     @contextlib.contextmanager
     def advanced_fold(self, spec: FoldSpec, *, extractor: Extractor | None = None, **options: Any

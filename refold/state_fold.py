@@ -621,32 +621,45 @@ class StatePurger:
     spec, the subjects whose items came from an erased event (from the surviving items: no model
     call), refreshes the roll-ups and entities that depend on them, and vacuums."""
 
-    def __init__(self, mem: "Memory"):
+    def __init__(self, mem: "Memory", subjects: Iterable[str] = ()):
         self.mem = mem
+        self.subjects = tuple(subjects)  # the erasure's own: every event under their keys is in its plan
 
     def purge(self, event_ids: Iterable[str]) -> PurgeResult:
         """In shred mode the events of every owner with an erased marker are purged too (the
         erasure's own subject's, and those of keys destroyed outside an erasure since the last
-        fold), and the tags record those markers (see :func:`honour_marks`)."""
+        fold), and the tags record those markers (see :func:`honour_marks`). A state whose tag
+        honours every marker but those of the erasure's own ``subjects`` needs only
+        ``event_ids``: the log is not read for the others (whose events it no longer holds)."""
         from refold.folding import recorded_specs
         from refold.storage.crypto import marked_in_log
+        from refold.storage.keys import KeyOwner
 
         marks = self.mem.erased_marks()  # (the erasure wrote its subject's marker before this step)
-        ids = sorted(set(event_ids) | marked_in_log(self.mem.log_store, marks))
+        ids = sorted(set(event_ids))
+        honoured = marks_fingerprint(marks - {KeyOwner.subject(s).digest() for s in self.subjects})
+        marked: list[str] | None = None  # every marked owner's events, read once if a state needs them
         self.mem._state_at = {}  # this process's up-to-date marks no longer hold
         found = state_specs(self.mem.layout)
-        if not ids or not found:
+        if not found or not (ids or marks):
             return PurgeResult(store="state", rows=0)
         specs = recorded_specs(self.mem)
         removed, detail = 0, []
         for spec_hash in found:
             store = self.mem.state_store(specs[spec_hash]) if spec_hash in specs else None
-            if store is None or store.tag() is None:
+            tag = None if store is None else store.tag()
+            if tag is None:
                 # no spec to refold with, or a fold that never finished: drop it (it may hold erased data)
                 StateStore(self.mem.layout, spec_hash, storage_options=self.mem.storage_options).drop()
                 detail.append(f"state/{spec_hash}: dropped")
                 continue
-            n = purge_state(store, specs[spec_hash], ids, erased=marks_fingerprint(marks))
+            if marks and tag.erased != honoured:
+                if marked is None:
+                    marked = sorted(set(ids) | marked_in_log(self.mem.log_store, marks))
+                these = marked
+            else:
+                these = ids
+            n = purge_state(store, specs[spec_hash], these, erased=marks_fingerprint(marks))
             removed += n
             detail.append(f"state/{spec_hash}: {n} item row(s) removed")
         return PurgeResult(store="state", rows=removed, detail=tuple(detail))

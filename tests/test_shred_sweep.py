@@ -16,6 +16,7 @@ import refold
 from refold import erasing
 from refold.memory import Memory
 from refold.search import open_index
+from refold.storage import crypto
 from refold.storage.erasure import sweep as sweep_module
 from refold.storage.erasure.sweep import STORE, SWEPT_FILE, swept_owners
 from refold.storage.keys import FileKeyStore, KeyOwner
@@ -81,11 +82,15 @@ def test_an_erasure_after_a_destruction_sweeps_both_and_says_so_in_its_receipt(m
     # erasure's stores before it purged Ben's)
     assert swept and swept[0]["rows"] > 0 and "not swept before: 2;" in swept[0]["detail"][0]
     assert swept_owners(mem.layout) == {KeyOwner.subject(s).digest() for s in ("s-ann", "s-ben")}
-    # a later erasure finds nothing left to sweep, and does not read the log to know it (its own
-    # subject's events are all in its plan)
+    # a later erasure finds nothing left to sweep, and neither the sweep nor the state tables'
+    # purge reads the log for marked events to know it: the tables honour every other marker,
+    # and the erasure's own subject's events are all in its plan
     def refuse(*_a, **_k):
-        raise AssertionError("the sweep read the log for the erasure's own subject")
+        raise AssertionError("the erasure read the log for the marked owners' events")
 
     monkeypatch.setattr(sweep_module, "marked_in_log", refuse)
+    monkeypatch.setattr(crypto, "marked_in_log", refuse)
+    person3 = set(mem.facts(subject="Person3")["fact_id"].to_list())
     later = erasing.erase(mem, "s-person3")
     assert [p["rows"] for p in later.purged if p["store"] == STORE] == [0]
+    assert later.scan["hits"] == [] and mem.facts(subject="Person3").height == 0 and person3

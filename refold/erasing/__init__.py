@@ -92,7 +92,7 @@ def derived_stores(mem: "Memory", *, decremental: bool = True, subjects: Iterabl
         stores.append(index_store(mem.layout))
     extra = getattr(mem, "derived_stores", None)
     if callable(extra):
-        stores += [s for s in extra() if type(s) not in {type(x) for x in stores}]
+        stores += [s for s in extra(subjects) if type(s) not in {type(x) for x in stores}]
     if getattr(mem, "mode", None) == "shred":
         stores.append(ResidueSweeper(mem, subjects))  # last: after every store purged the erasure's events
     return stores
