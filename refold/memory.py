@@ -436,7 +436,10 @@ class Memory:
             tail, base = tail_after(self, tag), None
             if tail is None:
                 return None
-        end = (tail[-1].seq, tail[-1].link) if tail else (seen[2] if base is not None else (tag.log_seq, tag.log_link))
+        if tail:
+            end = (tail[-1].seq, tail[-1].link)  # the position the overlay reaches
+        else:
+            end = seen[2] if base is not None else (tag.log_seq, tag.log_link)
         found = (store, tag, state_overlay(self, spec, store, tag, self._readable(tail, marks), base=base))
         if not found[2].pending:  # else not kept: a fold (here or elsewhere) may cache their extractions
             self._state_at = {spec.hash: (version, found, end)}

@@ -137,8 +137,8 @@ def log_after(mem: "Memory", seq: int, link: str, *, until: int | None = None) -
 def state_overlay(mem: "Memory", spec: FoldSpec, store: StateStore, tag: StateTag,
                   tail: list[Event], *, base: StateOverlay | None = None) -> StateOverlay:
     """The overlay of ``tail`` (the events after ``tag``, in log order) on ``spec``'s state
-    tables at ``tag``; with ``base``, the overlay of the events after ``tag`` up to ``tail``'s
-    first, the overlay of base's events then ``tail``: base is advanced by ``tail`` alone
+    tables at ``tag``. With ``base`` (the overlay of the events between ``tag`` and ``tail``),
+    the overlay of base's events and then ``tail``'s: base advanced by ``tail`` alone
     (incremental projection again: state at n + events (n, m] = state at m), so a read right
     after an append reads, extracts and merges only the appended events, not the whole tail.
     Reads the log's tail, the extraction cache and the touched subjects' rows; writes nothing

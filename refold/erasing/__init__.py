@@ -118,22 +118,19 @@ def sweep_destroyed(mem: "Memory", *, skip: Iterable[str] = (), covered: Iterabl
     destroyed outside an erasure). Shred mode only; each :meth:`Memory.fold` calls it first, and
     an erasure's purge step (:class:`ResidueSweeper`). The state tables honour the markers on
     their own (:func:`refold.state_fold.honour_marks`)."""
+    from refold.state_fold import StatePurger
     from refold.storage.erasure.sweep import STORE, sweep
+    from refold.storage.keys import KeyOwner
 
     if mem.mode != "shred":
         return PurgeResult(STORE, 0)
     marks = mem.erased_marks()
     if not marks:
         return PurgeResult(STORE, 0)
-    stores = [s for s in derived_stores(mem, decremental=False) if type(s).__name__ not in _NOT_SWEPT]
-    from refold.storage.keys import KeyOwner
-
+    # (not the state tables: they honour markers themselves; not the sweep itself)
+    stores = [s for s in derived_stores(mem, decremental=False) if not isinstance(s, (StatePurger, ResidueSweeper))]
     return sweep(mem.layout, mem.log_store, marks, stores, skip=skip, storage_options=mem.storage_options,
                  covered={KeyOwner.subject(s).digest() for s in covered})
-
-
-#: stores a sweep leaves out: the state tables (they honour markers themselves) and the sweep itself
-_NOT_SWEPT = frozenset({"StatePurger", "ResidueSweeper"})
 
 
 #: Prefix of a state digest over the snapshot encoding (:func:`state_digest`); a digest without

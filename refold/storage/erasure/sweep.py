@@ -22,9 +22,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from ..cache import PurgeResult
 from ..crypto import marked_in_log
 from ..layout import Layout
-from ..cache import PurgeResult
 from .scrub import scrub_table
 
 __all__ = ["STORE", "SWEPT_FILE", "swept_owners", "sweep"]
