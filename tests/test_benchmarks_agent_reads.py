@@ -5,19 +5,13 @@ asserted: the machine is shared). Its own check runs too: each round, the warm M
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.bench_helpers import assert_timed_steps, run_quick
 
 
 def test_agent_reads_benchmark_quick():
-    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "agent_reads.py"), "--quick"],
-                          cwd=REPO, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "store of 2,000 events, 20 unfolded" in done.stdout
-    for step in ("append", "fold", "first read (whole tail)", "warm read, log unmoved", "after append, median",
-                 "made again, median"):
-        assert re.search(rf"  {re.escape(step)} +\d+\.\d{{3}} s", done.stdout), (step, done.stdout)
-    assert re.search(r"read after an append: made again / advanced = [\d,.]+x", done.stdout)
+    out = run_quick("agent_reads.py")
+    assert "store of 2,000 events, 20 unfolded" in out
+    assert_timed_steps(out, ("append", "fold", "first read (whole tail)", "warm read, log unmoved",
+                             "after append, median", "made again, median"))
+    assert re.search(r"read after an append: made again / advanced = [\d,.]+x", out)
