@@ -30,6 +30,11 @@ moving and changing jobs, organisations located in cities; rules extractor; appe
                    median of 20 queries, and the median of 5 searches each right after an append
 * floor            what any merge must at least do: polars reading the cached extractions and
                    sorting their facts by (tenant, subject, relation, seq)
+* incremental_floor / erase_floor   what any incremental fold, and any erasure's state step, must
+                   at least do, with plain tools: read the new events, extract them (rules) and
+                   commit the extractions once; delete X's rows from the facts table and vacuum
+                   it. Refold / floor is the most such a step could be faster than the refold: the
+                   ceiling of the issue's two ratio targets on this machine
 
 Every step runs in its own child process, so "peak RSS" is that process's own high-water mark
 (``ru_maxrss``, interpreter and imports included); with ``--ray`` the refold also prints the
@@ -196,6 +201,10 @@ def step(name: str, root: Path, n: int, use_ray: bool, engine: str = "partitione
         out.update(_read_past(refold.open(root), n))
     elif name == "floor":
         out["rows"] = floor(root)
+    elif name == "incremental_floor":
+        out.update(incremental_floor(root))
+    elif name == "erase_floor":
+        out.update(erase_floor(root))
     else:
         raise SystemExit(f"unknown step {name!r}")
     out.update(seconds=time.perf_counter() - start, rss=_rss())
@@ -304,6 +313,70 @@ def floor(root: Path) -> int:
     return facts.height
 
 
+def incremental_floor(root: Path) -> dict:
+    """What any incremental fold of the new events must at least do, with plain tools and no
+    merge: read the events after the state's position (a seq-pruned polars scan of the log), run
+    the rules extractor on them (the fold's own input; building the events it takes is not
+    counted) and commit its output to a Delta table (one append to a scratch table, as the fold
+    caches its extractions). Seconds of each part and their sum (``seconds``)."""
+    import dataclasses as dc
+
+    import polars as pl
+    import pyarrow as pa
+    from deltalake import DeltaTable, write_deltalake
+
+    import refold
+    from refold.fold.extractors.rules import RulesExtractor
+    from refold.storage.schema import table_to_events
+
+    mem = refold.open(root)
+    spec = mem.current_spec()
+    since = mem.state_store(spec).tags()[-1].log_seq
+    t0 = time.perf_counter()
+    tail = pl.scan_delta(str(root / "events")).filter(pl.col("seq") > since).collect().to_arrow()
+    read_s = time.perf_counter() - t0
+    events = list(table_to_events(tail))
+    t0 = time.perf_counter()
+    out = RulesExtractor().extract(events, spec)
+    extract_s = time.perf_counter() - t0
+    rows = pa.table({"event_id": [x.event_id for x in out],
+                     "facts": [json.dumps([dc.asdict(f) for f in x.facts], default=str) for x in out]})
+    with tempfile.TemporaryDirectory(prefix="refold-floor-") as scratch:
+        write_deltalake(scratch, rows.slice(0, 0))
+        table = DeltaTable(scratch)
+        t0 = time.perf_counter()
+        write_deltalake(table, rows, mode="append")
+        commit_s = time.perf_counter() - t0
+    return {"events": len(events), "read_s": read_s, "extract_s": extract_s, "commit_s": commit_s,
+            "floor_s": read_s + extract_s + commit_s}
+
+
+def erase_floor(root: Path) -> dict:
+    """The least an erasure's state step must do, with delta-rs alone: delete X's merged rows
+    from the facts table and vacuum the file that delete replaced (the issue asks that old
+    versions be vacuumed), timed on a copy of the table vacuumed beforehand. It leaves out what a
+    real step also does (the items of X's events, the roll-ups and entities that named X)."""
+    from deltalake import DeltaTable
+
+    import refold
+    from refold.fold.entities import node_id
+
+    mem = refold.open(root)
+    facts = mem.state_store(mem.current_spec()).path("facts")
+    subject = node_id("default", SUBJECT[1])
+    with tempfile.TemporaryDirectory(prefix="refold-floor-") as scratch:
+        copy = Path(scratch) / "facts"
+        shutil.copytree(facts, copy)
+        vacuum = {"retention_hours": 0, "enforce_retention_duration": False, "dry_run": False}
+        DeltaTable(str(copy)).vacuum(**vacuum)
+        t0 = time.perf_counter()
+        table = DeltaTable(str(copy))
+        deleted = table.delete(f"subject = '{subject}'").get("num_deleted_rows", 0)
+        table.vacuum(**vacuum)
+        seconds = time.perf_counter() - t0
+    return {"rows": deleted, "floor_s": seconds}
+
+
 def _rss() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
 
@@ -333,8 +406,10 @@ def measure(n: int, work: Path, use_ray: bool) -> dict:
     r["index"] = run_step("index", root, n, False)
     r["state_bytes"] = _du(root / "state") + _du(root / "snapshots")
     r["append_new"] = run_step("append_new", root, n, False)
+    r["incremental_floor"] = run_step("incremental_floor", root, n, False)
     r["incremental"] = run_step("incremental", root, n, use_ray)
     r["read_past"] = run_step("read_past", root, n, False)
+    r["erase_floor"] = run_step("erase_floor", root, n, False)
     r["erase"] = run_step("erase", root, n, use_ray)
     r["search"] = run_step("search", root, n, False)
     r["events"] = r["append"]["events"]
@@ -380,6 +455,13 @@ def report(label: str, results: dict[int, dict]) -> bool:
               + " (target >= 100x for the refold step); "
               f"read one subject: first {r['read']['first'] * 1e3:.1f} ms, median {r['read']['median'] * 1e3:.1f} ms "
               f"(target <= 50 ms), as a principal sees it {r['read']['principal_median'] * 1e3:.1f} ms")
+        inc_floor, erase_floor_ = r["incremental_floor"], r["erase_floor"]
+        print(f"  floors: incremental {inc_floor['floor_s']:.2f} s (read the {inc_floor['events']} new events "
+              f"{inc_floor['read_s']:.2f} s, rules extraction {inc_floor['extract_s']:.2f} s, one cache commit "
+              f"{inc_floor['commit_s']:.2f} s): incremental / floor {r['incremental']['seconds'] / inc_floor['floor_s']:.1f}x, "
+              f"refold / floor {refold_s / inc_floor['floor_s']:.1f}x (the most any incremental fold could reach); "
+              f"erasure step {erase_floor_['floor_s']:.2f} s (delete X's {erase_floor_['rows']} merged rows from one "
+              f"table and vacuum): refold / floor {refold_s / erase_floor_['floor_s']:.1f}x")
         print("  peak RSS GiB per step: " + ", ".join(
             f"{step_} {r[step_]['rss'] / gib:.2f}" for step_ in ("append", "fold", "refold", "incremental", "erase", "read")))
         whole = (f"whole state facts() {r['read']['whole_s']:.2f} s ({r['read']['whole_rows']} rows)"

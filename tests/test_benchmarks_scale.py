@@ -5,21 +5,15 @@ processes and prints its table, the ratios against issue #17's targets and its c
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.bench_helpers import run_quick
 
 
 @pytest.mark.slow
 def test_scale_benchmark_quick():
-    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "scale.py"), "--quick"], cwd=REPO,
-                          capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout + done.stderr
-    out = done.stdout
+    out = run_quick("scale.py")
     assert "== partitioned engine, local, in-process ==" in out
     rows = re.findall(r"^\s+(1000|4000)\s+\d+\.\d+\s+\d+\.\d+\s+\d+\.\d+\s+\d+\.\d+\s+\d+\.\d+x", out, re.M)
     assert rows == ["1000", "4000"], out
@@ -35,3 +29,7 @@ def test_scale_benchmark_quick():
     assert len(re.findall(r"search \(hashing embedder\): index build \d+\.\d+ s \(\d+ facts, \d+ events.*"
                           r"first search after the incremental fold and the erasure \d+\.\d+ s; query median "
                           r"\d+\.\d ms; right after an append \d+\.\d+ s", out)) == 2, out
+    # the floors of the two ratio targets, measured in the same run
+    assert len(re.findall(r"floors: incremental \d+\.\d+ s \(read the \d+ new events .*incremental / floor "
+                          r"\d+\.\dx, refold / floor \d+\.\dx .*erasure step \d+\.\d+ s \(delete X's [1-9]\d* "
+                          r"merged rows.*refold / floor \d+\.\dx", out)) == 2, out
