@@ -4,22 +4,17 @@ machine is shared and noisy, so speed is reported as ratios and floors met or mi
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "append.py"
+from tests.bench_helpers import run_quick
+
 WORKLOADS = ("single", "batch=10", "batch=100", "batch=1k", "batch=10k")
 
 
 @pytest.mark.slow
 def test_append_benchmark_quick(tmp_path):
-    done = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--dir", str(tmp_path)],
-                          capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr
-    out = done.stdout
+    out = run_quick("append.py", "--dir", str(tmp_path))
     for workload in WORKLOADS:
         for baseline in ("parquet", "sqlite"):
             match = re.search(rf"^ratio refold/{baseline} {re.escape(workload)}: (\d+\.\d+)x", out, re.M)

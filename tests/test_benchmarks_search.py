@@ -3,21 +3,15 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "search.py"
+from tests.bench_helpers import run_quick
 
 
 @pytest.mark.slow
 def test_search_benchmark_quick():
-    done = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--json"], capture_output=True, text=True,
-                          timeout=600)
-    assert done.returncode == 0, done.stderr
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result = json.loads(run_quick("search.py", "--json").strip().splitlines()[-1])
     assert result["n"] == 10_000
     rows = {(r["backend"], r["filter"]): r for r in result["rows"]}
     assert set(rows) == {("flat", "unfiltered"), ("flat", "keep 50%"), ("flat", "keep 1%"), ("hnsw", "unfiltered"),

@@ -4,26 +4,17 @@ and its correctness checks (no timing is asserted: the machine is shared)."""
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.bench_helpers import run_quick
+
 RATIO = r"\d+\.\dx wall, \d+\.\dx CPU"
-
-
-def _run(script: str) -> str:
-    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / script), "--quick"], cwd=REPO,
-                          capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout + done.stderr
-    return done.stdout
 
 
 @pytest.mark.slow
 def test_incremental_benchmark_quick():
-    out = _run("incremental.py")
+    out = run_quick("incremental.py")
     assert "extraction calls == new events exactly: in-process yes, new process yes (20 per fold)" in out
     assert re.search(rf"ratio full refold / incremental in-process: {RATIO} \(target >= 50x\)", out)
     assert re.search(rf"ratio full refold / incremental new process: {RATIO}", out)
@@ -32,7 +23,7 @@ def test_incremental_benchmark_quick():
 
 @pytest.mark.slow
 def test_erasure_refold_benchmark_quick():
-    out = _run("erasure_refold.py")
+    out = run_quick("erasure_refold.py")
     assert out.count("extraction calls 0 everywhere: yes; patched state == full rebuild: yes") == 2
     assert re.search(rf"ratio full rebuild / erasure refold \(near the end\): {RATIO} \(target >= 20x\)", out)
     assert re.search(rf"ratio full rebuild / erasure refold \(spread over the log\): {RATIO}", out)
@@ -44,6 +35,6 @@ def test_erasure_refold_benchmark_quick():
 
 @pytest.mark.slow
 def test_snapshot_load_benchmark_quick():
-    out = _run("snapshot_load.py")
+    out = run_quick("snapshot_load.py")
     assert "same graph from both: yes" in out
     assert re.search(rf"ratio JSON / snapshot load: {RATIO} \(target >= 3x\)", out)
