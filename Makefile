@@ -17,9 +17,13 @@ $(VENV)/.core: $(BIN)/python pyproject.toml
 	touch $@
 
 # Everything the test suite exercises. torch==2.13.0 first: a bare torch requirement pulls a multi-GB CUDA build.
+# llama-cpp-python compiles llama.cpp here. GGML_NATIVE=OFF builds it for any x86-64 CPU with
+# AVX2/FMA/F16C instead of -march=native: on a VM whose CPU advertises AMX, a native build's
+# first decode died on an AMX tile load (SIGILL, the whole test run with it), and a natively
+# built wheel crashes on any other CPU it is copied to (pip's wheel cache, a cluster's nodes).
 $(VENV)/.full: $(VENV)/.core
 	$(BIN)/pip install -q "torch==2.13.0"
-	$(BIN)/pip install -q -e ".[dev,ray,llamacpp,openai,search]"
+	CMAKE_ARGS="-DGGML_NATIVE=OFF $(CMAKE_ARGS)" $(BIN)/pip install -q -e ".[dev,ray,llamacpp,openai,search]"
 	touch $@
 
 venv: $(VENV)/.core
