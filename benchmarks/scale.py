@@ -318,7 +318,7 @@ def incremental_floor(root: Path) -> dict:
     merge: read the events after the state's position (a seq-pruned polars scan of the log), run
     the rules extractor on them (the fold's own input; building the events it takes is not
     counted) and commit its output to a Delta table (one append to a scratch table, as the fold
-    caches its extractions). Seconds of each part and their sum (``seconds``)."""
+    caches its extractions). Seconds of each part and their sum (``floor_s``)."""
     import dataclasses as dc
 
     import polars as pl
@@ -352,10 +352,11 @@ def incremental_floor(root: Path) -> dict:
 
 
 def erase_floor(root: Path) -> dict:
-    """The least an erasure's state step must do, with delta-rs alone: delete X's merged rows
-    from the facts table and vacuum the file that delete replaced (the issue asks that old
-    versions be vacuumed), timed on a copy of the table vacuumed beforehand. It leaves out what a
-    real step also does (the items of X's events, the roll-ups and entities that named X)."""
+    """The least an erasure's state step must do, with delta-rs alone: delete the rows with X
+    as subject from the facts table and vacuum the file that delete replaced (the issue asks
+    that old versions be vacuumed), timed on a copy of the table vacuumed beforehand. It leaves
+    out what a real step also does (the items of X's events, the roll-ups and entities that
+    named X)."""
     from deltalake import DeltaTable
 
     import refold
@@ -460,7 +461,7 @@ def report(label: str, results: dict[int, dict]) -> bool:
               f"{inc_floor['read_s']:.2f} s, rules extraction {inc_floor['extract_s']:.2f} s, one cache commit "
               f"{inc_floor['commit_s']:.2f} s): incremental / floor {r['incremental']['seconds'] / inc_floor['floor_s']:.1f}x, "
               f"refold / floor {refold_s / inc_floor['floor_s']:.1f}x (the most any incremental fold could reach); "
-              f"erasure step {erase_floor_['floor_s']:.2f} s (delete X's {erase_floor_['rows']} merged rows from one "
+              f"erasure step {erase_floor_['floor_s']:.2f} s (delete X's {erase_floor_['rows']} rows from one "
               f"table and vacuum): refold / floor {refold_s / erase_floor_['floor_s']:.1f}x")
         print("  peak RSS GiB per step: " + ", ".join(
             f"{step_} {r[step_]['rss'] / gib:.2f}" for step_ in ("append", "fold", "refold", "incremental", "erase", "read")))
