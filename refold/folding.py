@@ -127,7 +127,9 @@ def extract_missing(events: Sequence[Event], *, spec: FoldSpec, extractor: Extra
     (~15 ms, and it grows with the table), so writing every small batch made a 20k-event fold
     spend minutes committing and a fast extractor (rules: 512 events in ~10 ms) commit far more
     than it extracted, while a crash still loses at most a few seconds of extraction.
-    ``collect``, when given, also receives every new extraction by event id (so the caller need not read them back from the cache). ``cached``:
+    ``collect``, when given, also receives by event id every new extraction that landed in the
+    cache (so the caller need not read them back); a key another writer cached first is left out
+    of it, for the caller to read that writer's row back, as every later fold will. ``cached``:
     ids the caller already knows are in the cache (then the cache is not asked again).
     """
     wanted = [e.event_id for e in events if needs_extraction(e)]
@@ -136,11 +138,15 @@ def extract_missing(events: Sequence[Event], *, spec: FoldSpec, extractor: Extra
     if not todo:
         return 0, 0
     seqs = {e.event_id: e.seq for e in todo}
+
+    def cache_them(results: list[Extraction]) -> None:
+        landed = cache.insert(results, seqs=seqs)
+        if collect is not None:
+            collect.update((x.event_id, x) for x in landed)
+
     if runner is not None:
         results = runner(todo)
-        cache.put(results, seqs=seqs)
-        if collect is not None:
-            collect.update((x.event_id, x) for x in results)
+        cache_them(results)
         return len(todo), sum(len(x.rejected) for x in results)
     rejected = 0
     pending: list[Extraction] = []
@@ -150,17 +156,15 @@ def extract_missing(events: Sequence[Event], *, spec: FoldSpec, extractor: Extra
             chunk = todo[start:start + batch_size]
             results = extractor.extract(chunk, spec)
             pending.extend(results)
-            if collect is not None:
-                collect.update((x.event_id, x) for x in results)
             waited = time.monotonic() - flushed
             if waited >= flush_seconds or (len(pending) >= flush_events and waited >= MIN_FLUSH_SECONDS):
-                cache.put(pending, seqs=seqs)
+                cache_them(pending)
                 pending, flushed = [], time.monotonic()
             bad = sum(len(x.rejected) for x in results)
             rejected += bad
             bar.advance(len(chunk), calls=sum(1 for x in results if x.request is not None), rejected=bad)
         if pending:
-            cache.put(pending, seqs=seqs)
+            cache_them(pending)
     return len(todo), rejected
 
 

@@ -117,11 +117,14 @@ def _items(mem: "Memory", spec: FoldSpec, events: list[Event], *, extractor: Ext
     ids = [e.event_id for e in wanted]
     found = _cached(cache, spec, wanted)
     if extractor is not None and len(found) < len(ids):
-        # (the cache was just read: what it lacks is extracted without a second read of it)
+        # (the cache was just read: what it lacks is extracted without a second read of it, and
+        # what landed is used as extracted; only a key another writer cached first is read back)
         calls, rejected = extract_missing(events, spec=spec, extractor=extractor, cache=cache,
                                           batch_size=batch_size, progress=progress, runner=runner,
-                                          cached=set(found))
-        found.update(_cached(cache, spec, [e for e in wanted if e.event_id not in found]))
+                                          cached=set(found), collect=found)
+        unread = [e for e in wanted if e.event_id not in found]
+        if unread:
+            found.update(_cached(cache, spec, unread))
     missing = [i for i in ids if i not in found]
     if missing:
         raise ExtractionError(f"{len(missing)} event(s) have no {spec.extractor} extraction yet; run `refold "

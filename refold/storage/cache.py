@@ -196,7 +196,15 @@ class ExtractionCache:
 
     def put(self, extractions: Sequence[Extraction], *, seqs: dict[str, int] | None = None,
             max_attempts: int = 50) -> int:
-        """Insert extractions whose key is not cached yet; return the number of rows inserted.
+        """Insert extractions whose key is not cached yet; return the number of rows inserted
+        (see :meth:`insert`)."""
+        return len(self.insert(extractions, seqs=seqs, max_attempts=max_attempts))
+
+    def insert(self, extractions: Sequence[Extraction], *, seqs: dict[str, int] | None = None,
+               max_attempts: int = 50) -> list[Extraction]:
+        """Insert extractions whose key is not cached yet; return those inserted. A key left out
+        was cached by another writer first: the cache holds that writer's extraction, which
+        every fold then uses (so a caller holding its own copies reads those keys back).
 
         Compare-and-append (as the event log): read which keys the table holds at version ``v``
         (a pruned read of just these ids), and create commit ``v + 1`` with the others only if no
@@ -207,7 +215,7 @@ class ExtractionCache:
         files).
         """
         if not extractions:
-            return 0
+            return []
         unique = {(x.event_id, x.spec_hash): x for x in extractions}
         self._ensure()
         handle = self._handle
@@ -219,7 +227,7 @@ class ExtractionCache:
                         raise StoreError(f"the extraction cache at {self.path} disappeared; fold again")
                     fresh = self._fresh(dt, unique, seqs or {})
                     if not fresh:
-                        return 0
+                        return []
                     rows = _to_table(fresh, seqs or {})
                     write_deltalake(dt, rows, mode="append",
                                     commit_properties=CommitProperties(max_commit_retries=0),
@@ -228,7 +236,7 @@ class ExtractionCache:
                     if "://" not in self.path:  # what this commit wrote, not the whole history
                         apply_commit(self.path, dt.version())
                     self._absent = None
-                    return len(fresh)
+                    return fresh
             except CommitFailedError:
                 pass  # another writer landed first: check the keys again on the newer version
             except StoreError:
