@@ -2,7 +2,7 @@
 
     events (log, decrypted in shred mode)
       → extraction cache: extract only events with no row for this spec (in process, or on Ray)
-      → merge cached extractions in log order → roll-ups → FoldState
+      → the partitioned merge into the state tables (refold.state_fold)
 
 Every derived artefact is keyed by the spec hash; the spec is recorded in the log (kind
 ``spec_changed``) before the fold first uses it.
@@ -21,8 +21,6 @@ import networkx as nx
 
 from refold.fold.events import Event, NewEvent
 from refold.fold.extract import Extraction, Extractor
-from refold.fold.merge import GraphBuilder, MergeStats
-from refold.fold.rollups import apply_rollups
 from refold.fold.spec import FoldSpec
 from refold.progress import FoldProgress
 from refold.storage.cache import ExtractionCache
@@ -37,7 +35,8 @@ SPEC_SOURCE = "refold:spec"
 
 @dataclass(frozen=True)
 class FoldState:
-    """Folded state at a log position under one spec. ``graph`` is not to be mutated."""
+    """The whole folded state at a log position under one spec, as a networkx view
+    (:meth:`refold.memory.Memory.state`). ``graph`` is not to be mutated."""
 
     spec: FoldSpec
     graph: nx.MultiDiGraph
@@ -63,8 +62,7 @@ class FoldReport:
     rejected_outputs: int
     last_seq: int
     spec_hash: str
-    #: seq of the state the fold resumed from: a snapshot on disk or this process's own state of an
-    #: earlier fold (-1: from the beginning of the log)
+    #: log seq of the tagged state version the fold started from (-1: from the beginning of the log)
     started_from: int = -1
     #: partitions a partitioned full fold found already written by a killed run of the same log
     reused_partitions: int = 0
@@ -166,24 +164,6 @@ def extract_missing(events: Sequence[Event], *, spec: FoldSpec, extractor: Extra
         if pending:
             cache_them(pending)
     return len(todo), rejected
-
-
-def build_state(spec: FoldSpec, events: Sequence[Event], extractions: dict[str, Extraction], *,
-                base: GraphBuilder | None = None) -> FoldState:
-    """Merge (in log order) and roll up. ``base`` resumes from a snapshot's builder."""
-    builder = base or GraphBuilder(spec=spec)
-    for event in events:
-        if event.seq > builder.stats.last_seq:
-            builder.apply(event, extractions.get(event.event_id))
-    graph = builder.graph.copy()
-    derived = apply_rollups(graph, spec)
-    stats = dict(builder.stats.__dict__)
-    stats["derived"] = derived
-    return FoldState(spec=spec, graph=graph, last_seq=builder.stats.last_seq, stats=stats)
-
-
-def empty_builder(spec: FoldSpec) -> GraphBuilder:
-    return GraphBuilder(spec=spec, stats=MergeStats())
 
 
 def parse_time_or_none(value: str | datetime | None) -> datetime | None:

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -29,7 +28,6 @@ from refold.storage.store_options import with_defaults
 
 if TYPE_CHECKING:
     from refold.folding import FoldReport, FoldState
-    from refold.projection import Projection
 
 
 class Memory:
@@ -58,13 +56,11 @@ class Memory:
             self._appender = GroupCommit(self.log_store)
         else:
             self._appender = self.log_store
-        self._states: dict = {}
-        self._live: dict = {}  # spec hash → LiveFold: this process's incremental fold (refold.projection)
         self._spec_at: tuple[int, FoldSpec] | None = None  # (log version, current spec) last seen
-        self._fold_lock = threading.RLock()  # the live fold is advanced by one caller at a time
+        self._fold_lock = threading.RLock()  # one fold of this process's at a time
         self._recorded_specs: set[str] = set()  # specs known to be in the log (never erased)
         self._state_stores: dict = {}  # spec hash → StateStore (its open Delta table handles)
-        self._state_at: dict = {}  # spec hash → (log version, (store, tag, overlay), (seq, link) it reached)
+        self._state_at: dict = {}  # spec hash → (log version, (store, tag, overlay), (seq, link) it reached, tag)
         self._state_past: dict = {}  # (spec hash, log seq) → (store, tag, overlay) of a read as of that seq
         self._seen_epoch = self._epoch_now()  # the erasure epoch this object's caches belong to
 
@@ -82,8 +78,8 @@ class Memory:
     def erasure_epoch(self) -> str:
         """The store's erasure epoch (:mod:`refold.storage.epoch`; in shred mode with the erased
         markers, see :meth:`_epoch_now`), read now; when it differs from the one this object
-        last saw, every state this object holds in memory (folded and as-of states, the live
-        fold, search views) is dropped first, because an erasure — here or in another process,
+        last saw, every state this object holds in memory (kept reads of the state tables, their
+        handles, search views) is dropped first, because an erasure — here or in another process,
         or a key destroyed outside one — rewrote the past they were built from. Every read calls
         it before reading data; a cache keyed by the returned value never serves a state from
         before an erasure."""
@@ -93,8 +89,6 @@ class Memory:
             from refold.state_rollups import forget_hints
 
             with self._fold_lock:
-                self._states = {}
-                self._live = {}
                 self._state_stores = {}
                 self._state_at = {}
                 self._state_past = {}
@@ -234,40 +228,33 @@ class Memory:
             out.append(e)
         return out
 
-    #: write a snapshot every this many log events (0: never automatically); see docs/snapshots.md
-    snapshot_every: int = 1000
-    #: keep this many snapshots per spec (the newest)
-    snapshot_keep: int = 4
-
-    #: how :meth:`fold` folds: ``"partitioned"`` (the default) writes the state tables
-    #: (state/<spec-hash>/, see docs/fold.md), and reads answer from them; ``"graph"`` advances
-    #: one in-process graph and writes snapshots (the reference fold, see docs/snapshots.md)
-    fold_engine: Literal["graph", "partitioned"] = "partitioned"
+    #: the most log events a read overlays on the state tables in memory (the events after their
+    #: tag, or, for a spec never folded, the whole log): past it a read asks for a fold instead of
+    #: holding that much of the state in one process (docs/state.md, "Reads")
+    read_overlay_limit: int = 50_000
 
     def fold(self, *, extractor: str | Extractor = "rules", spec: FoldSpec | None = None,
-             full: bool = False, progress: bool = False, runner=None, snapshot_every: int | None = None,
-             index: bool | str = False, engine: Literal["graph", "partitioned"] | None = None,
+             full: bool = False, progress: bool = False, runner=None, index: bool | str = False,
              buckets: int | None = None, merger=None, **options: Any) -> FoldReport:
-        """Bring derived state up to date with the log and return the counts.
+        """Bring the state tables up to date with the log and return the counts.
 
-        Records the spec in the log first. Resumes from the newest valid state (this process's
-        previous fold, or a snapshot on disk) and extracts only the events after it that have no
-        cached extraction; ``full`` ignores snapshots and re-merges everything from the cache
-        (never re-extracting). After an erasure this same call is the erasure refold. Writes a
-        snapshot every ``snapshot_every`` events (default :attr:`snapshot_every`; 0: none).
-        ``index`` (True, or an embedder name such as ``"minilm"``) also brings the vector index up
-        to date with the new state (embedding only new or changed texts). ``engine``
-        (default :attr:`fold_engine`): ``"partitioned"`` folds bucket by bucket into the state
-        tables (``full`` rewrites them, in ``buckets`` partitions, default 64; otherwise only
-        what the new events touch); ``merger`` runs its merge stage elsewhere
-        (``refold.jobs.ray_merge.ray_merger()``: Ray tasks; ``runner`` does the same for extraction).
-        Shred mode: the fold first purges what the extraction cache, a stored index and graph
-        snapshots keep of owners whose keys were destroyed outside an erasure
-        (:func:`refold.erasing.sweep_destroyed`; docs/erasure.md).
+        Records the spec in the log first. Folds the events after the tables' tag bucket by
+        bucket (only the buckets they touch), extracting only events with no cached extraction;
+        ``full`` rewrites the tables from the cache (in ``buckets`` partitions, default 64; never
+        re-extracting). Every fold ends with a tagged state version: that tag is the snapshot
+        (docs/state.md). ``index`` (True, or an embedder name such as ``"minilm"``) also brings
+        the vector index up to date with the new state (embedding only new or changed texts).
+        ``runner`` runs extraction elsewhere and ``merger`` the merge stage
+        (``refold.jobs.ray_merge.ray_merger()``: Ray tasks). Shred mode: the fold first purges
+        what the extraction cache and a stored index keep of owners whose keys were destroyed
+        outside an erasure (:func:`refold.erasing.sweep_destroyed`; docs/erasure.md).
+        ``options`` go to the extractor.
         """
         from refold.extractors import get_extractor
-        from refold.folding import FoldReport, record_spec
+        from refold.folding import record_spec
+        from refold.state_fold import fold_state
 
+        _refuse_removed(options, _REMOVED_FOLD_OPTIONS)
         ext = get_extractor(extractor, **options) if isinstance(extractor, str) else extractor
         if spec is None:
             spec = ext.default_spec() if hasattr(ext, "default_spec") else FoldSpec(extractor=ext.name)
@@ -278,58 +265,28 @@ class Memory:
             from refold.erasing import sweep_destroyed
 
             sweep_destroyed(self)
-        if (engine or self.fold_engine) == "partitioned":
-            from refold.state_fold import fold_state
+        with self._fold_lock:
+            report = fold_state(self, spec, extractor=ext, full=full, progress=progress, runner=runner,
+                                merger=merger, **({"buckets": buckets} if buckets else {}))
+            self._state_at.pop(spec.hash, None)
+        if index:
+            self.index(embedder=None if index is True else index)
+        return report
 
-            with self._fold_lock:
-                report = fold_state(self, spec, extractor=ext, full=full, progress=progress, runner=runner,
-                                    merger=merger, **({"buckets": buckets} if buckets else {}))
-                self._state_at.pop(spec.hash, None)
-            if index:
-                self.index(embedder=None if index is True else index)
-            return report
-        every = self.snapshot_every if snapshot_every is None else snapshot_every
-        with self.advanced_fold(spec, extractor=ext, full=full, progress=progress, runner=runner,
-                                snapshot_every=every, keep=self.snapshot_keep) as done:
-            live = done.live
-            if index:
-                self.index(embedder=None if index is True else index)
-            return FoldReport(
-                events_folded=live.last_seq + 1, extraction_calls=done.extraction_calls,
-                facts=live.fact_count, derived_facts=live.derived_count,
-                rejected_outputs=live.builder.stats.rejected, last_seq=live.last_seq, spec_hash=spec.hash,
-                started_from=done.resumed_from,
-            )
-
-    def snapshot(self, *, spec: FoldSpec | None = None):
-        """Snapshot the fold of ``spec`` (default: the current spec) at the head of the log now.
-
-        The fold is brought up to date first (the rules spec extracts what is missing; a model
-        spec needs :meth:`fold` first). Returns the :class:`~refold.storage.snapshots.SnapshotInfo`
-        (the existing one when that position is already snapshotted; None for an empty log or a
-        store that keeps no snapshots).
-        """
-        from refold.extractors import get_extractor
-        from refold.storage.snapshots import SnapshotStore
-
-        spec = spec or self.current_spec()
-        store = SnapshotStore(self.layout, storage_options=self.storage_options)
-        with self.advanced_fold(spec, extractor=get_extractor("rules") if spec.extractor == "rules" else None
-                                ) as done:
-            info = store.write(done.live)
-            if info is not None:
-                store.prune(spec.hash, keep=max(self.snapshot_keep, 1))
-                return info
-            return next((s for s in store.list(spec.hash) if s.last_seq == done.live.last_seq), None)
+    def snapshot(self, **_: Any):
+        """Removed in refold 0.2: every :meth:`fold` leaves a tagged state version, the snapshot."""
+        raise ValidationError("Memory.snapshot() was removed in refold 0.2: every mem.fold() tags a state "
+                              "version, which is the snapshot; call mem.fold()")
 
     def vacuum_state(self, *, retain_hours: int = 168) -> dict[str, int]:
         """Delete the files that the state tables (of every spec) stopped using more than
         ``retain_hours`` ago, as Delta's vacuum does; return spec hash → files deleted.
 
         Folds never delete old versions, so the tables grow with each fold's new row versions
-        and compactions; a scheduled job runs this after its fold. Reads as of a log position
-        whose state version lost files fold the log instead (docs/fold.md, "Reads as of a past
-        position"); files a running fold is writing are not touched."""
+        and compactions; a scheduled job runs this after its fold. It also decides how far back
+        ``as_of`` reads go: a read as of a log position older than every state version still
+        whole is refused, naming the oldest readable position (docs/state.md); files a running
+        fold is writing are not touched."""
         from refold.storage.state import StateStore, state_specs
 
         if isinstance(retain_hours, bool) or not isinstance(retain_hours, int) or retain_hours < 0:
@@ -342,40 +299,11 @@ class Memory:
         return out
 
     def derived_stores(self, subjects: Iterable[str] = ()) -> list[Any]:
-        """Derived stores beyond the cache and the index that erasure must purge: the snapshots
-        and the state tables (``subjects``: the erasure's own, see :class:`~refold.state_fold.StatePurger`)."""
+        """Derived stores beyond the cache and the index that erasure must purge: the state
+        tables (``subjects``: the erasure's own, see :class:`~refold.state_fold.StatePurger`)."""
         from refold.state_fold import StatePurger
-        from refold.storage.snapshots import SnapshotStore
 
-        return [SnapshotStore(self.layout, storage_options=self.storage_options), StatePurger(self, subjects)]
-
-    @contextlib.contextmanager
-    def advanced_fold(self, spec: FoldSpec, *, extractor: Extractor | None = None, **options: Any
-                      ) -> Iterator["Projection"]:
-        """This process's live fold of ``spec`` brought up to date, used under the fold lock.
-
-        Projects from the live fold (or the newest valid snapshot; ``options`` go to
-        :func:`refold.projection.project`: ``full``, ``source``, ``at_most``, ``progress``,
-        ``runner``, ``snapshot_every``, ``keep``), keeps the result as the live fold, and holds
-        the lock for the ``with`` block, in which ``done.live`` may be read but not kept.
-        """
-        from refold.projection import project
-
-        self.erasure_epoch()  # drops a live fold from before an erasure
-        with self._fold_lock:
-            done = project(self, spec, extractor=extractor, live=self._live.get(spec.hash), **options)
-            self._keep_live(done.live)
-            yield done
-
-    def forget_live(self) -> None:
-        """Drop this process's folded state (an erasure patched the snapshot it came from)."""
-        self._live = {}
-        self._state_at = {}
-
-    def _keep_live(self, live) -> None:
-        old = self._live.get(live.spec.hash)
-        if old is None or old is live or live.last_seq >= old.last_seq:
-            self._live = {live.spec.hash: live}
+        return [StatePurger(self, subjects)]
 
     def state_store(self, spec: FoldSpec):
         """The state tables of ``spec`` (one object per spec per Memory: it keeps their Delta
@@ -389,33 +317,30 @@ class Memory:
         return store
 
     def _cached(self, cache: str, key):
-        """The one place this process looks up folded state it kept (``cache`` names the dict:
-        ``_states``, graphs of the graph engine; ``_state_at``, the state tables and their read
-        overlay at a log version; ``_state_past``, the same as of a past log seq). The erasure
-        epoch is checked first, so nothing kept from before an erasure (here or in another
-        process) is served."""
+        """The one place this process looks up state-table reads it kept (``cache`` names the
+        dict: ``_state_at``, the tables and their read overlay at a log version; ``_state_past``,
+        the same as of a past log seq). The erasure epoch is checked first, so nothing kept from
+        before an erasure (here or in another process) is served."""
         self.erasure_epoch()
         return getattr(self, cache).get(key)
 
-    def _state_tables(self, spec: FoldSpec):
-        """(store, tag) of ``spec``'s state tables at their tag, or None when this spec was never
-        folded into state tables (or a full fold of it is under way). A read: nothing is folded."""
-        found = self._state_read(spec)
-        return None if found is None else found[:2]
-
     def _state_read(self, spec: FoldSpec):
-        """(store, tag, overlay) a read of ``spec``'s state tables answers from: the tables at
-        their tag and the :class:`~refold.state_overlay.StateOverlay` of the events after it
-        (docs/fold.md, "Reads"); None when this spec was never folded into state tables, a full
-        fold of it is under way, or the log no longer holds the tag's position (the graph engine's
-        read answers then). Writes nothing, calls no model. A log version seen before, with no
-        event pending, is answered from this process's memory (through :meth:`_cached`); a later
-        one over the same tables advances that overlay by the events after it (an agent's read
-        after its append merges only the appended events, not the whole tail).
+        """(store, tag, overlay) a read of ``spec``'s state answers from: the tables at their tag
+        and the :class:`~refold.state_overlay.StateOverlay` of the events after it (docs/state.md,
+        "Reads"). No tag (never folded, or a full fold under way) or a tag whose position the
+        log no longer holds: the overlay of the whole log on an empty state. Writes nothing,
+        calls no model. A log version seen before, with no event pending, is answered from this
+        process's memory (through :meth:`_cached`); a later one over the same tables advances
+        that overlay by the events after it (an agent's read after its append merges only the
+        appended events, not the whole tail).
 
-        Shred mode: only while the key store lists the erased markers the tag honours (one
-        listing per read, :meth:`erased_marks`), else None; the events after the tag are
-        decrypted."""
+        Shred mode: when the key store lists erased markers the tag does not honour (keys
+        destroyed outside an erasure since the fold), the overlay takes those owners' events out
+        itself (:func:`~refold.state_overlay.without_events`); the events after the tag are
+        decrypted. Raises :class:`ValidationError` when the overlay would pass
+        :attr:`read_overlay_limit` events."""
+        from refold.state_overlay import empty_tag, log_after, state_overlay, tail_after
+
         store = self.state_store(spec)
         version = self.log_store.version()
         marks = self.erased_marks()  # before the tables: a marker listed after is the next read's
@@ -423,27 +348,70 @@ class Memory:
         if seen is not None and seen[0] == version:  # (a new marker changed the epoch: dropped)
             return seen[1]
         tag = store.tag()
-        if tag is None or not _honours(tag, marks):
-            return None
-        from refold.state_overlay import log_after, state_overlay, tail_after
-
         tail = base = None
-        if seen is not None and seen[1][1] == tag:
+        if tag is not None and seen is not None and seen[3] == tag:
             # the same tables, the log moved (an append): the kept overlay is advanced by the
             # events after the position it reached, when the log still holds that position
+            self._check_overlay(self.head().seq - seen[2][0], tag, as_of=None)
             tail, base = log_after(self, *seen[2]), seen[1][2]
         if tail is None:
-            tail, base = tail_after(self, tag), None
-            if tail is None:
-                return None
+            if tag is not None:
+                self._check_overlay(self.head().seq - tag.log_seq, tag, as_of=None)
+                tail = tail_after(self, tag)
+            if tail is None:  # never folded, or the log no longer holds the tag's position
+                tag = empty_tag(spec)
+                self._check_overlay(self.head().seq + 1, None, as_of=None)
+                tail = tail_after(self, tag)
+            base = self._unhonoured(spec, store, tag, marks)
         if tail:
             end = (tail[-1].seq, tail[-1].link)  # the position the overlay reaches
         else:
-            end = seen[2] if base is not None else (tag.log_seq, tag.log_link)
-        found = (store, tag, state_overlay(self, spec, store, tag, self._readable(tail, marks), base=base))
-        if not found[2].pending:  # else not kept: a fold (here or elsewhere) may cache their extractions
-            self._state_at = {spec.hash: (version, found, end)}
+            end = seen[2] if seen is not None and base is seen[1][2] else (tag.log_seq, tag.log_link)
+        overlay = state_overlay(self, spec, store, tag, self._readable(tail, marks), base=base)
+        found = (store, overlay.of_tag(tag), overlay)
+        if not overlay.pending:  # else not kept: a fold (here or elsewhere) may cache their extractions
+            self._state_at = {spec.hash: (version, found, end, tag)}
         return found
+
+    def _unhonoured(self, spec: FoldSpec, store, tag, marks: frozenset[str]):
+        """The overlay that takes out of the state at ``tag`` the events of owners among
+        ``marks`` that its fold did not honour (None: it honours them all)."""
+        if tag.log_seq < 0 or _honours(tag, marks):
+            return None
+        from refold.state_overlay import without_events
+        from refold.storage.crypto import marked_in_log
+
+        return without_events(spec, store, tag, marked_in_log(self.log_store, marks, until=tag.log_seq))
+
+    def _check_overlay(self, events: int, tag, *, as_of) -> None:
+        """Refuse a read whose overlay would hold more than :attr:`read_overlay_limit` events."""
+        if events <= self.read_overlay_limit:
+            return
+        limit = f"{self.read_overlay_limit:,}"
+        if as_of is None:
+            where = "no fold yet" if tag is None else f"the state tables reflect log seq {tag.log_seq}"
+            raise ValidationError(
+                f"{events:,} events await a fold ({where}); reads overlay at most {limit} events in memory: run "
+                "mem.fold() first (or raise Memory.read_overlay_limit)",
+                cli=f"{events:,} events await a fold ({where}); run `refold fold {self.root}` first")
+        oldest = self._oldest_readable()
+        raise ValidationError(
+            f"as_of={as_of!r} lies {events:,} events past the newest state version at or before it "
+            f"(a read overlays at most {limit}); the oldest readable position is {oldest}: state versions are "
+            "kept by mem.vacuum_state(retain_hours=...) and made by each fold, so read as_of a position a fold "
+            "reached (or raise Memory.read_overlay_limit)",
+            cli=f"as_of {as_of} lies {events:,} events past the newest state version at or before it; the oldest "
+                f"readable position is {oldest} (state versions are kept by `refold vacuum-state --retain-hours`)")
+
+    def _oldest_readable(self) -> str:
+        """Which ``as_of`` positions a read answers: those within the overlay limit of the start of
+        the log, and those from the oldest state version still whole on (if a fold is older)."""
+        tags = self.state_store(self.current_spec()).tags()
+        first = min((t.log_seq for t in tags), default=None)
+        reach = self.read_overlay_limit - 1
+        if first is None or first <= reach:
+            return f"seq {reach}" if first is None else f"seq 0 (every seq from {first} on has a state version)"
+        return f"seq {first} (and seqs 0-{reach}, overlaid from the start of the log)"
 
     @property
     def cache(self):
@@ -451,133 +419,90 @@ class Memory:
 
         return ExtractionCache(self.layout, storage_options=self.storage_options)
 
-    def _fold_state(self, spec: FoldSpec, events: list[Event] | None, *, full: bool = False,
-                    extractor: Extractor | None = None, epoch: str | None = None) -> "FoldState":
-        """State of ``spec`` over ``events`` (a log prefix; None: the head, read incrementally).
-
-        Resumes from this process's live fold or the newest valid snapshot at or before the
-        prefix's end; the returned graph is a copy that later folds never touch. ``epoch``: the
-        :meth:`erasure_epoch` read before ``events`` were (default: read now); it keys the cached state.
-        """
-        from refold.fold.graph_objects import paused_gc
-        from refold.fold.snapshot_codec import stats_to_json
-        from refold.folding import FoldState
-        from refold.projection import DeltaSource, ListSource
-
-        if epoch is None:
-            epoch = self.erasure_epoch()
-        # the epoch is part of the key: an erasure keeps seqs and links (tombstones) but not content
-        if events is None:
-            head = self.head()
-            key, source = (spec.hash, head.seq, head.link, epoch), DeltaSource(self.log_store)
-        else:
-            key = (spec.hash, events[-1].seq if events else -1, events[-1].link if events else "", epoch)
-            source = ListSource(events, root=self.layout.root)
-        cached = self._cached("_states", key)
-        if cached is not None:
-            return cached
-        with self.advanced_fold(spec, extractor=extractor, full=full, source=source, at_most=key[1],
-                                read_only=extractor is None) as done:
-            live, pending = done.live, 0
-            with paused_gc():
-                if done.rest:  # past the last cached extraction: the read's overlay (never kept)
-                    from refold.read_overlay import overlay
-
-                    graph, live, pending = overlay(live, done.rest, spec)
-                else:
-                    graph = live.detached_graph()
-            stats = stats_to_json(live.builder.stats)
-            stats.update(derived=live.derived_count, resumed_from=done.resumed_from, overlaid=len(done.rest))
-            state = FoldState(spec=spec, graph=graph, last_seq=live.last_seq, stats=stats, pending=pending)
-        if not pending:  # else not kept: a fold (here or in another process) adds the pending facts
-            self._states = {key: state}
-        return state
-
     def state(self, *, as_of: int | str | datetime | None = None, spec: FoldSpec | None = None) -> "FoldState":
-        """Folded state of the log (as it stood at ``as_of``, record time) under ``spec``.
+        """The whole folded state (as it stood at ``as_of``, record time) as a view: a
+        :class:`~refold.folding.FoldState` whose ``graph`` is :meth:`graph` of the whole store,
+        read from the state tables (its cost grows with the state: every fact and entity in one
+        networkx graph; prefer :meth:`facts` or a narrowed :meth:`graph`). ``pending``: events
+        awaiting an extraction (see :meth:`pending`). A read: writes nothing, calls no model."""
+        from refold.folding import FoldState
+        from refold.state_queries import graph_view
 
-        A read: it writes nothing and calls no model. Resumes from the newest valid state at or
-        before that position (see :meth:`fold`) and merges the cached extractions; past the first
-        event with none, it merges what needs no model (``memory_written`` facts, retractions;
-        under the rules spec, the rules extractor in memory) and counts the rest in
-        ``FoldState.pending`` (docs/fold.md, "Reads"): :meth:`fold` extracts them.
-        """
-        epoch = self.erasure_epoch()  # before any read: see refold.storage.epoch
         spec = spec or self.current_spec()
-        if as_of is None and self.mode != "shred":
-            return self._fold_state(spec, None, epoch=epoch)
-        return self._fold_state(spec, self.events(as_of=as_of), epoch=epoch)
+        store, tag, overlay = self._tables_for(spec, as_of)
+        graph = graph_view(store, tag, overlay, retraction_principals=self._retraction_principals)
+        last = tag.log_seq + overlay.overlaid
+        derived = sum(1 for *_, d in graph.edges(data=True) if d.get("derivation") != "extracted")
+        return FoldState(spec=spec, graph=graph, last_seq=last, pending=overlay.pending,
+                         stats={"facts": graph.number_of_edges() - derived, "derived": derived,
+                                "overlaid": overlay.overlaid, "resumed_from": tag.log_seq})
 
     def pending(self, *, as_of: int | str | datetime | None = None) -> int:
         """How many events up to the head (or ``as_of``) await an extraction under the current
         spec: reads answer without their facts until :meth:`fold` extracts them."""
-        tables = self._readable_tables(as_of)
-        if tables is not None:
-            return tables[2].pending  # the state tables' read overlay (docs/fold.md, "Reads")
-        return self.state(as_of=as_of).pending
+        return self._readable_tables(as_of)[2].pending  # the read overlay (docs/state.md, "Reads")
 
     def graph(self, *, as_of: int | str | datetime | None = None, subject: str | None = None, depth: int = 1,
               tenant: str | None = None, valid_at: str | datetime | None = None,
               principal: str | None = None) -> nx.MultiDiGraph:
         """The knowledge graph (networkx MultiDiGraph; edges keyed by fact id) at ``as_of``, as a
-        view of what is asked: ``subject``'s neighbourhood to ``depth`` hops along out-edges,
-        one ``tenant``, the facts valid at ``valid_at`` (all: the whole state). From the state
-        tables when this spec was folded into them (only the buckets asked for are read). With
-        ``principal``, as that principal may see it (:mod:`refold.fold.scoping`; read-only)."""
+        view of what is asked, read from the state tables: ``subject``'s neighbourhood to ``depth``
+        hops along out-edges (only the buckets it reaches are read), one ``tenant``, the facts
+        valid at ``valid_at``; with none of ``subject``/``tenant``, the whole store (every fact in
+        memory: its cost grows with the state). With ``principal``, as that principal may see it
+        (:mod:`refold.fold.scoping`; read-only)."""
         from refold.folding import parse_time_or_none
-        from refold.state_queries import graph_view, neighbourhood
+        from refold.state_queries import graph_view
 
         when = parse_time_or_none(valid_at)
-        tables = self._readable_tables(as_of)
-        if tables is not None:
-            return graph_view(*tables, subject=subject, depth=depth, tenant=tenant, valid_at=when, principal=principal,
-                              retraction_principals=self._retraction_principals)
-        graph = self._scoped(self.state(as_of=as_of).graph, principal)
-        if subject is None and tenant is None and when is None:
-            return graph
-        return neighbourhood(graph, subject=subject, depth=depth, tenant=tenant, valid_at=when)
+        return graph_view(*self._readable_tables(as_of), subject=subject, depth=depth, tenant=tenant, valid_at=when,
+                          principal=principal, retraction_principals=self._retraction_principals)
 
     def _readable_tables(self, as_of):
-        """The current spec's state tables when a read can answer from them: (store, tag,
-        overlay), see :meth:`_state_read` (the head) and :meth:`_state_read_at` (``as_of``)."""
+        """(store, tag, overlay) a read of the current spec answers from: :meth:`_state_read`
+        (the head) or :meth:`_state_read_at` (``as_of``). Never None: every read has this path."""
+        return self._tables_for(self.current_spec(), as_of)
+
+    def _tables_for(self, spec: FoldSpec, as_of):
         if as_of is None:
-            return self._state_read(self.current_spec())
-        return self._state_read_at(self.current_spec(), as_of)
+            return self._state_read(spec)
+        return self._state_read_at(spec, as_of)
 
     def _state_read_at(self, spec: FoldSpec, as_of):
         """(store, tag, overlay) a read of the log as it stood at ``as_of`` answers from: time
         travel to the newest tagged state version at or before that position and the overlay of
-        the events between the two (docs/fold.md, "Reads as of a past position"); None when no
-        tagged version is that old (or an erasure removed the older ones), when the events
-        recorded by then are not a prefix of the log, or the log no longer holds the tag's
-        position: the graph engine's read answers then. Writes nothing, calls no model."""
-        from refold.state_overlay import state_overlay, tail_after
+        the events between the two (docs/state.md, "Reads as of a past position"); with no such
+        version (none that old, or vacuumed), the overlay of the log's prefix on an empty state.
+        Raises :class:`ValidationError` when that overlay would pass :attr:`read_overlay_limit`
+        events (the message names the oldest readable position). Writes nothing, calls no model."""
+        from refold.state_overlay import empty_tag, state_overlay, tail_after
 
         end = self.log_store.prefix_end(as_of)  # (what seqs a version holds outlives an erasure)
         if end is None or end < 0:
-            return None
+            end = -1
         marks = self.erased_marks()
         seen = self._cached("_state_past", (spec.hash, end))
         store = self.state_store(spec)
-        if seen is not None and seen[1] in store.tags():  # (still whole: a vacuum elsewhere may have cut it)
-            return seen
+        if seen is not None and (seen[3].log_seq < 0 or seen[3] in store.tags()):  # (a vacuum may have cut it)
+            return seen[:3]
         tag = store.tag_at(end)
-        if tag is None or not _honours(tag, marks):
-            return None
-        tail = tail_after(self, tag, until=end)
-        if tail is None:
-            return None
-        found = (store, tag, state_overlay(self, spec, store, tag, self._readable(tail, marks)))
-        if not found[2].pending:  # else not kept, as for the head (see _state_read)
-            self._state_past = {(spec.hash, end): found}
+        tail = None
+        if tag is not None:
+            self._check_overlay(end - tag.log_seq, tag, as_of=as_of)
+            tail = tail_after(self, tag, until=end)
+        if tail is None:  # no state version that old, or the log no longer holds its position
+            tag = empty_tag(spec)
+            self._check_overlay(end + 1, tag, as_of=as_of)
+            tail = tail_after(self, tag, until=end) if end >= 0 else []
+            if tail is None:
+                raise StoreError(f"the log's data file statistics hide events up to seq {end}; run "
+                                 f"`refold verify {self.root}`")
+        overlay = state_overlay(self, spec, store, tag, self._readable(tail, marks),
+                                base=self._unhonoured(spec, store, tag, marks))
+        found = (store, overlay.of_tag(tag), overlay)
+        if not overlay.pending:  # else not kept, as for the head (see _state_read)
+            self._state_past = {(spec.hash, end): (*found, tag)}
         return found
-
-    def _scoped(self, graph: nx.MultiDiGraph, principal: str | None) -> nx.MultiDiGraph:
-        if principal is None:
-            return graph
-        from refold.fold.scoping import reader_view
-
-        return reader_view(graph, principal, self._retraction_principals)
 
     def _retraction_principals(self) -> dict[str, tuple[str, ...]]:
         """Principals of every retraction event, by event id (what may close a fact)."""
@@ -604,9 +529,7 @@ class Memory:
         spec = self.current_spec()
         relation = spec.canonical_relation(relation) if relation else None
         tables = self._readable_tables(as_of)
-        if tables is None:
-            graph = self.graph(as_of=as_of, principal=principal)
-        elif principal is None:
+        if principal is None:
             from refold.state_queries import facts_from_state
 
             return facts_from_state(*tables, subject=subject, relation=relation, valid_at=when, tenant=tenant,
@@ -628,11 +551,9 @@ class Memory:
         answer names no fact or event the principal may not see (refold.fold.scoping)."""
         from refold.fold.queries import why
 
-        tables = self._readable_tables(as_of)
-        if tables is None:
-            # (each level's source events are read by id: reading the whole log first cost 13 s at 1M events)
-            return why(self.graph(as_of=as_of, principal=principal), fact_id, self.events_by_id)
         from refold.state_queries import lineage_view
+
+        tables = self._readable_tables(as_of)
 
         # the fact and its inputs only: every source event at once
         graph = lineage_view(*tables, fact_id, principal=principal, retraction_principals=self._retraction_principals)
@@ -669,11 +590,10 @@ class Memory:
 
     def erase(self, subject_id, *, dry_run: bool = False, canaries: Iterable[str] = (),
               include: Iterable[str] = (), include_mentions: bool = False, orphan_grace_hours: int = 1,
-              decremental: bool = True, notes: Iterable[str] = ()):
+              notes: Iterable[str] = (), **removed: Any):
         """Erase a data subject (store mode: delete or shred) and return the receipt; with
-        ``dry_run`` return the impact preview and write nothing. Safe to rerun after a crash.
-        ``decremental``: patch the newest snapshot (see :mod:`refold.erasing.snapshot_patch`); ``notes``:
-        lines the receipt carries.
+        ``dry_run`` return the impact preview and write nothing. Safe to rerun after a crash: a
+        rerun finishes what a killed erasure began. ``notes``: lines the receipt carries.
 
         A list or tuple of subject ids erases them all in one batch
         (:func:`refold.erasing.erase_batch`) and returns a
@@ -682,16 +602,18 @@ class Memory:
         single-subject options."""
         from refold import erasing
 
+        _refuse_removed(removed, _REMOVED_ERASE_OPTIONS)
+        if removed:
+            raise TypeError(f"erase() got unexpected keyword argument(s): {', '.join(sorted(removed))}")
         if isinstance(subject_id, (list, tuple)):
             if include or include_mentions:
                 raise ValidationError("include= and include_mentions= erase one subject's extra events; "
                                       "erase that subject alone with them")
             return erasing.erase_batch(self, subject_id, dry_run=dry_run, canaries=canaries,
-                                       orphan_grace_hours=orphan_grace_hours, decremental=decremental,
-                                       notes=tuple(notes))
+                                       orphan_grace_hours=orphan_grace_hours, notes=tuple(notes))
         return erasing.erase(self, subject_id, dry_run=dry_run, canaries=canaries, include=include,
                              include_mentions=include_mentions, orphan_grace_hours=orphan_grace_hours,
-                             decremental=decremental, notes=tuple(notes))
+                             notes=tuple(notes))
 
     def scan(self, needles: Iterable[str] = (), *, canaries: Iterable[str] = ()):
         """Residue scan of every file under the store for ``needles`` (names, as whole words)
@@ -789,6 +711,25 @@ def init(root: str | Path, *, mode: Mode = "delete", storage_options: dict[str, 
     write_settings(layout, mode, keys=keys)
     EventLog.create(layout, storage_options=storage_options)
     return Memory(root, storage_options=storage_options)
+
+
+#: options :meth:`Memory.fold` no longer takes (refold 0.2: one engine), with what replaces each
+_REMOVED_FOLD_OPTIONS = {
+    "engine": "there is one engine, the state tables; drop engine=",
+    "snapshot_every": "every fold tags a state version (the snapshot); drop snapshot_every=",
+    "snapshot_keep": "state versions are kept until mem.vacuum_state(retain_hours=...); drop snapshot_keep=",
+}
+#: options :meth:`Memory.erase` no longer takes, with what replaces each
+_REMOVED_ERASE_OPTIONS = {
+    "decremental": "erasure always refolds the touched buckets of the state tables; drop decremental=",
+}
+
+
+def _refuse_removed(options: Mapping[str, Any], removed: Mapping[str, str]) -> None:
+    """Raise a one-line :class:`ValidationError` for the first removed option in ``options``."""
+    for name, replacement in removed.items():
+        if name in options:
+            raise ValidationError(f"{name}= was removed in refold 0.2: {replacement}")
 
 
 def _honours(tag, marks: frozenset[str]) -> bool:

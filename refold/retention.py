@@ -418,7 +418,7 @@ def plan(mem: "Memory", *, now: datetime | str | None = None) -> RetentionPlan:
 
 
 def apply(mem: "Memory", *, now: datetime | str | None = None, dry_run: bool = False,
-          canaries: Sequence[str] = (), decremental: bool = True) -> RetentionRun:
+          canaries: Sequence[str] = ()) -> RetentionRun:
     """Erase what :func:`plan` expires, as one erasure with one receipt (see the module
     docstring); ``dry_run`` returns the plan and writes nothing. When an earlier run was
     interrupted, this run finishes it (and only it): its receipt, its notes."""
@@ -429,7 +429,7 @@ def apply(mem: "Memory", *, now: datetime | str | None = None, dry_run: bool = F
     if pending is not None:
         # an earlier run stopped half-way: finish what it planned (its receipt carries its
         # notes); what expired since is left to the next run
-        receipt = mem.erase(RETENTION_SUBJECT, canaries=canaries, decremental=decremental)
+        receipt = mem.erase(RETENTION_SUBJECT, canaries=canaries)
         return RetentionRun(plan=RetentionPlan(now=_now(now), rules=read_policy(mem).rules), dry_run=False,
                             receipt=receipt, notes=(f"resumed the interrupted retention run {pending['erasure_id']}",
                                                     *receipt.notes))
@@ -439,5 +439,5 @@ def apply(mem: "Memory", *, now: datetime | str | None = None, dry_run: bool = F
     # the receipt (and the journal) must not keep a caller's event id: name them as tombstones will
     notes = tuple(the_plan.notes(pseudonyms(mem.root, create=True, files=mem.layout.files())))
     receipt = mem.erase(RETENTION_SUBJECT, include=[e.event_id for e in the_plan.expired],
-                            canaries=canaries, decremental=decremental, notes=notes)
+                            canaries=canaries, notes=notes)
     return RetentionRun(plan=the_plan, dry_run=False, receipt=receipt, notes=notes)

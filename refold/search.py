@@ -7,8 +7,8 @@
 The index is derived state (see :mod:`refold.fold.embed`): the head index lives under
 ``index/<spec_hash>/<model>/`` and is brought up to date by difference whenever the log has moved
 (only new or re-worded facts and events are embedded; a superseded fact only gets new metadata).
-``as_of=T`` builds the index of the log as it stood at T — from ``mem.state(as_of=T)``, not by
-filtering today's index — reusing today's vectors for unchanged texts, and keeps a few of those in
+``as_of=T`` builds the index of the log as it stood at T — from the state tables' read as of T
+(a tagged state version and the overlay of the events after it), not by filtering today's index — reusing today's vectors for unchanged texts, and keeps a few of those in
 memory per (spec, model, log position).
 
 Filters, applied to the candidate set *before* ranking:
@@ -271,12 +271,6 @@ def _sync(indexes: dict[str, VectorIndex], items: dict[str, pl.DataFrame], embed
     return totals
 
 
-def _graph_items(state, events: Sequence) -> dict[str, pl.DataFrame]:
-    """The items of a graph engine's folded state and the events it folded."""
-    retractions = {e.event_id: e.principals for e in events if e.kind == "retraction"}
-    return {"facts": fact_items(state.graph, retractions), "events": event_items(events)}
-
-
 def _table_fact_items(mem: "Memory", tables, known: VectorIndex | None = None, svc: "_Service | None" = None
                       ) -> pl.DataFrame:
     """The fact items of the state tables' read ``tables`` ((store, tag, overlay), as
@@ -328,15 +322,11 @@ def _head_items(mem: "Memory", pinned: int | None, base: tuple[dict[str, VectorI
     fact row, compose roll-ups derived, in polars (ids and text hashes of unchanged facts taken
     from ``base``); and ``base``'s events index plus the events after its position, read from
     their files only: an event's text and principals never change, and an erasure purges the
-    index of the events it erases. Otherwise (a shred-mode store, a spec never folded into
-    tables) the graph engine's fold of the log at ``pinned``."""
+    index of the events it erases."""
     from refold.state_overlay import log_after
 
     marks = mem.erased_marks()  # (shred mode) before the tables, as a read does
     tables = mem._readable_tables(None)
-    if tables is None:
-        state = mem.state(as_of=pinned)
-        return _graph_items(state, mem.events(as_of=pinned)), state.pending
     svc = _service(mem)
     facts = _table_fact_items(mem, tables, base[0]["facts"] if base is not None else None, svc)
     head = mem.head()
@@ -525,11 +515,8 @@ def _open_past(mem: "Memory", emb: Embedder, as_of, *, backend, persist: bool, t
     if key in svc.past:
         svc.past.move_to_end(key)
         return svc.past[key]
-    tables = mem._readable_tables(as_of) if spec.hash == mem.current_spec().hash else None
-    if tables is not None:  # time travel on the state tables (docs/fold.md, "Reads as of a past position")
-        items = {"facts": _table_fact_items(mem, tables), "events": event_items(events)}
-    else:
-        items = _graph_items(mem.state(as_of=as_of, spec=spec), events)
+    tables = mem._tables_for(spec, as_of)  # time travel on the state tables (docs/state.md)
+    items = {"facts": _table_fact_items(mem, tables), "events": event_items(events)}
     indexes = _empty(emb, head.backend, tuning)
     totals = _sync(indexes, items, emb, donors=head.indexes)  # today's vectors, then's metadata
     report = IndexReport(spec_hash=spec.hash, model_id=emb.model_id, backend=head.backend, last_seq=seq,

@@ -81,11 +81,16 @@ def index_delta(basis: IndexBasis, tag: StateTag, overlay: "StateOverlay") -> In
     ``basis`` (``tag``'s). Works in memory: reads nothing."""
     names = dict(basis.names)
     names.update({n: name for n, (_, name) in overlay.names.items() if n not in names})
+    names.update({n: e["name"] for n, e in overlay.entities.items()})
+    # (shred mode: owners erased since the fold; no row with one of their events is shown)
+    erased = frozenset(basis.rows.filter(pl.col("sources").list.eval(pl.element().is_in(
+        pl.Series(sorted(overlay.erased), dtype=pl.Utf8).implode())).list.any())["fact_id"].to_list()) \
+        if overlay.erased else frozenset()
     gone = basis.rows.filter(one_of("fact_id", overlay.gone))
     subjects = set(overlay.rows["subject"].to_list()) | set(gone["subject"].to_list())
     if not subjects:
         empty = basis.rows.head(0)
-        return IndexDelta(rows=empty, dropped=frozenset(), context=empty, names=names)
+        return IndexDelta(rows=empty, dropped=erased, context=empty, names=names)
     mine = basis.rows.filter(one_of("subject", subjects))
     touched = overlay.apply(mine, nodes=subjects)
     # the roll-ups with an input among the touched subjects' rows, over every current row as the
@@ -122,7 +127,7 @@ def index_delta(basis: IndexBasis, tag: StateTag, overlay: "StateOverlay") -> In
         owners = set(basis.rows.filter(one_of("fact_id", inputs))["subject"].to_list()) - subjects
         if owners:
             context = overlay.apply(basis.rows.filter(one_of("subject", owners)), nodes=owners)
-    return IndexDelta(rows=rows, dropped=frozenset(stale), context=context, names=names)
+    return IndexDelta(rows=rows, dropped=frozenset(stale) | erased, context=context, names=names)
 
 
 def index_facts(store: StateStore, tag: StateTag, overlay: "StateOverlay | None" = None

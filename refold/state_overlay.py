@@ -14,11 +14,21 @@
 The overlay is a value (:class:`StateOverlay`) applied to what a query reads from the tables
 (:mod:`refold.state_queries`): it replaces rows by fact id and adds new ones. Nothing is written,
 so a later fold extracts (and caches) every pending event and folds the log exactly.
+
+Two more cases go through the same value, so every read has one path:
+
+* no tag yet (a spec never folded): :func:`empty_tag` stands for an empty state at log position
+  -1, and the overlay of the whole log is the answer (bounded by the caller's overlay limit);
+* erased events the tables still hold (shred mode: a key destroyed outside an erasure, which
+  the next fold or erasure purges): :func:`without_events` refolds, in memory, the subjects
+  their items touched from the surviving items (what the purge will write) and every query
+  leaves out any other row with one of them among its sources (``erased``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -29,7 +39,8 @@ import pyarrow as pa
 from refold.fold.entities import entity_key
 from refold.fold.events import Event
 from refold.fold.partition import (
-    FACT_SCHEMA, advance_subjects, bucket_of, derive_frame, entity_names, items_of, stored_rules,
+    DEFAULT_BUCKETS, FACT_SCHEMA, advance_subjects, bucket_of, derive_frame, entity_names, entity_rows, items_of,
+    merge_items, read_time_rules, stored_rules,
 )
 from refold.fold.spec import FoldSpec
 from refold.fold.stated import stated_extraction
@@ -39,7 +50,7 @@ from refold.storage.state import StateStore, StateTag, among
 if TYPE_CHECKING:
     from refold.memory import Memory
 
-__all__ = ["StateOverlay", "log_after", "state_overlay", "tail_after"]
+__all__ = ["StateOverlay", "empty_tag", "log_after", "state_overlay", "tail_after", "without_events"]
 
 
 def _empty_rows() -> pl.DataFrame:
@@ -54,7 +65,11 @@ class StateOverlay:
     same fact id or are new; ``gone``: fact ids the tables hold that are no longer in the state
     (a derived fact whose inputs no longer derive it); ``names``: node → (tenant, display name)
     of nodes the events name first; ``pending``: events after the tag whose facts need a model
-    (their extraction is neither cached nor stated); ``overlaid``: events read after the tag.
+    (their extraction is neither cached nor stated); ``overlaid``: events read after the tag;
+    ``tenants``: the tenants of those events (a subject's nodes are looked up in each);
+    ``entities``: node → entity attributes (as the graph views give them) that replace the
+    tables' (a node whose name or summary came from erased events); ``erased``: event ids whose
+    facts no read may show: a row with one of them among its sources is left out.
     """
 
     rows: pl.DataFrame = field(default_factory=_empty_rows)
@@ -62,6 +77,9 @@ class StateOverlay:
     names: dict[str, tuple[str, str]] = field(default_factory=dict)
     pending: int = 0
     overlaid: int = 0
+    tenants: frozenset[str] = frozenset()
+    entities: dict[str, dict[str, Any]] = field(default_factory=dict)
+    erased: frozenset[str] = frozenset()
 
     @property
     def replaced(self) -> frozenset[str]:
@@ -73,7 +91,7 @@ class StateOverlay:
         """``df`` (rows read from the tables with these filters) as the overlaid state has them."""
         replaced = self.replaced
         if not replaced:
-            return df
+            return self._unerased(df)
         kept = df.filter(~pl.col("fact_id").is_in(pl.Series(sorted(replaced), dtype=pl.Utf8).implode()))
         extra = self.rows
         if nodes is not None:
@@ -87,12 +105,22 @@ class StateOverlay:
         if tenant is not None:
             extra = extra.filter(pl.col("tenant") == tenant)
         if extra.height == 0:
-            return kept
-        return pl.concat([kept, extra.select(kept.columns).cast(kept.schema)])
+            return self._unerased(kept)
+        return self._unerased(pl.concat([kept, extra.select(kept.columns).cast(kept.schema)]))
+
+    def _unerased(self, df: pl.DataFrame) -> pl.DataFrame:
+        """``df`` without the rows that have an erased event among their sources."""
+        if not self.erased or df.height == 0 or "sources" not in df.columns:
+            return df
+        gone = pl.Series(sorted(self.erased), dtype=pl.Utf8).implode()
+        return df.filter(~pl.col("sources").list.eval(pl.element().is_in(gone)).list.any().fill_null(False))
 
     def entity(self, node: str) -> dict[str, Any] | None:
-        """Entity attributes (as the graph views give them) of a node only the overlay names:
-        its first surface name; no summary until a fold writes its entity row."""
+        """Entity attributes (as the graph views give them) the overlay gives ``node``: those
+        that replace the tables' (:attr:`entities`), or, for a node only the overlay names, its
+        first surface name and no summary until a fold writes its entity row."""
+        if node in self.entities:
+            return self.entities[node]
         found = self.names.get(node)
         if found is None:
             return None
@@ -100,6 +128,18 @@ class StateOverlay:
         return {"tenant": tenant, "name": name, "key": entity_key(name), "aliases": [], "summary": {},
                 "summary_sources": []}
 
+    def of_tag(self, tag: StateTag) -> StateTag:
+        """``tag`` with the tenants the overlaid events add (a read looks a subject up in each)."""
+        if self.tenants <= set(tag.tenants):
+            return tag
+        return dataclasses.replace(tag, tenants=tuple(sorted(set(tag.tenants) | self.tenants)))
+
+
+def empty_tag(spec: FoldSpec, *, buckets: int = DEFAULT_BUCKETS) -> StateTag:
+    """The tag of an empty state at log position -1 (no table version: every read of it is
+    empty): what a read of a spec never folded overlays the log on."""
+    return StateTag(log_seq=-1, log_link="", buckets=buckets, tenants=(), entities_version=-1, facts_version=-1,
+                    rollups=tuple((r.name, r.kind, tuple(r.inputs), r.output) for r in read_time_rules(spec.rollups)))
 
 
 def _read(store: StateStore, tag: StateTag, **options: Any) -> pl.DataFrame:
@@ -117,12 +157,12 @@ def log_after(mem: "Memory", seq: int, link: str, *, until: int | None = None) -
     """The log's events after position ``seq`` (whose row has ``link``; seq < 0: the start) up
     to seq ``until`` (None: the head), or None when the log no longer holds that row. A read of
     those seqs' files only."""
-    from refold.projection import DeltaSource
+    from refold.storage.log_range import events_from
     from refold.storage.schema import table_to_events
 
     start = max(seq, 0)
     if until is None:
-        events, _ = DeltaSource(mem.log_store, erased=False).window(start)  # (the tail only)
+        events = events_from(mem.log_store, start)  # (the tail only)
     else:
         events = list(table_to_events(mem.log_store.arrow(prune=[{"seq": (start, until)}])))
         if len(events) != until - start + 1 or (events and events[0].seq != start):
@@ -146,10 +186,11 @@ def state_overlay(mem: "Memory", spec: FoldSpec, store: StateStore, tag: StateTa
     base = base or StateOverlay()
     if not tail:
         return base
+    tenants = base.tenants | {e.tenant for e in tail if e.tenant is not None}
     items, pending = _tail_items(mem, spec, tail, tag.buckets)
     pending, overlaid = base.pending + pending, base.overlaid + len(tail)
     if not items:
-        return dataclasses.replace(base, pending=pending, overlaid=overlaid)
+        return dataclasses.replace(base, pending=pending, overlaid=overlaid, tenants=tenants)
     items.sort(key=lambda r: (r["seq"], r["ordinal"]))
     subjects = {i["subject_node"] for i in items}
     tables = _read(store, tag, buckets={bucket_of(s, tag.buckets) for s in subjects}, filter=among("subject", subjects))
@@ -170,7 +211,68 @@ def state_overlay(mem: "Memory", spec: FoldSpec, store: StateStore, tag: StateTa
         # found gone and derived again is among them, and a row shown wins over gone)
         gone = (set(base.gone) | gone) - made
     names = {**_new_names(spec, store, tag, items), **base.names}  # (base's names came first)
-    return StateOverlay(rows=rows, gone=frozenset(gone), names=names, pending=pending, overlaid=overlaid)
+    return StateOverlay(rows=rows, gone=frozenset(gone), names=names, pending=pending, overlaid=overlaid,
+                        tenants=tenants, entities=base.entities, erased=base.erased)
+
+
+def without_events(spec: FoldSpec, store: StateStore, tag: StateTag, event_ids: Iterable[str]) -> StateOverlay:
+    """The overlay that takes ``event_ids`` (events up to ``tag`` whose owners were erased since
+    its fold) out of ``spec``'s state at ``tag``, written nowhere: what the purge of the next
+    fold or erasure will write (:func:`refold.state_fold.purge_state`), made in memory for the
+    subjects their items touched. The subjects' merged rows are merged again from their
+    surviving items, the stored roll-ups of the changed rows derived again, and the entities
+    those items named (names, summaries) made again; ``erased`` keeps every id, so a row no
+    subject refold reaches (a compose roll-up elsewhere) is still left out. Reads the items of
+    those events (one filtered scan of ``items``) and the touched subjects' buckets."""
+    ids = frozenset(event_ids)
+    if not ids:
+        return StateOverlay()
+    hit = pl.from_arrow(store.read("items", columns=["seq", "subject_node", "object_node"],
+                                   filter=among("event_id", ids))).filter(pl.col("seq") <= tag.log_seq)
+    if hit.height == 0:
+        return StateOverlay(erased=ids)
+    subjects = set(hit["subject_node"].to_list())
+    named = subjects | set(hit["object_node"].to_list())
+    gone_ids = pl.Series(sorted(ids), dtype=pl.Utf8).implode()
+    surviving = pl.from_arrow(store.read("items", buckets={bucket_of(s, tag.buckets) for s in subjects},
+                                         filter=among("subject_node", subjects)))
+    surviving = surviving.filter((pl.col("seq") <= tag.log_seq) & ~pl.col("event_id").is_in(gone_ids))
+    after = merge_items(spec, surviving, buckets=tag.buckets).select(FACT_SCHEMA.names).cast(_empty_rows().schema)
+    before = _read(store, tag, buckets={bucket_of(s, tag.buckets) for s in subjects}, filter=among("subject", subjects))
+    made = set(after["fact_id"].to_list())
+    gone = set(before["fact_id"].to_list()) - made
+    rows = after
+    if stored_rules(spec.rollups):
+        changed = made | set(before["fact_id"].to_list())
+        derived, lost = _derived(spec, before, after, changed, buckets=tag.buckets)
+        rows = pl.concat([rows, derived.select(rows.columns).cast(rows.schema)])
+        gone |= lost
+    # entities: the subjects' (summaries) and those of named nodes whose first use of a name
+    # was erased (names), from every surviving item naming them
+    seqs = pl.Series(sorted(set(hit["seq"].to_list())), dtype=pl.Int64).implode()
+    firsts = pl.from_arrow(store.read("entities", version=tag.entities_version, columns=["node", "name_seqs"],
+                                      buckets={bucket_of(n, tag.buckets) for n in named}, filter=among("node", named)))
+    renamed = set(firsts.filter(pl.col("name_seqs").list.eval(pl.element().is_in(seqs)).list.any())["node"].to_list())
+    nodes = subjects | renamed
+    naming = pl.from_arrow(store.read("items", filter=among("subject_node", nodes) | among("object_node", nodes)))
+    naming = naming.filter((pl.col("seq") <= tag.log_seq) & ~pl.col("event_id").is_in(gone_ids))
+    summary_rows = after
+    if renamed - subjects:
+        others = _read(store, tag, buckets={bucket_of(n, tag.buckets) for n in renamed - subjects},
+                       filter=among("subject", renamed - subjects))
+        summary_rows = pl.concat([after, others.select(after.columns).cast(after.schema)])
+    objects = set(summary_rows.filter(pl.col("valid_to").is_null())["object"].to_list()) - nodes
+    known = store.read("entities", version=tag.entities_version, columns=["node", "name"],
+                       buckets={bucket_of(n, tag.buckets) for n in objects}, filter=among("node", objects)) \
+        if objects else None
+    object_names = {} if known is None else dict(zip(known["node"].to_pylist(), known["name"].to_pylist()))
+    summary_rows = summary_rows.select("subject", "relation", "object", "recorded_seq", "fact_id", "sources",
+                                       "valid_to")
+    fresh = entity_rows(spec, naming, summary_rows, buckets=tag.buckets, nodes=nodes, names=object_names)
+    entities = {r["node"]: {"tenant": r["tenant"], "name": r["name"], "key": r["key"], "aliases": r["aliases"],
+                            "summary": json.loads(r["summary"]), "summary_sources": r["summary_sources"]}
+                for r in fresh.to_dicts()}
+    return StateOverlay(rows=rows, gone=frozenset(gone), entities=entities, erased=ids)
 
 
 def _tail_items(mem: "Memory", spec: FoldSpec, tail: list[Event], buckets: int) -> tuple[list[dict[str, Any]], int]:

@@ -46,6 +46,7 @@ def _names(store: StateStore, tag: StateTag, nodes: set[str], overlay: "StateOve
     names = dict(zip(rows["node"].to_pylist(), rows["name"].to_pylist()))
     if overlay is not None:
         names.update({n: overlay.names[n][1] for n in nodes - names.keys() if n in overlay.names})
+        names.update({n: e["name"] for n, e in overlay.entities.items() if n in nodes})
     return names
 
 
@@ -290,6 +291,7 @@ def _entities(store: StateStore, tag: StateTag, nodes: set[str],
              for r in rows}
     if overlay is not None:
         found.update({n: e for n in nodes - found.keys() if (e := overlay.entity(n)) is not None})
+        found.update({n: e for n, e in overlay.entities.items() if n in nodes})
     return found
 
 

@@ -22,25 +22,6 @@ def mem(tmp_path):
     return refold.init(tmp_path / "store")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _module_fold_engine(request):
-    """A test module that sets ``FOLD_ENGINE`` (``"graph"``: it tests the graph engine's
-    snapshots, their patching or its own reads) folds with that engine in every Memory of
-    this process, its module-scoped stores included; the others fold with the default."""
-    engine = getattr(request.module, "FOLD_ENGINE", None)
-    if engine is None:
-        yield
-        return
-    import refold
-
-    before = refold.Memory.fold_engine
-    refold.Memory.fold_engine = engine
-    try:
-        yield
-    finally:
-        refold.Memory.fold_engine = before
-
-
 @pytest.fixture(scope="session", autouse=True)
 def _ray_shut_down_before_the_summary():
     """Disconnect a Ray runtime the tests started before pytest prints its summary, so Ray's

@@ -44,20 +44,19 @@ class RacedRules:
         return self.inner.extract(events, spec)
 
 
-@pytest.mark.parametrize("engine", ["partitioned", "graph"])
-def test_a_key_another_writer_cached_first_is_folded_as_cached(mem, engine):
+def test_a_key_another_writer_cached_first_is_folded_as_cached(mem):
     mem.append(_says(20))
-    mem.fold(engine=engine, full=True)
+    mem.fold(full=True)
     mem.append(_says(5, start=20))
     racing = RacedRules(mem.root)
-    report = mem.fold(engine=engine, extractor=racing)
+    report = mem.fold(extractor=racing)
     assert racing.raced is not None and report.extraction_calls == 5
     works = mem.facts(relation="works_at", current_only=True)
     assert works.filter(pl.col("object") == "Rival")["subject"].to_list() == [NAMES[20]]
     assert works.height == 25  # the other 24 as the rules read them
     # the state is what a refold from the cache gives: the fold used the cached row, not its own
     again = refold.open(mem.root)
-    again.fold(engine=engine, full=True)
+    again.fold(full=True)
     columns = ["subject", "relation", "object", "current"]
     assert again.facts().select(columns).sort(columns).equals(mem.facts().select(columns).sort(columns))
 
@@ -66,7 +65,7 @@ def test_a_fold_does_not_read_back_what_it_just_cached(mem, monkeypatch):
     """An incremental partitioned fold looks its new events up in the cache once (finding none)
     and folds the extractions it made: no second read of the rows it has just written."""
     mem.append(_says(30))
-    mem.fold(engine="partitioned", full=True)
+    mem.fold(full=True)
     mem.append(_says(10, start=30))
     looked = []
     original = ExtractionCache.facts
@@ -77,7 +76,7 @@ def test_a_fold_does_not_read_back_what_it_just_cached(mem, monkeypatch):
         return original(self, spec_hash, ids, **kw)
 
     monkeypatch.setattr(ExtractionCache, "facts", counted)
-    report = mem.fold(engine="partitioned", extractor=get_extractor("rules"))
+    report = mem.fold(extractor=get_extractor("rules"))
     monkeypatch.undo()
     assert report.extraction_calls == 10 and looked == [10]
     assert sorted(mem.facts(relation="works_at", current_only=True)["subject"].to_list()) == sorted(NAMES)

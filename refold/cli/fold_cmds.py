@@ -29,25 +29,24 @@ def _options(pairs: tuple[str, ...]) -> dict[str, object]:
               help="rules | llamacpp | openai | vllm")
 @click.option("--option", "options", multiple=True, metavar="NAME=VALUE",
               help="Extractor option, e.g. --option base_url=http://127.0.0.1:8080/v1 (repeatable).")
-@click.option("--full", is_flag=True, help="Rebuild from the cache ignoring snapshots.")
+@click.option("--full", is_flag=True, help="Rewrite the state tables from the extraction cache.")
 @click.option("--ray", "use_ray", is_flag=True,
-              help="Shard extraction over Ray workers (and, with --engine partitioned, the merge's bucket groups).")
+              help="Shard extraction over Ray workers, and the merge's bucket groups over Ray tasks.")
 @click.option("--address", help="Ray cluster address (default: local Ray).")
 @click.option("--no-progress", is_flag=True, help="No progress bar or progress lines.")
 @click.option("--index", "index", is_flag=False, flag_value="minilm", default=None,
               help="Also embed new facts/events into the vector index (optionally name the embedder).")
-@click.option("--engine", type=click.Choice(["graph", "partitioned"]), default=None,
-              help="partitioned: fold bucket by bucket into the state tables (docs/fold.md); "
-                   "graph: one in-process graph with snapshots. Default: the store's fold_engine.")
+@click.option("--engine", hidden=True, expose_value=False, callback=lambda ctx, param, value: _removed(value),
+              help="Removed in refold 0.2.")
 @click.option("--buckets", type=click.IntRange(1, 4096), default=None,
-              help="Partitions of a new partitioned state (with --full; default 64).")
+              help="Partitions of a new state (with --full; default 64).")
 @click.option("--vacuum-hours", type=click.IntRange(0), default=None, metavar="HOURS",
               help="Then delete the state tables' files unused for HOURS (see `refold vacuum-state`).")
 @json_option
 def fold(store: str, extractor: str, options: tuple[str, ...], full: bool, use_ray: bool,
-         address: str | None, no_progress: bool, index: str | None, engine: str | None, buckets: int | None,
+         address: str | None, no_progress: bool, index: str | None, buckets: int | None,
          vacuum_hours: int | None, as_json: bool) -> None:
-    """Fold the log into derived state; print counts."""
+    """Fold the log into the state tables (a tagged state version: the snapshot); print counts."""
     mem = open_store(store)
     opts = _options(options)
     runner = None
@@ -57,12 +56,12 @@ def fold(store: str, extractor: str, options: tuple[str, ...], full: bool, use_r
         runner = ray_runner(extractor, opts, address=address, progress=not no_progress,
                             cache=mem.cache)  # each batch is cached where it ran: resumable
     merger = None
-    if use_ray and (engine or mem.fold_engine) == "partitioned":
+    if use_ray:
         from refold.jobs.ray_merge import ray_merger
 
         merger = ray_merger(address=address)  # the merge stage's bucket groups as Ray tasks too
     report = mem.fold(extractor=extractor, full=full, progress=not no_progress, runner=runner,
-                      index=index or False, engine=engine, buckets=buckets, merger=merger, **opts)
+                      index=index or False, buckets=buckets, merger=merger, **opts)
     vacuumed = None if vacuum_hours is None else mem.vacuum_state(retain_hours=vacuum_hours)
     if as_json:
         emit_json({**report.as_json(), **({} if vacuumed is None else {"vacuumed_files": vacuumed})})
@@ -75,6 +74,19 @@ def fold(store: str, extractor: str, options: tuple[str, ...], full: bool, use_r
     click.echo(f"spec:              {report.spec_hash}")
     if vacuumed is not None:
         click.echo(f"state files deleted: {sum(vacuumed.values())}")
+
+
+def _removed(value) -> None:
+    if value is not None:
+        raise click.UsageError("--engine was removed in refold 0.2: there is one engine, the state tables; "
+                               "drop the flag")
+
+
+@main.command(hidden=True, context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+def snapshot() -> None:
+    """Removed in refold 0.2: every `refold fold` tags a state version (the snapshot)."""
+    raise click.UsageError("`refold snapshot` was removed in refold 0.2: every `refold fold STORE` tags a state "
+                           "version, which is the snapshot; run `refold fold STORE`")
 
 
 @main.command("vacuum-state")

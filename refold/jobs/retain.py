@@ -16,19 +16,20 @@ Ray is on) and resumes, as :mod:`refold.jobs.erase` does.
 
 from __future__ import annotations
 
+import argparse
 import sys
 from collections.abc import Sequence
 from typing import Any
 
-from refold.fold.errors import ErasureError, ExtractionError
+from refold.fold.errors import ErasureError, ExtractionError, ValidationError
 from refold.jobs.config import JobConfig, job_parser, run_job
-from refold.jobs.erase import read_lines
+from refold.jobs.erase import DECREMENTAL_REMOVED, read_lines
 
 __all__ = ["main", "retain"]
 
 
 def retain(cfg: JobConfig, *, now: str | None = None, dry_run: bool = False,
-           canaries: Sequence[str] = (), decremental: bool = True) -> dict[str, Any]:
+           canaries: Sequence[str] = ()) -> dict[str, Any]:
     """Apply the store's retention policy at ``now``; the summary's part."""
     from refold import retention
     from refold.jobs.project import fold_job
@@ -37,7 +38,7 @@ def retain(cfg: JobConfig, *, now: str | None = None, dry_run: bool = False,
     mem = cfg.open_store()
 
     def attempt():
-        return retention.apply(mem, now=now, dry_run=dry_run, canaries=canaries, decremental=decremental)
+        return retention.apply(mem, now=now, dry_run=dry_run, canaries=canaries)
 
     extracted = None
     try:
@@ -64,12 +65,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--dry-run", action="store_true", help="list what would be erased; write nothing")
     parser.add_argument("--now", help="the time to expire against (ISO-8601 with a timezone; default: now)")
     parser.add_argument("--canaries-file", help="strings the residue scan must not find, one a line")
-    parser.add_argument("--no-decremental", action="store_true",
-                        help="purge the snapshots holding expired events instead of patching the newest")
+    parser.add_argument("--no-decremental", dest="removed_decremental", action="store_true", help=argparse.SUPPRESS)
 
     def body(cfg: JobConfig, args) -> dict[str, Any]:
-        return retain(cfg, now=args.now, dry_run=args.dry_run, canaries=read_lines(args.canaries_file),
-                      decremental=not args.no_decremental)
+        if args.removed_decremental:
+            raise ValidationError(DECREMENTAL_REMOVED)
+        return retain(cfg, now=args.now, dry_run=args.dry_run, canaries=read_lines(args.canaries_file))
 
     return run_job("retain", body, parser, argv)
 

@@ -20,10 +20,14 @@ import pyarrow.compute as pc
 from deltalake import DeltaTable
 
 from refold.fold.errors import IntegrityError
-from .delta_io import _file_stats
-from .log_reader import HEAD_KEY
+from refold.fold.events import Event
 
-__all__ = ["check_range", "last_seq"]
+from .delta_io import _file_stats, read_files
+from .log_reader import HEAD_KEY
+from .schema import EVENTS_SCHEMA, table_to_events
+from .table_handles import shared_table
+
+__all__ = ["check_range", "events_from", "last_seq"]
 
 
 def last_seq(dt: DeltaTable) -> int:
@@ -82,3 +86,20 @@ def check_range(seqs: pa.Array | pa.ChunkedArray, start: int, end: int, *, store
         what = f"seq {at} was read twice" if steps[i] == 0 else f"seqs {at + 1}..{seqs[i + 1].as_py() - 1} are missing"
         raise IntegrityError(f"a read of the log from seq {start}: {what} ({hint})",
                              first_bad_seq=at if steps[i] == 0 else at + 1)
+
+
+def events_from(log, start: int) -> list[Event]:
+    """The stored events of ``log`` (an :class:`~refold.storage.log.EventLog`) from seq ``start``
+    to the head, in log order, as stored (shred mode: still sealed; erased: tombstones).
+
+    Only the data files whose statistics allow such seqs are read, through this process's open
+    handle of the log table (no commit-log replay per read), and the rows are checked to be
+    every seq from ``start`` to the end exactly once (:func:`check_range`): the pruning trusted
+    statistics that an edit of ``_delta_log`` could lower, and a fold or read built from a
+    short tail would silently lack events."""
+    start = max(start, 0)
+    with shared_table(log.layout.events, log.storage_options).view() as dt:
+        rows = read_files(dt, EVENTS_SCHEMA, prune=[{"seq": (start, None)}]).sort_by("seq")
+        end = last_seq(dt)
+    check_range(rows["seq"], start, end, store=log.layout.root)
+    return list(table_to_events(rows))
