@@ -352,7 +352,7 @@ class Memory:
         if tag is not None and seen is not None and seen[3] == tag:
             # the same tables, the log moved (an append): the kept overlay is advanced by the
             # events after the position it reached, when the log still holds that position
-            self._check_overlay(self.head().seq - seen[2][0], tag, as_of=None)
+            self._check_overlay(self.head().seq - tag.log_seq, tag, as_of=None)
             tail, base = log_after(self, *seen[2]), seen[1][2]
         if tail is None:
             if tag is not None:

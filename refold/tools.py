@@ -378,19 +378,17 @@ def _as_of(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
 
 
 def _why(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
-    from refold.fold.queries import find_edge
-
     fact_id = args["fact_id"].strip()
-    # the principal's view: facts it may not read are absent, closings it may not see undone
-    graph = ctx.memory.graph(principal=ctx.principal)
+    unknown = NotFoundError(f"why: no fact with id {fact_id!r} in this memory; use an id returned by search_memory")
+    # the principal's view of the fact and its inputs only (never the whole store): a fact the
+    # principal may not read is unknown, closings it may not see are undone
     try:
-        edge = find_edge(graph, fact_id)
+        answer = ctx.memory.why(fact_id, principal=ctx.principal)
     except NotFoundError:
-        edge = None
-    # a fact of another tenant, or one the principal may not read, is reported as unknown
-    if edge is None or edge["tenant"] != ctx.tenant:
-        raise NotFoundError(f"why: no fact with id {fact_id!r} in this memory; use an id returned by search_memory")
-    return {**_json(ctx.memory.why(fact_id, principal=ctx.principal)), "pending_extraction": ctx.memory.pending()}
+        raise unknown from None
+    if answer["tenant"] != ctx.tenant:  # a fact of another tenant is reported as unknown too
+        raise unknown
+    return {**_json(answer), "pending_extraction": ctx.memory.pending()}
 
 
 _HANDLERS = {"write_memory": _write, "retract_memory": _retract, "search_memory": _search,

@@ -83,12 +83,22 @@ def test_lists_are_json_lines_and_single_results_one_document_with_iso_times(fol
         assert not SPACE_TIME.search(table) and re.search(r"\d{4}-\d\d-\d\dT\d\d:\d\d", table)
 
 
-def test_find_and_snapshot_list_are_json_lines(folded):
-    folded.snapshot()
+def test_find_is_json_lines(folded):
     found = _lines(_run("find", folded.root, "--subject", "s-maria", "--json"))
     assert {r["match"] for r in found} <= {"tagged", "untagged_mention"} and "event_id" in found[0]
-    [snap] = _lines(_run("snapshot", folded.root, "--list", "--json"))
-    assert snap["last_seq"] == folded.head().seq
+
+
+def test_removed_commands_and_flags_say_what_replaces_them(folded):
+    """refold 0.2 has one engine: `refold snapshot` and `--engine` fail with one line naming
+    the replacement (exit 2), and write nothing."""
+    before = folded.head()
+    for args, replacement in ((("snapshot", folded.root), "refold fold STORE"),
+                              (("snapshot", folded.root, "--list", "--json"), "refold fold STORE"),
+                              (("fold", folded.root, "--engine", "graph"), "one engine")):
+        result = CliRunner().invoke(main, [str(a) for a in args])
+        assert result.exit_code == 2, (args, result.output)
+        assert "removed in refold 0.2" in result.output and replacement in result.output, result.output
+    assert folded.head() == before
 
 
 def test_log_of_a_shred_store_is_readable_where_the_key_exists(tmp_path):

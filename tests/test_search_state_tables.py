@@ -2,7 +2,8 @@
 state as one graph). Where reads answer from the state tables, the index's fact items are built
 from their rows in polars (:func:`refold.state_index.index_facts`,
 :func:`refold.fold.embed.fact_items_of_rows`) and its event items from the events after the
-position the index reflects; the graph engine's items of the same log are the oracle.
+position the index reflects; the items of the reference fold of the same log
+(:mod:`refold.fold.reference`, every event extracted by the rules extractor) are the oracle.
 
 Each seeded log (the one of tests/test_state_scoping.py) mixes principals over supersession,
 facts about the past, retractions by restricted events, inverse and compose roll-ups, and events
@@ -20,7 +21,10 @@ import pytest
 
 import refold
 from refold import search as search_mod
+from refold.extractors import get_extractor
 from refold.fold.embed import event_items, fact_items, fact_items_of_rows
+from refold.fold.reference import reference_fold
+from refold.folding import needs_extraction
 from refold.memory import Memory
 from refold.state_index import index_facts
 from tests.fold_helpers import fact_event
@@ -28,10 +32,13 @@ from tests.test_state_scoping import _events
 
 
 def _oracle(mem, as_of=None) -> dict[str, pl.DataFrame]:
-    """The graph engine's items of the log (at ``as_of``): a fold of it as one graph."""
+    """The items of the reference fold of the log (at ``as_of``): a fold of it as one graph."""
     events = mem.events(as_of=as_of)
+    spec = mem.current_spec()
+    extractions = {x.event_id: x for x in get_extractor("rules").extract([e for e in events if needs_extraction(e)], spec)}
     retractions = {e.event_id: e.principals for e in events if e.kind == "retraction"}
-    return {"facts": fact_items(mem.state(as_of=as_of).graph, retractions), "events": event_items(events)}
+    graph = reference_fold(spec, events, extractions).graph
+    return {"facts": fact_items(graph, retractions), "events": event_items(events)}
 
 
 def _store(tmp_path, seed: int):
@@ -50,7 +57,7 @@ def _no_graph_fold(monkeypatch):
 
 
 @pytest.mark.parametrize("seed", range(5))
-def test_fact_items_of_the_state_tables_equal_the_graph_engines(tmp_path, seed):
+def test_fact_items_of_the_state_tables_equal_the_reference_folds(tmp_path, seed):
     mem, _ = _store(tmp_path, seed)
     tables = mem._readable_tables(None)
     assert tables is not None and tables[2].rows is not None  # the tables answer, with an overlay
@@ -148,14 +155,11 @@ def test_a_search_after_an_erasure_holds_nothing_of_the_erased_events(tmp_path, 
         assert meta.equals(_oracle(mem)[kind]), kind
 
 
-@pytest.mark.parametrize("engine", ["partitioned", "graph"])
-def test_the_index_holds_a_compose_roll_ups_current_copy_not_its_closed_ones(tmp_path, monkeypatch, engine):
-    monkeypatch.setattr(Memory, "fold_engine", engine)
+def test_the_index_holds_a_compose_roll_ups_current_copy_not_its_closed_ones(tmp_path):
     mem = refold.init(tmp_path / "store")
     mem.append([fact_event("Zoe", "works_at", "Acme", day=0), fact_event("Acme", "located_in", "Oslo", day=1),
                 fact_event("Acme", "located_in", "Rome", day=5)])
     mem.fold()
-    assert (mem._readable_tables(None) is not None) == (engine == "partitioned")
     rolled = mem.facts(subject="Zoe", relation="works_in")
     assert sorted(zip(rolled["object"].to_list(), rolled["current"].to_list())) == [("Oslo", False), ("Rome", True)]
     meta = mem.index(embedder="hashing").indexes["facts"].meta
@@ -211,7 +215,7 @@ def test_searches_after_appends_advance_their_own_view_and_leave_a_returned_one_
 
 def test_closer_frame_equals_closer_readers(tmp_path):
     """The polars form of the closing rule (the state tables' index) against the dict form
-    (the graph engine's), over the same rows of ten seeded logs: only restricted closers are
+    (the reference fold's), over the same rows of ten seeded logs: only restricted closers are
     listed."""
     from refold.fold.scoping import closer_frame, closer_readers
 
@@ -269,8 +273,8 @@ def test_searches_from_threads_share_one_memory(tmp_path):
 def test_a_kept_basis_and_the_overlays_delta_equal_a_whole_read(tmp_path, monkeypatch, seed):
     """While the state tables' tag stays (appends, no fold), a search keeps the tag's basis and
     its items and derives again only what the read overlay touches (refold.state_index): after
-    every append its items equal those built from a whole read of the state and the graph
-    engine's, every column; the basis is read once per tag."""
+    every append its items equal those built from a whole read of the state and the reference
+    fold's, every column; the basis is read once per tag."""
     from refold import state_index
 
     mem, rng = _store(tmp_path, 200 + seed)

@@ -36,52 +36,48 @@ def _modes(root: Path) -> dict[str, int]:
     return out
 
 
-def _exercise(mem: refold.Memory, engine: str = "graph") -> None:
+def _exercise(mem: refold.Memory) -> None:
     """Every kind of write refold does: small and batch-sealed appends, a fold with its cache
-    (and, with ``engine="partitioned"``, the state tables: partition folders, tags, the
-    erasure's refold and vacuum), a snapshot, the vector index, the subject registry, an
-    erasure (keys in shred mode)."""
+    and the state tables (partition folders, tags, the erasure's refold and vacuum), the
+    vector index, the subject registry, an erasure (keys in shred mode)."""
     mem.register_subject("s1", "Alice")
     mem.append([{"kind": "chat_turn", "content": "Alice lives in Paris", "source": "chat#1",
                  "subjects": ["s1"]}])
     mem.append([{"kind": "memory_written", "content": f"P{i} lives in C{i}", "source": "chat#2",
                  "fact": {"subject": f"P{i}", "relation": "lives_in", "object": f"C{i}"},
                  "justification": "stated"} for i in range(20)])
-    mem.fold(engine=engine)
-    mem.snapshot()
+    mem.fold()
     mem.index(embedder="hashing")
     mem.erase("s1")
     mem.append([{"kind": "chat_turn", "content": "Bob lives in Rome", "source": "chat#3"}])
-    mem.fold(engine=engine)  # (an incremental fold's commits)
+    mem.fold()  # (an incremental fold's commits)
 
 
-@pytest.mark.parametrize("engine", ["graph", "partitioned"])
 @pytest.mark.parametrize("mode", ["delete", "shred"])
-def test_everything_refold_creates_is_private_to_the_owner(tmp_path, mode, engine):
+def test_everything_refold_creates_is_private_to_the_owner(tmp_path, mode):
     old = os.umask(0o022)  # the usual umask, which made files 0644 and folders 0755
     try:
         mem = refold.init(tmp_path / "store", mode=mode)
-        _exercise(mem, engine)
+        _exercise(mem)
     finally:
         os.umask(old)
     modes = _modes(tmp_path / "store")
-    assert any(name.startswith("events/_delta_log") for name in modes) and any("snapshots/" in n for n in modes)
+    assert any(name.startswith("events/_delta_log") for name in modes)
     assert mode == "delete" or any(name.startswith("keys/") for name in modes)
-    assert engine == "graph" or any("state/" in n and "bucket=" in n for n in modes)
+    assert any("state/" in n and "bucket=" in n for n in modes)
     root = tmp_path / "store"
     wrong = {name: oct(m) for name, m in modes.items()
              if m != (0o700 if (root / name).is_dir() else 0o600)}
     assert not wrong, wrong
 
 
-@pytest.mark.parametrize("engine", ["graph", "partitioned"])
-def test_a_group_shared_store_gives_the_group_access_and_others_none(tmp_path, engine):
+def test_a_group_shared_store_gives_the_group_access_and_others_none(tmp_path):
     out = subprocess.run([REFOLD, "init", str(tmp_path / "store"), "--group"], capture_output=True,
                          env=_env(), timeout=120)
     assert out.returncode == 0, out.stderr.decode()
     root = tmp_path / "store"
     assert stat.S_IMODE(root.stat().st_mode) == 0o2770
-    _exercise(refold.open(root), engine)
+    _exercise(refold.open(root))
     for name, m in _modes(root).items():
         path = root / name if name != "." else root
         assert m & 0o007 == 0, (name, oct(m))  # nothing for others
