@@ -62,6 +62,7 @@ class Memory:
         self._state_stores: dict = {}  # spec hash → StateStore (its open Delta table handles)
         self._state_at: dict = {}  # spec hash → (log version, (store, tag, overlay), (seq, link) it reached, tag)
         self._state_past: dict = {}  # (spec hash, log seq) → (store, tag, overlay) of a read as of that seq
+        self._legacy: int | None = None  # files of refold 0.1's snapshots/ this object's first fold removed
         self._seen_epoch = self._epoch_now()  # the erasure epoch this object's caches belong to
 
     def _epoch_now(self) -> str:
@@ -265,6 +266,10 @@ class Memory:
             from refold.erasing import sweep_destroyed
 
             sweep_destroyed(self)
+        if self._legacy is None:  # refold 0.1's snapshot files: never read again, so gone
+            from refold.storage.legacy import drop_legacy_snapshots
+
+            self._legacy = drop_legacy_snapshots(self.layout)
         with self._fold_lock:
             report = fold_state(self, spec, extractor=ext, full=full, progress=progress, runner=runner,
                                 merger=merger, **({"buckets": buckets} if buckets else {}))
@@ -300,10 +305,13 @@ class Memory:
 
     def derived_stores(self, subjects: Iterable[str] = ()) -> list[Any]:
         """Derived stores beyond the cache and the index that erasure must purge: the state
-        tables (``subjects``: the erasure's own, see :class:`~refold.state_fold.StatePurger`)."""
+        tables (``subjects``: the erasure's own, see :class:`~refold.state_fold.StatePurger`),
+        and refold 0.1's snapshot files where a store made before 0.2 still holds them."""
         from refold.state_fold import StatePurger
+        from refold.storage.legacy import LegacySnapshots, has_legacy_snapshots
 
-        return [StatePurger(self, subjects)]
+        legacy = [LegacySnapshots(self.layout)] if has_legacy_snapshots(self.layout) else []
+        return [StatePurger(self, subjects), *legacy]
 
     def state_store(self, spec: FoldSpec):
         """The state tables of ``spec`` (one object per spec per Memory: it keeps their Delta

@@ -5,7 +5,7 @@
                       key store (absent: key files; "kms": AWS KMS), written once by init
       events/         Delta table: the log (the only source of truth)
       extractions/    Delta table: extraction cache (derived)
-      snapshots/      folded state at log positions (derived)
+      state/          Delta tables: the folded state per spec (derived; refold.storage.state)
       index/          vector index (derived)
       keys/           per-subject keys (shred mode); a file per key, deleted for real
       receipts/       erasure receipts; receipts/heads/ holds published chain heads
@@ -60,7 +60,9 @@ class Layout:
         return self._join("extractions")
 
     @property
-    def snapshots(self) -> str:
+    def legacy_snapshots(self) -> str:
+        """Where refold 0.1's graph engine kept its snapshot files (a store made before 0.2;
+        :mod:`refold.storage.legacy` removes them)."""
         return self._join("snapshots")
 
     @property
