@@ -18,4 +18,4 @@ __all__ = [
     "FoldSpec", "IntegrityError", "LegalHoldError", "Memory", "NewEvent", "NotFoundError", "RefoldError",
     "StoreError", "ValidationError", "init", "open",
 ]
-__version__ = "0.1.0"
+__version__ = "0.2.0"
