@@ -61,7 +61,7 @@ class Memory:
         self._recorded_specs: set[str] = set()  # specs known to be in the log (never erased)
         self._state_stores: dict = {}  # spec hash → StateStore (its open Delta table handles)
         self._state_at: dict = {}  # spec hash → (log version, (store, tag, overlay), (seq, link) it reached, tag)
-        self._state_past: dict = {}  # (spec hash, log seq) → (store, tag, overlay) of a read as of that seq
+        self._state_past: dict = {}  # (spec hash, log seq) → ((store, tag, overlay), tag) of a read as of that seq
         self._legacy: int | None = None  # files of refold 0.1's snapshots/ this object's first fold removed
         self._seen_epoch = self._epoch_now()  # the erasure epoch this object's caches belong to
 
@@ -491,8 +491,8 @@ class Memory:
         marks = self.erased_marks()
         seen = self._cached("_state_past", (spec.hash, end))
         store = self.state_store(spec)
-        if seen is not None and (seen[3].log_seq < 0 or seen[3] in store.tags()):  # (a vacuum may have cut it)
-            return seen[:3]
+        if seen is not None and (seen[1].log_seq < 0 or seen[1] in store.tags()):  # (a vacuum may have cut it)
+            return seen[0]
         tag = store.tag_at(end)
         tail = None
         if tag is not None:
@@ -509,7 +509,7 @@ class Memory:
                                 base=self._unhonoured(spec, store, tag, marks))
         found = (store, overlay.of_tag(tag), overlay)
         if not overlay.pending:  # else not kept, as for the head (see _state_read)
-            self._state_past = {(spec.hash, end): (*found, tag)}
+            self._state_past = {(spec.hash, end): (found, tag)}
         return found
 
     def _retraction_principals(self) -> dict[str, tuple[str, ...]]:
