@@ -9,7 +9,7 @@ reach it on 127.0.0.1 like any endpoint.
 Two submits to one local Ray head (:mod:`tests.ray_head`), the two documented ways of giving a
 job its store's endpoint and credentials: a projection with them in the job's runtime env
 (``--runtime-env-json '{"env_vars": {...}}'``: the driver and every worker read the usual AWS
-variables), then a full refold with the partitioned engine with them in ``--storage-options``.
+variables), then a full refold with them in ``--storage-options``.
 The cheaper cases run the job module as a plain process (``--no-ray``): the same job body and
 the same error handling, without a cluster.
 """
@@ -272,8 +272,8 @@ def test_project_refold_and_erase_jobs_on_a_head_node_with_the_store_in_a_bucket
     assert out["ray_extraction"]["events_from"] == "store"  # the actors read their events by seq
     assert out["fold"]["extraction_calls"] == N_EVENTS
 
-    # 2. a full refold, partitioned engine, options as a flag (merge tasks get them from the driver)
-    done = submit(head, "refold.jobs.refold", uri, "--engine", "partitioned", "--no-progress",
+    # 2. a full refold, options as a flag (merge tasks get them from the driver)
+    done = submit(head, "refold.jobs.refold", uri, "--no-progress",
                   "--storage-options", json.dumps(opts))
     out = summary(done)
     assert done.returncode == 0 and out["ok"] and out["job"] == "refold", (out, done.stderr[-3000:])

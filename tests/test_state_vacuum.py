@@ -1,7 +1,8 @@
 """Vacuuming the state tables (``Memory.vacuum_state``, ``refold vacuum-state``, ``refold fold
 --vacuum-hours``, the jobs' ``--vacuum-hours``): Delta's own vacuum deletes the files old
 versions held, and the state versions whose files may be gone are no longer travelled to (a read
-as of that position folds the log instead). Real stores, real delta-rs vacuums."""
+as of that position overlays the log's prefix on an empty state, or is refused past the overlay
+limit). Real stores, real delta-rs vacuums."""
 
 from __future__ import annotations
 
@@ -72,13 +73,18 @@ def test_a_vacuum_keeps_what_its_retention_covers_and_past_reads_follow(tmp_path
     assert _whole(store, left[0]) > 0
     with pytest.raises(FileNotFoundError):
         _whole(store, tags[0])  # what the vacuum cut, and tags() no longer lists
-    # a position before the newest tag: no version to travel to; the graph engine answers, also
-    # for the process that had kept an answer from a version the vacuum cut
+    # a position before the newest tag: no version to travel to; the read overlays the log's
+    # prefix on an empty state (it is within Memory.read_overlay_limit), also for the process
+    # that had kept an answer from a version the vacuum cut
     for memory in (mem, reader):
-        assert memory._state_read_at(spec, versions[2]) is None
+        assert memory._state_read_at(spec, versions[2])[1].log_seq == -1
         assert memory.facts(as_of=versions[2]).equals(_oracle(mem, versions[2]))
-    assert reader._state_read_at(spec, versions[1]) is None
+    assert reader._state_read_at(spec, versions[1])[1].log_seq == -1
     assert reader.facts(as_of=versions[1]).equals(_oracle(mem, versions[1]))
+    # past the limit, the read is refused, naming the oldest position a read still answers
+    reader.read_overlay_limit = 10
+    with pytest.raises(refold.ValidationError, match=rf"oldest readable position is seq {left[0].log_seq}"):
+        reader.facts(as_of=versions[2])
     head = mem.log_store.version()
     assert mem._state_read_at(spec, head) is not None
     mem.append([{"kind": "chat_turn", "content": "Person1: I live in Oslo.", "source": "chat"}])
