@@ -215,6 +215,11 @@ def state_overlay(mem: "Memory", spec: FoldSpec, store: StateStore, tag: StateTa
                         tenants=tenants, entities=base.entities, erased=base.erased)
 
 
+#: the item columns the entity stage reads (names from occurrences, summaries from merged rows)
+_NAMING_COLUMNS = ["kind", "tenant", "event_id", "seq", "ordinal", "subject", "relation", "object", "subject_node",
+                   "object_node", "bucket", "object_bucket", "accepted"]
+
+
 def without_events(spec: FoldSpec, store: StateStore, tag: StateTag, event_ids: Iterable[str]) -> StateOverlay:
     """The overlay that takes ``event_ids`` (events up to ``tag`` whose owners were erased since
     its fold) out of ``spec``'s state at ``tag``, written nowhere: what the purge of the next
@@ -254,7 +259,8 @@ def without_events(spec: FoldSpec, store: StateStore, tag: StateTag, event_ids: 
                                       buckets={bucket_of(n, tag.buckets) for n in named}, filter=among("node", named)))
     renamed = set(firsts.filter(pl.col("name_seqs").list.eval(pl.element().is_in(seqs)).list.any())["node"].to_list())
     nodes = subjects | renamed
-    naming = pl.from_arrow(store.read("items", filter=among("subject_node", nodes) | among("object_node", nodes)))
+    naming = pl.from_arrow(store.read("items", columns=_NAMING_COLUMNS,
+                                      filter=among("subject_node", nodes) | among("object_node", nodes)))
     naming = naming.filter((pl.col("seq") <= tag.log_seq) & ~pl.col("event_id").is_in(gone_ids))
     summary_rows = after
     if renamed - subjects:
