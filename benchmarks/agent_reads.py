@@ -4,8 +4,8 @@ An agent writes a memory and reads again; folds run on a schedule, so between tw
 state tables lag the log by the events since (here: ``--unfolded``, 1% of the store by
 default). A read answers from the tables plus the read overlay of those events
 (docs/fold.md, "Reads"). This script measures, on one store of N events of the synthetic
-workload (``snapshot_workload.events``; rules extractor; appends of 1,000; folded with
-``engine="partitioned"``, then 1% appended and left unfolded):
+workload (``snapshot_workload.events``; rules extractor; appends of 1,000; folded into the
+state tables, then 1% appended and left unfolded):
 
 * first read      one subject's current facts in a fresh process: the overlay of the whole
                   unfolded tail (read, extracted in memory, merged)
@@ -62,7 +62,7 @@ def run(n: int, unfolded: float, root: Path) -> dict[str, float]:
     out: dict[str, float] = {}
     mem = refold.init(root)
     out["append"], _ = _timed(lambda: _append(mem, workload(n, seed=11)))
-    out["fold"], _ = _timed(lambda: mem.fold(engine="partitioned"))
+    out["fold"], _ = _timed(lambda: mem.fold())
     tail = max(int(n * unfolded), 1)
     _append(mem, workload(tail, seed=12, start=10 * n))
 

@@ -3,12 +3,13 @@ copies of the same store, measured in the same run.
 
 The store: ``--subjects`` registered subjects, ``--per-subject`` chat turns each (the rules
 extractor turns them into facts: where they live, where they work), appended in batches of 500
-with every tenth turn tagged with two subjects (a shared event), folded (extraction cache,
-state) and snapshotted as the default fold keeps them. The folder is copied twice; on one copy
-``mem.erase([...])`` erases ``--erase`` subjects as one batch, on the other ``mem.erase(s)`` runs
-once per subject. Both runs pass the subjects' names as scan needles (from the registry). Printed:
-both times, their ratio (target >= 10x), each side's extraction calls (target 0) and whether both
-copies end with the same facts, pass ``verify`` and hold nothing of the erased subjects.
+with every tenth turn tagged with two subjects (a shared event) and folded (extraction cache,
+state tables; the fold's tagged state version is the snapshot). The folder is copied twice;
+on one copy ``mem.erase([...])`` erases ``--erase`` subjects as one batch, on the other
+``mem.erase(s)`` runs once per subject. Both runs pass the subjects' names as scan needles (from
+the registry). Printed: both times, their ratio (target >= 10x), each side's extraction calls
+(target 0) and whether both copies end with the same facts (``mem.facts()``, read from the state
+tables), pass ``verify`` and hold nothing of the erased subjects.
 
     python benchmarks/erasure_backfill.py [--subjects 200] [--per-subject 15] [--erase 100] [--quick]
 """
@@ -55,13 +56,13 @@ def build(root: Path, subjects: int, per_subject: int) -> refold.Memory:
         first, last = name_of(i).split()
         erasing.register_subject(mem, f"s-{i:04d}", f"{first} {last}", aliases=[first])
     mem.fold()
-    mem.snapshot()
     return mem
 
 
 def facts(mem: refold.Memory) -> set[tuple]:
-    return {(d["subject"], d["relation"], d["object"], tuple(sorted(d["sources"])))
-            for *_, d in mem.state().graph.edges(data=True)}
+    """Every fact of the store (history included), read from the state tables."""
+    return {(r["subject"], r["relation"], r["object"], tuple(sorted(r["sources"])))
+            for r in mem.facts().iter_rows(named=True)}
 
 
 def main(argv=None) -> int:

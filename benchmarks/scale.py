@@ -15,14 +15,17 @@ moving and changing jobs, organisations located in cities; rules extractor; appe
                    process: the first read, then the median of 20 (also of 20 reads with a
                    ``principal``: reader scoping); then, in the same process, the
                    whole state's facts (``facts()``) and ``why`` of one roll-up (``works_in``)
-                   fact (the partitioned engine derives compose roll-ups when read): after the
+                   fact (compose roll-ups are derived when read): after the
                    read that returned it (its inputs are remembered) and as a process that did
                    not read it (a search of the inputs' join)
 * read_past        after the incremental fold, in a fresh process: one subject's facts as of a
                    past log version (``facts(subject=…, as_of=…)``): at the refold's position (time
                    travel to that tagged state version) and halfway to the incremental fold's (that
-                   version plus the read overlay), first read and median of 20; up to 100k events,
-                   also the graph engine's answer (a fold of the log prefix) for comparison
+                   version plus the read overlay of the events between), first read and median of
+                   20; then, in the same process, the median of the same 20 subjects' reads at the
+                   head (no ``as_of``): the baseline of the as_of / head ratios printed. (Before
+                   refold 0.2 the baseline was the graph engine's fold of the log prefix; that
+                   engine is gone, and every read now answers from the state tables.)
 * index            the vector index stored (``mem.index(embedder="hashing")``: every item embedded),
                    in a fresh process after the read step
 * search           last, in a fresh process: an agent's first search (the stored index brought
@@ -38,13 +41,13 @@ moving and changing jobs, organisations located in cities; rules extractor; appe
 
 Every step runs in its own child process, so "peak RSS" is that process's own high-water mark
 (``ru_maxrss``, interpreter and imports included); with ``--ray`` the refold also prints the
-highest peak of the Ray worker processes that ran its merge tasks (``ray_merger().worker_peak_rss``). Cost per event is relative to the smallest N.
-``--engine`` picks the fold (default ``partitioned``: the state tables; ``graph``: one in-memory
-graph and snapshots, for comparison). ``--ray`` runs the fold steps a second time with the merge
-as Ray tasks on a local Ray runtime with 2 CPUs and prints both. Ratios are printed against the
-targets of issue #17; nothing is asserted on time.
+highest peak of the Ray worker processes that ran its merge tasks
+(``ray_merger().worker_peak_rss``). Cost per event is relative to the smallest N. Every fold
+writes the state tables (the one engine) and tags a state version. ``--ray`` runs the fold steps
+a second time with the merge as Ray tasks on a local Ray runtime with 2 CPUs and prints both.
+Ratios are printed against the targets of issue #17; nothing is asserted on time.
 
-    python benchmarks/scale.py [--sizes 10000,100000,1000000] [--engine partitioned|graph] [--ray] [--quick]
+    python benchmarks/scale.py [--sizes 10000,100000,1000000] [--ray] [--quick]
 """
 
 from __future__ import annotations
@@ -71,7 +74,6 @@ SUBJECT = ("s-x", "Xavier Quill")
 ERASED_SHARE = 0.001
 NEW_SHARE = 0.01
 READS = 20
-ENGINE = ["partitioned"]  # the engine the child steps fold with (set from --engine)
 
 
 # -- the workload ----------------------------------------------------------------------------------
@@ -116,11 +118,9 @@ def _fold_options(use_ray: bool) -> dict:
     return {"merger": ray_merger()}
 
 
-def step(name: str, root: Path, n: int, use_ray: bool, engine: str = "partitioned") -> dict:
+def step(name: str, root: Path, n: int, use_ray: bool) -> dict:
     import refold
     from snapshot_workload import CountingRules
-
-    refold.Memory.fold_engine = engine  # every fold of this process, the erasure's refold included
 
     out: dict = {}
     start = time.perf_counter()
@@ -149,7 +149,7 @@ def step(name: str, root: Path, n: int, use_ray: bool, engine: str = "partitione
         report = refold.open(root).fold(extractor=ext, **opts)
         out.update(calls=ext.calls, folded=report.events_folded)
     elif name == "erase":
-        timed = _time_state_steps() if engine == "partitioned" else {}
+        timed = _time_state_steps()
         receipt = refold.open(root).erase(SUBJECT[0])
         took = time.perf_counter() - start
         out.update(erased=len(receipt.events), refold_s=timed.get("purge"), digest_s=timed.get("digest"))
@@ -185,20 +185,19 @@ def step(name: str, root: Path, n: int, use_ray: bool, engine: str = "partitione
             t0 = time.perf_counter()
             mem.why(derived[len(derived) // 2])
             out["why_s"] = time.perf_counter() - t0
-            if ENGINE[0] == "partitioned":  # again as a process that did not read it: a search
-                from refold import state_rollups
+            from refold import state_rollups  # again as a process that did not read it: a search
 
-                state_rollups.forget_hints()
-                t0 = time.perf_counter()
-                mem.why(derived[len(derived) // 2])
-                out["why_cold_s"] = time.perf_counter() - t0
+            state_rollups.forget_hints()
+            t0 = time.perf_counter()
+            mem.why(derived[len(derived) // 2])
+            out["why_cold_s"] = time.perf_counter() - t0
     elif name == "index":
         report = refold.open(root).index(embedder="hashing").report
         out.update(facts=report.facts, events=report.events, embedded=report.embedded)
     elif name == "search":
         out.update(_search(refold.open(root)))
     elif name == "read_past":
-        out.update(_read_past(refold.open(root), n))
+        out.update(_read_past(refold.open(root)))
     elif name == "floor":
         out["rows"] = floor(root)
     elif name == "incremental_floor":
@@ -211,14 +210,11 @@ def step(name: str, root: Path, n: int, use_ray: bool, engine: str = "partitione
     return out
 
 
-def _read_past(mem, n: int) -> dict:
+def _read_past(mem) -> dict:
     """One subject's facts as of a past log version, in a fresh process: at the refold's position
     (a tagged state version) and halfway to the incremental fold's (that version plus the read
     overlay of the events between); the first read, then the median of 20 of other subjects.
-    Up to GRAPH_PAST_MAX events, also the graph engine's answer (a fold of the log prefix)."""
-    import refold
-    from refold.fold.queries import fact_rows
-
+    Then the median of the same 20 subjects read at the head (``head``): the baseline."""
     older, newer = mem.state_store(mem.current_spec()).tags()[-2:]  # the refold's, the incremental fold's
     out: dict = {}
     for key, seq in (("at_tag", older.log_seq), ("between", (older.log_seq + newer.log_seq) // 2)):
@@ -232,10 +228,12 @@ def _read_past(mem, n: int) -> dict:
             mem.facts(subject=f"Person{20 + i}", as_of=version)
             times.append(time.perf_counter() - t0)
         out[key] = {"first": took, "median": statistics.median(times), "rows": first.height}
-        if key == "between" and n <= GRAPH_PAST_MAX:
-            t0 = time.perf_counter()
-            fact_rows(refold.open(mem.root).state(as_of=version).graph, subject="Person7")
-            out["graph_s"] = time.perf_counter() - t0
+    times = []
+    for i in range(READS):
+        t0 = time.perf_counter()
+        mem.facts(subject=f"Person{20 + i}")
+        times.append(time.perf_counter() - t0)
+    out["head"] = {"median": statistics.median(times)}
     return out
 
 
@@ -263,11 +261,9 @@ def _search(mem) -> dict:
     return out
 
 
-#: the largest store whose past read the read_past step also answers by the graph engine's fold
-GRAPH_PAST_MAX = 100_000
 #: the largest store whose whole state the read step also reads: the workload's works_in history
 #: grows with (moves × staff), so the whole-state answer at 1M events holds tens of millions of
-#: derived rows (it took 24 GB here) — what any engine must return for that question
+#: derived rows (it took 24 GB here) — what any fold must return for that question
 WHOLE_READ_MAX = 300_000
 
 
@@ -389,7 +385,7 @@ def _du(path: Path) -> int:
 # -- the driver ------------------------------------------------------------------------------------
 
 def run_step(name: str, root: Path, n: int, use_ray: bool) -> dict:
-    cmd = [sys.executable, __file__, "--step", name, "--root", str(root), "--n", str(n), "--engine", ENGINE[0]]
+    cmd = [sys.executable, __file__, "--step", name, "--root", str(root), "--n", str(n)]
     if use_ray:
         cmd.append("--ray")
     done = subprocess.run(cmd, capture_output=True, text=True)
@@ -405,7 +401,7 @@ def measure(n: int, work: Path, use_ray: bool) -> dict:
     r["floor"] = run_step("floor", root, n, False)
     r["read"] = run_step("read", root, n, False)
     r["index"] = run_step("index", root, n, False)
-    r["state_bytes"] = _du(root / "state") + _du(root / "snapshots")
+    r["state_bytes"] = _du(root / "state")
     r["append_new"] = run_step("append_new", root, n, False)
     r["incremental_floor"] = run_step("incremental_floor", root, n, False)
     r["incremental"] = run_step("incremental", root, n, use_ray)
@@ -474,12 +470,13 @@ def report(label: str, results: dict[int, dict]) -> bool:
                 why_ += f", {r['read']['why_cold_s']:.2f} s in a process that did not read it"
         print(f"  reads: {whole}{why_}")
         past = r["read_past"]
-        graph_past = (f"; the graph engine's fold of that prefix {past['graph_s']:.2f} s" if "graph_s" in past
-                      else f"; the graph engine's not run (over {GRAPH_PAST_MAX:,} events)")
+        head = past["head"]["median"]
         print(f"  past reads of one subject: as of the refold's position first {past['at_tag']['first'] * 1e3:.1f} ms, "
               f"median {past['at_tag']['median'] * 1e3:.1f} ms; halfway to the incremental fold's (overlay) "
-              f"first {past['between']['first'] * 1e3:.1f} ms, median {past['between']['median'] * 1e3:.1f} ms"
-              + graph_past)
+              f"first {past['between']['first'] * 1e3:.1f} ms, median {past['between']['median'] * 1e3:.1f} ms; "
+              f"at the head (the baseline, same process) median {head * 1e3:.1f} ms: as_of / head "
+              f"{past['at_tag']['median'] / head:.1f}x at the tag, "
+              f"{past['between']['median'] / head:.1f}x with the overlay")
         ix, sr = r["index"], r["search"]
         print(f"  search (hashing embedder): index build {ix['seconds']:.2f} s ({ix['facts']} facts, {ix['events']} "
               f"events, peak RSS {ix['rss'] / gib:.2f} GiB); first search after the incremental fold and the "
@@ -493,16 +490,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="10000,100000,1000000", help="comma-separated event counts")
     parser.add_argument("--ray", action="store_true", help="also run the fold steps on a local Ray (2 workers)")
-    parser.add_argument("--engine", choices=["partitioned", "graph"], default="partitioned",
-                        help="the fold engine (default: partitioned state tables)")
     parser.add_argument("--quick", action="store_true", help="1,000 and 4,000 events (for the test suite)")
     parser.add_argument("--step", help=argparse.SUPPRESS)
     parser.add_argument("--root", help=argparse.SUPPRESS)
     parser.add_argument("--n", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    ENGINE[0] = args.engine
     if args.step:
-        print(json.dumps(step(args.step, Path(args.root), args.n, args.ray, args.engine)))
+        print(json.dumps(step(args.step, Path(args.root), args.n, args.ray)))
         return 0
     sizes = [1000, 4000] if args.quick else [int(s) for s in args.sizes.split(",")]
     ok = True
@@ -513,7 +507,7 @@ def main(argv: list[str] | None = None) -> int:
             for n in sizes:
                 results[n] = measure(n, Path(tmp), use_ray)
                 print(f"measured {n} events ({'ray' if use_ray else 'local'})", file=sys.stderr, flush=True)
-            ok &= report(f"{args.engine} engine, " + ("merge on Ray, 2 CPUs" if use_ray else "local, in-process"),
+            ok &= report("state tables, " + ("merge on Ray, 2 CPUs" if use_ray else "local, in-process"),
                          results)
     return 0 if ok else 1
 

@@ -1,4 +1,5 @@
-"""Synthetic workload shared by the snapshot benchmarks: memory_written facts and chat turns.
+"""Synthetic workload shared by the benchmarks (scale, reads, shred, one-engine reads):
+memory_written facts and chat turns. (The module keeps its old name: tests import it.)
 
 Deterministic for a seed. People move, change jobs and state likes (so supersession and
 corroboration happen), organisations are located in cities and move now and then (0.2% of the
