@@ -17,7 +17,7 @@ In shred mode the events are read decrypted, an event of an owner with an erased
 (``KeyStore.erased_owners``) as erased, and every tag records the markers its fold honoured
 (``StateTag.erased``): markers listed since (keys destroyed outside an erasure) make the next
 fold erase those owners' events from the state first, as an erasure does (:func:`honour_marks`),
-and reads answer from the graph engine until then (refold.memory, ``_readable_tables``).
+and reads leave those owners' facts out themselves until then (refold.state_overlay).
 
 Compose roll-ups are not stored: a read derives them for what it reads (refold.state_rollups),
 so no stage here costs in proportion to (moves × staff). Peak memory of a full fold follows the
@@ -547,16 +547,11 @@ def _tail(mem: "Memory", tag: StateTag, marks: frozenset[str]) -> list[Event] | 
     """The events after ``tag``'s position in readable form (shred mode: only they are
     decrypted, those of owners among ``marks`` erased), or None when the log no longer has that
     position (rewritten or another log: the caller refolds in full)."""
-    from refold.projection import DeltaSource
+    from refold.storage.log_range import events_from
 
-    source = DeltaSource(mem.log_store, erased=False)
     if tag.log_seq < 0:
-        return mem._readable(source.window(0)[0], marks)
-    tail, _ = source.window(tag.log_seq + 1)
-    if tail and tail[0].prev_link:
-        ok = tail[0].seq == tag.log_seq + 1 and tail[0].prev_link == tag.log_link
-        return mem._readable(tail, marks) if ok else None
-    events, _ = source.window(tag.log_seq)
+        return mem._readable(events_from(mem.log_store, 0), marks)
+    events = events_from(mem.log_store, tag.log_seq)
     if not events or events[0].seq != tag.log_seq or events[0].link != tag.log_link:
         return None
     return mem._readable(events[1:], marks)
@@ -622,7 +617,12 @@ def _retag(store: StateStore, tag: StateTag) -> StateTag:
 class StatePurger:
     """The state tables as a derived store of erasure: ``purge(event_ids)`` refolds, for every
     spec, the subjects whose items came from an erased event (from the surviving items: no model
-    call), refreshes the roll-ups and entities that depend on them, and vacuums."""
+    call) and refreshes the roll-ups and entities that depend on them; the erasure's next step
+    (``scrub_derived``) vacuums every state table, so no old version keeps what was erased.
+
+    Idempotent in ``event_ids`` (an erasure's rerun calls it again with the same ids): a spec's
+    state that a killed purge left untagged (:func:`purge_state` untags it while it rewrites) is
+    dropped, and the erasure's refold then folds it anew from the rewritten log."""
 
     def __init__(self, mem: "Memory", subjects: Iterable[str] = ()):
         self.mem = mem
@@ -652,9 +652,10 @@ class StatePurger:
             store = self.mem.state_store(specs[spec_hash]) if spec_hash in specs else None
             tag = None if store is None else store.tag()
             if tag is None:
-                # no spec to refold with, or a fold that never finished: drop it (it may hold erased data)
-                StateStore(self.mem.layout, spec_hash, storage_options=self.mem.storage_options).drop()
-                detail.append(f"state/{spec_hash}: dropped")
+                # no spec to refold with, a fold that never finished or a purge killed half-way:
+                # drop it (it may hold erased data; which rows, nothing says any more)
+                (store or StateStore(self.mem.layout, spec_hash, storage_options=self.mem.storage_options)).drop()
+                detail.append(f"state/{spec_hash}: dropped (untagged: refolded in full by the erasure's refold)")
                 continue
             if marks and tag.erased != honoured:
                 if marked is None:
@@ -662,7 +663,7 @@ class StatePurger:
                 these = marked
             else:
                 these = ids
-            n = purge_state(store, specs[spec_hash], these, erased=marks_fingerprint(marks))
+            n = purge_state(store, specs[spec_hash], these, erased=marks_fingerprint(marks), vacuum=False)
             removed += n
             detail.append(f"state/{spec_hash}: {n} item row(s) removed")
         return PurgeResult(store="state", rows=removed, detail=tuple(detail))
@@ -685,15 +686,23 @@ def honour_marks(mem: "Memory", spec: FoldSpec, store: StateStore, tag: StateTag
     return _current_tag(store)
 
 
-def purge_state(store: StateStore, spec: FoldSpec, event_ids: Sequence[str], *, erased: str | None = None) -> int:
+def purge_state(store: StateStore, spec: FoldSpec, event_ids: Sequence[str], *, erased: str | None = None,
+                vacuum: bool = True) -> int:
     """Remove ``event_ids``' items from ``store`` and refold what they touched; return the rows removed.
     ``erased``: the erased markers the state honours after it (``StateTag.erased``; None: as before).
+    ``vacuum`` False: the caller vacuums the tables next (an erasure's scrub step), even after a crash.
 
     The items and merged rows are rewritten bucket by bucket (only the buckets of the erased
     items' subjects: a subject's rows are a small part of its bucket); the derived rows of the
     subjects' facts live in their objects' buckets, which can be large (an organisation's staff),
     so they are replaced by fact id, delta-rs rewriting only the files that hold them. Then the
-    vacuum removes the old files: no version left holds the erased items or what they gave."""
+    vacuum removes the old files: no version left holds the erased items or what they gave.
+
+    What to refold is found from the erased items, which the first rewrite removes; so the state
+    is untagged before it (one commit) and tagged again only after the last rewrite and the
+    vacuum. Killed anywhere in between, it stays untagged: no read takes it for a whole state,
+    and the next purge (:class:`StatePurger`, an erasure's rerun) drops it or the next fold
+    refolds it in full, instead of finding no erased item left and keeping what they gave."""
     tag = store.tag()
     assert tag is not None
     buckets = tag.buckets
@@ -704,6 +713,7 @@ def purge_state(store: StateStore, spec: FoldSpec, event_ids: Sequence[str], *, 
         if honoured != tag.erased:
             store.set_tag(dataclasses.replace(tag, erased=honoured))
         return 0
+    store.clear_tag()
     where = set(hit["bucket"].to_pylist())
     subjects = set(hit["subject_node"].to_pylist())
     named = subjects | set(hit["object_node"].to_pylist())
@@ -727,8 +737,9 @@ def purge_state(store: StateStore, spec: FoldSpec, event_ids: Sequence[str], *, 
     renamed = set(firsts.filter(pl.col("name_seqs").list.eval(pl.element().is_in(erased)).list.any())["node"]
                   .to_list())
     entities_version = _refresh_entities(spec, store, buckets, subjects | renamed, renamed)
+    if vacuum:  # (before the tag: a state tagged again holds no version with the erased items)
+        store.vacuum()
     store.set_tag(dataclasses.replace(tag, entities_version=entities_version,
                                       facts=tag.facts + after.height - before.height, derived=tag.derived + derived,
                                       rollups=_read_rollups(spec), erased=honoured))
-    store.vacuum()
     return items.num_rows - surviving.num_rows

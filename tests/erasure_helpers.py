@@ -46,16 +46,15 @@ X_EVENT_IDS = frozenset([f"ev-x-{i:02d}" for i in range(12)] + ["ev-mention"])
 
 
 def build(root: Path, *, mode: str = "delete", include: set[str] | None = None) -> refold.Memory:
-    """A store at ``root`` with the events above (optionally only ``include`` ids), registered,
-    folded (extraction cache) and snapshotted."""
+    """A store at ``root`` with the events above (optionally only ``include`` ids), registered
+    and folded (extraction cache, state tables)."""
     mem = refold.init(root, mode=mode)
     chosen = [e for e in events() if include is None or e["event_id"] in include]
     mem.append(chosen[:12])
     mem.append(chosen[12:])
     erasing.register_subject(mem, X, X_NAME, aliases=[X_ALIAS], identifiers=[X_EMAIL])
     erasing.register_subject(mem, Y, Y_NAME)
-    mem.fold()
-    mem.snapshot()  # a snapshot on disk that holds X's facts (erasure must purge it)
+    mem.fold()  # state tables that hold X's facts (erasure must purge them)
     return mem
 
 
@@ -69,9 +68,10 @@ def erased_id(mem: refold.Memory, event_id: str) -> str:
 
 
 def facts(mem: refold.Memory) -> set[tuple]:
-    """Facts as comparable tuples (subject, relation, object, valid_from, valid_to, sources)."""
+    """Facts as comparable tuples (subject, relation, object, valid_from, valid_to, sources,
+    derivation), from the state tables (the whole store's graph view)."""
     out = set()
-    for _, _, d in mem.state().graph.edges(data=True):
+    for _, _, d in mem.graph().edges(data=True):
         out.add((d["subject"], d["relation"], d["object"], d["valid_from"], d["valid_to"],
                  tuple(sorted(d["sources"])), d["derivation"]))
     return out

@@ -34,7 +34,6 @@ def build(root: Path, *, mode: str = "delete", **init) -> refold.Memory:
     erasing.register_subject(mem, H.Y, H.Y_NAME)
     erasing.register_subject(mem, Z, Z_NAME)
     mem.fold()
-    mem.snapshot()
     return mem
 
 

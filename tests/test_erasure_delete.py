@@ -29,7 +29,7 @@ def _files(root: str) -> dict[str, tuple[int, int]]:
 def test_before_erasure_the_canaries_are_everywhere(store):
     hits = scan(store.root, H.NEEDLES)
     folders = {h.file.split("/")[0] for h in hits}
-    assert {"events", "extractions", "snapshots", "subjects.json"} <= folders
+    assert {"events", "extractions", "state", "subjects.json"} <= folders
     assert {h.needle for h in hits} >= set(H.CANARIES)
 
 
@@ -53,9 +53,8 @@ def test_erase_leaves_no_residue_and_converges_to_a_log_without_x(store, tmp_pat
     cached = set(store.cache.frame()["event_id"].to_list())
     assert not cached & H.X_EVENT_IDS and {f"ev-y-{i:02d}" for i in range(11)} <= cached
     purged = {p["store"]: p["rows"] for p in receipt.purged}
-    # the snapshot holding X was patched in place (decremental erasure), so none was left to purge
-    assert purged["extractions"] == len(H.X_EVENT_IDS)
-    assert purged["snapshot patch"] == 1 and purged["snapshots"] == 0
+    # the cache and the state tables are the derived stores; the state lost X's fact items
+    assert purged == {"extractions": len(H.X_EVENT_IDS), "state": len(H.CANARIES)}
     # tombstones keep the chain fields and nothing else
     rows = {e.event_id: e for e in store.log_store.events()}
     for eid in H.X_EVENT_IDS:

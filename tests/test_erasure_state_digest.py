@@ -1,27 +1,33 @@
-"""An erasure on a store folded by the partitioned engine takes that engine's refold: the receipt
-digests the state tables ("state1:") and no whole graph fold runs beside them (at 100k events it
-was ~80% of the erasure's time and its peak memory). The digest is of the state a read sees, so
-a full refold of the same log, with other files and row versions, digests equal; the receipt
-verifies from a fresh process-local Memory and a wrong digest does not."""
+"""The receipt's state digest is of the state tables ("state1:"): the erasure's refold brings them
+up to date and digests them, no whole-store graph is built beside them. The digest is of the
+state a read sees, so a full refold of the same log, with other files and row versions, digests
+equal; the receipt verifies from a fresh Memory and a wrong digest does not. Receipts of refold
+0.1 hold a digest of a retired scheme (the graph engine's "cols1:" snapshot encoding, or a plain
+SHA-256 of its JSON): they verify everything else, and say in one line that the digest is not
+recomputed; a digest of no scheme refold ever wrote fails."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
+
+import pytest
 
 import refold
 from refold import erasing
 from refold.state_fold import group_size
+from refold.storage.erasure.receipts import load_receipt, receipt_path
 from tests.fold_helpers import fact_event
 from tests.test_fold_state import _log
 
 X, NAME = "s-x", "Quillon Varga"
+CANARY = "zephyrmarmalade"
 
 
 def _store(tmp_path):
     mem = refold.init(tmp_path / "store")
-    mem.fold_engine = "partitioned"
     mine = [fact_event(NAME, "works_at", "Acme", day=2, subjects=[X]),
-            fact_event(NAME, "likes", "zephyrmarmalade", day=3, subjects=[X])]
+            fact_event(NAME, "likes", CANARY, day=3, subjects=[X])]
     mem.append(_log(120) + mine + _log(40, start=120))
     mem.fold(full=True, buckets=8)
     mem.append(_log(20, start=160))
@@ -36,52 +42,66 @@ def _digest(mem) -> str:
     return erasing.STATE_SCHEME + store.digest(buckets=buckets, group=group_size(store, buckets))
 
 
-def test_the_erasure_refolds_with_the_partitioned_engine_only(tmp_path, monkeypatch):
+def test_the_receipt_digests_the_state_tables(tmp_path):
     mem = _store(tmp_path)
-
-    def no_graph_fold(*args, **kwargs):
-        raise AssertionError("the erasure folded the whole graph beside the state tables")
-
-    monkeypatch.setattr(refold.Memory, "advanced_fold", no_graph_fold)
-    receipt = mem.erase(X)
+    receipt = mem.erase(X, canaries=[CANARY])
     assert receipt.state_digest.startswith(erasing.STATE_SCHEME)
     assert receipt.state_digest == _digest(refold.open(mem.root))
-
-
-def test_a_process_on_the_graph_engine_erases_a_partitioned_store_by_its_state_tables(tmp_path, monkeypatch):
-    """What the erasure refolds is decided by the store (its state tables), not by the engine
-    the erasing process would fold with: `refold erase` from the CLI runs on the default."""
-    _store(tmp_path)
-    monkeypatch.setattr(refold.Memory, "fold_engine", "graph")  # (a process that folds the graph)
-    fresh = refold.open(tmp_path / "store")
-    assert fresh.fold_engine == "graph"
-
-    def no_graph_fold(*args, **kwargs):
-        raise AssertionError("the erasure folded the whole graph beside the state tables")
-
-    monkeypatch.setattr(refold.Memory, "advanced_fold", no_graph_fold)
-    receipt = fresh.erase(X)
-    assert receipt.state_digest.startswith(erasing.STATE_SCHEME)
-    assert receipt.state_digest == _digest(refold.open(tmp_path / "store"))
+    assert receipt.extraction_calls == 0  # the surviving events' cached extractions were reused
+    assert {p["store"] for p in receipt.purged} == {"extractions", "state"}  # nothing else is derived
 
 
 def test_the_state_digest_follows_the_state_not_its_files(tmp_path):
     mem = _store(tmp_path)
     receipt = mem.erase(X)
     again = refold.open(mem.root)
-    again.fold(engine="partitioned", full=True, buckets=8)  # other files, one version per row
+    again.fold(full=True, buckets=8)  # other files, one version per row
     assert _digest(again) == receipt.state_digest
-    fresh = refold.open(mem.root)  # (the receipt names the scheme)
-    checks = {c.name: c for c in erasing.verify_receipt(fresh, receipt).checks}
-    assert checks["state digest"].ok
+    checks = {c.name: c for c in erasing.verify_receipt(refold.open(mem.root), receipt).checks}
+    assert checks["state digest"].ok and checks["state digest"].detail == "refolded state matches"
     wrong = dataclasses.replace(receipt, state_digest=erasing.STATE_SCHEME + "0" * 64)
     checks = {c.name: c for c in erasing.verify_receipt(refold.open(mem.root), wrong).checks}
     assert not checks["state digest"].ok
 
 
-def test_a_store_of_the_graph_engine_keeps_the_columnar_graph_digest(tmp_path):
-    mem = refold.init(tmp_path / "store")
-    mem.append(_log(60) + [fact_event(NAME, "likes", "zephyrmarmalade", day=3, subjects=[X])])
-    mem.fold(engine="graph")
-    erasing.register_subject(mem, X, NAME)
-    assert mem.erase(X).state_digest.startswith(erasing.DIGEST_SCHEME)
+def _rewritten(mem, receipt, digest: str):
+    """The receipt as refold 0.1 would have written it: its JSON file with ``digest`` instead."""
+    path = receipt_path(mem.layout, receipt.erasure_id)
+    data = json.loads(path.read_text())
+    data["state_digest"] = digest
+    path.write_text(json.dumps(data))
+    return load_receipt(path)
+
+
+@pytest.mark.parametrize("old", ["cols1:" + "ab" * 32, "cd" * 32], ids=["columnar", "json"])
+def test_a_receipt_of_a_retired_digest_scheme_verifies_everything_else(tmp_path, monkeypatch, old):
+    mem = _store(tmp_path)
+    receipt = mem.erase(X, canaries=[CANARY])
+    fresh = refold.open(mem.root)
+    old_receipt = _rewritten(fresh, receipt, old)
+
+    def no_refold(*args, **kwargs):
+        raise AssertionError("a digest of a retired scheme was refolded for")
+
+    monkeypatch.setattr(erasing, "refold_outcome", no_refold)
+    report = fresh.verify_receipt(old_receipt, canaries=[CANARY])
+    assert report.ok, report.as_json()
+    checks = {c.name: c for c in report.checks}
+    # everything else about the erasure is checked as for any receipt
+    assert {"chain", "erasure event", "events erased", "old versions unreadable", "residue scan"} <= set(checks)
+    line = checks["state digest"].detail
+    assert "\n" not in line and "retired" in line
+    assert "still checked: chain, erasure event, events erased, old versions unreadable, residue scan" in line
+    # a retired receipt still fails on what it can check: an event of its erasure made readable again
+    tampered = dataclasses.replace(old_receipt, events=(*old_receipt.events[:-1],
+                                                        {**old_receipt.events[-1], "commitment": "0" * 64}))
+    assert not fresh.verify_receipt(tampered).ok
+
+
+def test_a_digest_of_no_scheme_refold_wrote_fails(tmp_path):
+    mem = _store(tmp_path)
+    receipt = mem.erase(X)
+    fresh = refold.open(mem.root)
+    report = fresh.verify_receipt(_rewritten(fresh, receipt, "zz9:" + "0" * 64))
+    checks = {c.name: c for c in report.checks}
+    assert not report.ok and not checks["state digest"].ok and "unknown digest scheme" in checks["state digest"].detail

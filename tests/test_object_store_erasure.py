@@ -160,7 +160,7 @@ def test_an_erasure_refolds_the_state_tables_in_a_bucket(moto_process):  # noqa:
     mem = refold.init(f"{bucket.uri}/memory", storage_options=bucket.storage_options)
     mem.append(H.events())
     erasing.register_subject(mem, H.X, H.X_NAME, aliases=[H.X_ALIAS], identifiers=[H.X_EMAIL])
-    mem.fold(engine="partitioned")
+    mem.fold()
     assert any(k.startswith("memory/state/") for k in bucket.keys())
     before = scan_report(mem.root, H.NEEDLES, storage_options=bucket.storage_options)
     assert any(h.file.startswith("state/") for h in before.hits), "X is in the state tables first"
@@ -170,7 +170,7 @@ def test_an_erasure_refolds_the_state_tables_in_a_bucket(moto_process):  # noqa:
     assert any(k.startswith("memory/state/") for k in bucket.keys()), "refolded, not dropped"
     again = refold.open(mem.root, storage_options=bucket.storage_options)
     facts = again.facts(subject=H.Y_NAME)
-    assert facts.height and again._state_tables(again.current_spec()) is not None
+    assert facts.height and again.state_store(again.current_spec()).tag() is not None
     assert mem.verify().ok and erasing.verify_receipt(mem, receipt, needles=H.NEEDLES).ok
 
 

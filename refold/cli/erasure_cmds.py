@@ -85,13 +85,11 @@ def find(store: str, subject_id: str, as_json: bool) -> None:
 @click.option("--include-mentions", is_flag=True, help="Also erase every untagged event naming the subject.")
 @click.option("--orphan-grace-hours", type=int, default=1, show_default=True,
               help="Delete untracked data files older than this; 0 only when no writer is running.")
-@click.option("--decremental/--no-decremental", default=True, show_default=True,
-              help="Patch the newest snapshot to drop the subject (cost: what the subject touched); "
-                   "--no-decremental purges it and refolds from an older snapshot.")
+@click.option("--decremental/--no-decremental", "removed_decremental", default=None, hidden=True)
 @json_option
 def erase(store: str, subject_id: str | None, subjects_file: str | None, dry_run: bool, canaries: tuple[str, ...],
-          include: tuple[str, ...], include_mentions: bool, orphan_grace_hours: int, decremental: bool,
-          as_json: bool) -> None:
+          include: tuple[str, ...], include_mentions: bool, orphan_grace_hours: int,
+          removed_decremental: bool | None, as_json: bool) -> None:
     """Erase a data subject: tombstone (or shred) its events, purge derived data, refold, receipt.
 
     With --subjects-file, all listed subjects in one batch (a legal hold on any refuses the
@@ -101,16 +99,19 @@ def erase(store: str, subject_id: str | None, subjects_file: str | None, dry_run
     from refold import erasing
     from refold.fold.errors import ValidationError
 
+    if removed_decremental is not None:
+        from refold.jobs.erase import DECREMENTAL_REMOVED
+
+        raise ValidationError(DECREMENTAL_REMOVED)
     if (subject_id is None) == (subjects_file is None):
         raise ValidationError("give --subject ID or --subjects-file FILE (one of them)")
     if subjects_file is not None:
         _erase_file(store, subjects_file, dry_run=dry_run, canaries=canaries, include=include,
-                    include_mentions=include_mentions, orphan_grace_hours=orphan_grace_hours,
-                    decremental=decremental, as_json=as_json)
+                    include_mentions=include_mentions, orphan_grace_hours=orphan_grace_hours, as_json=as_json)
         return
     result = erasing.erase(open_store(store), subject_id, dry_run=dry_run, canaries=canaries,
                            include=include, include_mentions=include_mentions,
-                           orphan_grace_hours=orphan_grace_hours, decremental=decremental)
+                           orphan_grace_hours=orphan_grace_hours)
     if dry_run:
         _print_plan(result, as_json)
         return
@@ -123,7 +124,7 @@ def erase(store: str, subject_id: str | None, subjects_file: str | None, dry_run
 
 
 def _erase_file(store: str, subjects_file: str, *, dry_run: bool, canaries: tuple[str, ...],
-                include: tuple[str, ...], include_mentions: bool, orphan_grace_hours: int, decremental: bool,
+                include: tuple[str, ...], include_mentions: bool, orphan_grace_hours: int,
                 as_json: bool) -> None:
     from refold import erasing
     from refold.fold.errors import ValidationError
@@ -137,7 +138,7 @@ def _erase_file(store: str, subjects_file: str, *, dry_run: bool, canaries: tupl
         raise ValidationError(f"{subjects_file} lists no subject id (one id a line; # starts a comment)")
     mem = open_store(store)
     result = erasing.erase_batch(mem, subjects, dry_run=dry_run, canaries=canaries,
-                                 orphan_grace_hours=orphan_grace_hours, decremental=decremental)
+                                 orphan_grace_hours=orphan_grace_hours)
     if dry_run:
         if as_json:
             emit_jsonl(p.as_json() for p in result)

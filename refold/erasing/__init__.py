@@ -8,22 +8,17 @@
     erasing.verify_receipt(mem, receipt)        # chain, tombstones/keys, old versions, digest
 
 The procedure lives in :mod:`refold.storage.erasure`; this module supplies the store's pieces:
-its subject registry, key store (shred mode), derived stores (extraction cache, vector index, and
-whatever ``mem.derived_stores()`` adds) and a refold that returns the spec hash and a digest of
-the folded graph.
-
-The front door's part of the story: the snapshot patch (:mod:`.snapshot_patch`, with the region
-it works on in :mod:`.region`) is the first derived store the procedure purges, and the refold
-after it starts from the patched snapshot.
+its subject registry, key store (shred mode), derived stores (the extraction cache, a stored
+vector index, the state tables: :func:`derived_stores`) and the refold, which brings the state
+tables up to date and returns the spec hash and their digest (:func:`refold_outcome`). There is
+one derived state, the state tables: the purge refolds the buckets the erased events touched
+(:class:`~refold.state_fold.StatePurger`), and nothing else is patched or rebuilt.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,7 +27,9 @@ from refold.storage.cache import PurgeResult
 from refold.storage.erasure import erase as _erase
 from refold.storage.erasure import plan as _plan
 from refold.storage.erasure.planning import ErasurePlan, RefoldOutcome
-from refold.storage.erasure.receipts import Receipt, ReceiptReport, load_receipt, receipt_path
+from refold.storage.erasure.receipts import (
+    RETIRED_SCHEMES, STATE_SCHEME, Receipt, ReceiptReport, load_receipt, receipt_path,
+)
 from refold.storage.erasure.receipts import verify_receipt as _verify_receipt
 from refold.storage.scan import ScanReport, scan_report
 from refold.storage.subjects import Mentions, Subject, SubjectRegistry, find_mentions
@@ -42,9 +39,8 @@ if TYPE_CHECKING:
     from refold.storage.erasure.batch import BatchResult
 
 __all__ = [
-    "DIGEST_SCHEME", "STATE_SCHEME", "derived_stores", "erase", "erase_batch", "fact_impact", "find", "json_state_digest", "keystore",
-    "refold_outcome", "register_subject", "registry", "scan", "state_digest", "subjects", "sweep_destroyed",
-    "verify_receipt",
+    "RETIRED_SCHEMES", "STATE_SCHEME", "derived_stores", "erase", "erase_batch", "fact_impact", "find", "keystore",
+    "refold_outcome", "register_subject", "registry", "scan", "subjects", "sweep_destroyed", "verify_receipt",
 ]
 
 
@@ -78,14 +74,12 @@ def find(mem: "Memory", subject_id: str) -> Mentions:
     return find_mentions(mem.events(), subject)
 
 
-def derived_stores(mem: "Memory", *, decremental: bool = True, subjects: Iterable[str] = ()) -> list[Any]:
-    """Every derived store of ``mem`` with ``purge(event_ids)``: the snapshot patcher (see
-    :mod:`refold.erasing.snapshot_patch`), cache, index, the Memory's extras (snapshots, state
-    tables) and, in shred mode, the :class:`ResidueSweeper` (``subjects``: the erasure's own)."""
-    from .snapshot_patch import SnapshotPatcher
-
-    # the patcher first: it needs the erased events' cache rows, which the cache purge removes
-    stores: list[Any] = [SnapshotPatcher(mem), mem.cache] if decremental else [mem.cache]
+def derived_stores(mem: "Memory", *, subjects: Iterable[str] = ()) -> list[Any]:
+    """Every derived store of ``mem`` with ``purge(event_ids)``, in the order an erasure purges
+    them: the extraction cache, a stored vector index, what ``mem.derived_stores`` adds (the
+    state tables: :class:`~refold.state_fold.StatePurger`) and, in shred mode, the
+    :class:`ResidueSweeper` (``subjects``: the erasure's own)."""
+    stores: list[Any] = [mem.cache]
     if Path(mem.layout.index).exists() if mem.layout.is_local else mem.layout.files().list("index"):
         from refold.storage.index import index_store
 
@@ -113,11 +107,11 @@ class ResidueSweeper:
 
 
 def sweep_destroyed(mem: "Memory", *, skip: Iterable[str] = (), covered: Iterable[str] = ()) -> PurgeResult:
-    """Purge the extraction cache, a stored search index and graph snapshots of the events of
-    every owner with an erased marker not swept yet (:mod:`refold.storage.erasure.sweep`: keys
-    destroyed outside an erasure). Shred mode only; each :meth:`Memory.fold` calls it first, and
-    an erasure's purge step (:class:`ResidueSweeper`). The state tables honour the markers on
-    their own (:func:`refold.state_fold.honour_marks`)."""
+    """Purge the extraction cache and a stored search index of the events of every owner with
+    an erased marker not swept yet (:mod:`refold.storage.erasure.sweep`: keys destroyed outside
+    an erasure). Shred mode only; each :meth:`Memory.fold` calls it first, and an erasure's
+    purge step (:class:`ResidueSweeper`). The state tables honour the markers on their own
+    (:func:`refold.state_fold.honour_marks`)."""
     from refold.state_fold import StatePurger
     from refold.storage.erasure.sweep import STORE, sweep
     from refold.storage.keys import KeyOwner
@@ -128,84 +122,32 @@ def sweep_destroyed(mem: "Memory", *, skip: Iterable[str] = (), covered: Iterabl
     if not marks:
         return PurgeResult(STORE, 0)
     # (not the state tables: they honour markers themselves; not the sweep itself)
-    stores = [s for s in derived_stores(mem, decremental=False) if not isinstance(s, (StatePurger, ResidueSweeper))]
+    stores = [s for s in derived_stores(mem) if not isinstance(s, (StatePurger, ResidueSweeper))]
     return sweep(mem.layout, mem.log_store, marks, stores, skip=skip, storage_options=mem.storage_options,
                  covered={KeyOwner.subject(s).digest() for s in covered})
 
 
-#: Prefix of a state digest over the snapshot encoding (:func:`state_digest`); a digest without
-#: it is the older JSON digest (:func:`json_state_digest`), which receipts made before still hold.
-DIGEST_SCHEME = "cols1:"
-#: Prefix of a digest of the partitioned engine's state tables (:meth:`StateStore.digest`).
-STATE_SCHEME = "state1:"
+def refold_outcome(mem: "Memory") -> RefoldOutcome:
+    """Bring the current spec's state tables up to date with the log (the partitioned fold: after
+    an erasure's purge, only the erasure's own record is new) and return the spec hash,
+    :data:`STATE_SCHEME` + their digest (:meth:`~refold.storage.state.StateStore.digest`) and
+    the extraction (model) calls that took, for the receipt.
 
+    A fold needing model extractions (a model spec whose cached rows the purge removed) raises
+    :class:`ErasureError` saying to fold with the model and rerun the erasure (it resumes)."""
+    from refold.extractors import get_extractor
+    from refold.state_fold import fold_state, group_size
 
-def state_digest(graph) -> str:
-    """``"cols1:"`` + SHA-256 of the graph in its snapshot encoding
-    (:func:`refold.fold.snapshot_codec.table_digest`: every node and edge attribute, whatever the
-    order). ~0.1 s for 20k facts where the JSON digest took ~1 s. A graph the codec cannot encode
-    (not a folded state) gets the JSON digest."""
-    from refold.fold.errors import StoreError
-    from refold.fold.graph_objects import paused_gc
-    from refold.fold.snapshot_codec import encode_graph, table_digest
-
-    # no collector passes while encoding: they would walk the whole folded graph (measured
-    # ~0.35 s of encoding a 20k-event state in a process holding it, ~0.1 s without)
-    with paused_gc():
-        try:
-            nodes, edges = encode_graph(graph)
-        except StoreError:
-            return json_state_digest(graph)
-        return DIGEST_SCHEME + table_digest(nodes, edges)
-
-
-def json_state_digest(graph) -> str:
-    """SHA-256 over a canonical JSON of the graph's nodes and edges with all attributes (the
-    digest of receipts made before :data:`DIGEST_SCHEME`; kept to verify them)."""
-    def plain(value):
-        if isinstance(value, datetime):
-            return value.isoformat()
-        if isinstance(value, (list, tuple, set, frozenset)):
-            items = [plain(v) for v in value]
-            return sorted(items, key=repr) if isinstance(value, (set, frozenset)) else items
-        if isinstance(value, dict):
-            return {str(k): plain(v) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
-        return value
-
-    nodes = sorted(([str(n), plain(d)] for n, d in graph.nodes(data=True)), key=lambda x: x[0])
-    edges = sorted(([str(u), str(v), str(k), plain(d)] for u, v, k, d in graph.edges(keys=True, data=True)),
-                   key=lambda x: (x[0], x[1], x[2]))
-    text = json.dumps({"nodes": nodes, "edges": edges}, sort_keys=True, default=str, ensure_ascii=False)
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-def refold_outcome(mem: "Memory", *, scheme: str | None = None) -> RefoldOutcome:
-    """Refold ``mem`` (current spec) and return its spec hash, state digest (``scheme``
-    :data:`DIGEST_SCHEME`, :data:`STATE_SCHEME`, "" for the JSON digest of older receipts, or
-    None: the state the store's engine keeps) and the extraction calls the refold made (for the
-    receipt; None for the JSON digest, which only re-checks receipts).
-
-    When the store holds state tables for the spec (the partitioned engine folded it), the
-    refold is that engine's (the erasure already refolded the touched buckets) and the digest
-    is of the state tables, whatever engine this process would fold with: reads answer from
-    those tables, and a whole graph fold beside them cost most of an erasure's time and memory
-    (~80% of it at 100k events).
-
-    The digest reads the Memory's live fold under its fold lock instead of the copy
-    :meth:`Memory.state` hands out: the copy cost as much as the digest (~0.2 s at 20k facts),
-    and the digest only reads.
-    """
     try:
         spec = mem.current_spec()
-        if scheme is None:
-            partitioned = mem.state_store(spec).tag() is not None  # a fact of the store, not of this process
-            scheme = STATE_SCHEME if partitioned else DIGEST_SCHEME
-        if scheme == STATE_SCHEME:
-            return RefoldOutcome(spec.hash, *_state_tables_digest(mem, spec))
-        if scheme != DIGEST_SCHEME:
-            state = mem.state(spec=spec)
-            return RefoldOutcome(state.spec_hash, json_state_digest(state.graph))
-        return RefoldOutcome(spec.hash, *_live_digest(mem, spec))
+        extractor = get_extractor("rules") if spec.extractor == "rules" else None
+        store = mem.state_store(spec)
+        with mem._fold_lock:
+            report = fold_state(mem, spec, extractor=extractor)
+            mem._state_at.pop(spec.hash, None)  # (this process's kept read predates the fold)
+        buckets = store.tag().buckets
+        digest = STATE_SCHEME + store.digest(buckets=buckets, group=group_size(store, buckets))
+        return RefoldOutcome(spec.hash, digest, report.extraction_calls)
     except ExtractionError as exc:
         raise ErasureError(
             f"the refold after the erasure needs model extractions ({exc}); run mem.fold(extractor=...) "
@@ -216,59 +158,19 @@ def refold_outcome(mem: "Memory", *, scheme: str | None = None) -> RefoldOutcome
         ) from exc
 
 
-def _state_tables_digest(mem: "Memory", spec) -> tuple[str, int]:
-    """``"state1:"`` + :meth:`~refold.storage.state.StateStore.digest` of ``spec``'s state
-    tables brought up to date with the log by the partitioned fold, and the extraction calls
-    that took."""
-    from refold.extractors import get_extractor
-    from refold.state_fold import fold_state, group_size
-
-    extractor = get_extractor("rules") if spec.extractor == "rules" else None
-    store = mem.state_store(spec)
-    with mem._fold_lock:
-        report = fold_state(mem, spec, extractor=extractor)
-        mem._state_at.pop(spec.hash, None)
-    buckets = store.tag().buckets
-    return STATE_SCHEME + store.digest(buckets=buckets, group=group_size(store, buckets)), report.extraction_calls
-
-
-def _live_digest(mem: "Memory", spec) -> tuple[str, int]:
-    """:func:`state_digest` of ``mem``'s fold of ``spec`` at the head, brought up to date as
-    :meth:`Memory.state` does (resume from its live fold or the newest valid snapshot, then the
-    log's tail) but digested in place, and the extraction calls that took. A shred-mode store
-    folds its readable (decrypted) events, as :meth:`Memory.state` does."""
-    from refold.extractors import get_extractor
-    from refold.projection import DeltaSource, ListSource
-
-    extractor = get_extractor("rules") if spec.extractor == "rules" else None
-    if mem.mode == "shred":
-        events = mem.events()
-        source, at_most = ListSource(events), (events[-1].seq if events else -1)
-    else:
-        source, at_most = DeltaSource(mem.log_store), mem.head().seq
-    with mem.advanced_fold(spec, extractor=extractor, source=source, at_most=at_most) as done:
-        done.live.refresh()
-        return state_digest(done.live.graph), done.extraction_calls
-
-
-def fact_impact(mem: "Memory", event_ids: Iterable[str]) -> dict[str, Any] | None:
-    """How the folded graph changes when ``event_ids`` go (for the dry run); None if not folded.
+def fact_impact(mem: "Memory", event_ids: Iterable[str]) -> dict[str, Any]:
+    """How the state changes when ``event_ids`` go (for the dry run), read from the state tables
+    (and the read overlay of events after their tag): only the buckets the events' items name.
 
     Extracted facts whose sources are all erased disappear (counted as current or historical);
     facts that other events also state stay; derived facts whose lineage includes an erased event
     are recomputed without it.
     """
+    from refold.state_queries import facts_sourced_from
+
     ids = set(event_ids)
     tables = mem._readable_tables(None)
-    if tables is not None:  # the state tables: only what the events' items name is read
-        from refold.state_queries import facts_sourced_from
-
-        facts = facts_sourced_from(*tables, ids).select("derivation", "sources", "valid_to").to_dicts()
-    else:
-        try:
-            facts = [d for *_, d in mem.state().graph.edges(data=True)]
-        except ExtractionError:
-            return None
+    facts = facts_sourced_from(*tables, ids).select("derivation", "sources", "valid_to").to_dicts()
     gone = current = kept = derived = 0
     for d in facts:
         sources = set(d.get("sources") or ())
@@ -284,21 +186,20 @@ def fact_impact(mem: "Memory", event_ids: Iterable[str]) -> dict[str, Any] | Non
     detail = (f"{gone} fact(s) removed: {current} current, {gone - current} historical",
               f"{kept} fact(s) also stated by other events: kept with fewer sources",
               f"{derived} derived fact(s) depend on erased events: recomputed by the refold")
-    return {"store": "graph", "rows": gone + derived, "detail": list(detail)}
+    return {"store": "state", "rows": gone + derived, "detail": list(detail)}
 
 
 def erase(mem: "Memory", subject_id: str, *, dry_run: bool = False, canaries: Iterable[str] = (),
           include: Iterable[str] = (), include_mentions: bool = False,
-          orphan_grace_hours: int = 1, decremental: bool = True,
-          notes: Sequence[str] = ()) -> Receipt | ErasurePlan:
+          orphan_grace_hours: int = 1, notes: Sequence[str] = ()) -> Receipt | ErasurePlan:
     """Erase a subject (or, with ``dry_run``, return the plan and write nothing).
 
     ``include``: extra event ids to erase with the subject; ``include_mentions`` adds every
     untagged event that names it (see :func:`find`). ``canaries``: strings the residue scan must
-    not find afterwards (never stored). ``decremental`` (default): patch the newest snapshot to
-    drop the erased events (see :mod:`refold.erasing.snapshot_patch`); False purges it like every other
-    snapshot holding them, and the refold resumes from an older one. ``notes``: lines for the
-    receipt (retention says there which rule expired which events).
+    not find afterwards (never stored). ``notes``: lines for the receipt (retention says there
+    which rule expired which events). The state tables lose the erased events' items and their
+    touched buckets are refolded from the surviving items (cached extractions: no model call).
+    Interrupted at any point (kill -9 included), the same call finishes the erasure.
 
     Raises :class:`~refold.fold.errors.LegalHoldError` (writing nothing, dry run included) when a
     legal hold covers the subject, or the tenant or another subject of an event it would erase.
@@ -311,18 +212,16 @@ def erase(mem: "Memory", subject_id: str, *, dry_run: bool = False, canaries: It
     check_erasure(mem, subject_id, extra)
     common = dict(keystore=keystore(mem), registry=registry(mem), extra_event_ids=sorted(extra))
     if dry_run:
-        plan = _plan(mem, subject_id, derived=derived_stores(mem, decremental=decremental), **common)
-        impact = fact_impact(mem, plan.event_ids)
-        return dataclasses.replace(plan, derived=(*plan.derived, impact)) if impact else plan
-    return _erase(mem, subject_id, derived=derived_stores(mem, decremental=decremental, subjects=(subject_id,)),
+        plan = _plan(mem, subject_id, derived=derived_stores(mem), **common)
+        return dataclasses.replace(plan, derived=(*plan.derived, fact_impact(mem, plan.event_ids)))
+    return _erase(mem, subject_id, derived=derived_stores(mem, subjects=(subject_id,)),
                   refold=lambda: refold_outcome(mem),
                   canaries=canaries, orphan_grace_hours=orphan_grace_hours, notes=notes, **common)
 
 
 def erase_batch(mem: "Memory", subject_ids: Iterable[str], *, dry_run: bool = False,
                 canaries: Iterable[str] | Mapping[str, Iterable[str]] = (), orphan_grace_hours: int = 1,
-                decremental: bool = True, notes: Sequence[str] = (),
-                skip_unknown: bool = False) -> "BatchResult | list[ErasurePlan]":
+                notes: Sequence[str] = (), skip_unknown: bool = False) -> "BatchResult | list[ErasurePlan]":
     """Erase many subjects in one pass (:mod:`refold.storage.erasure.batch`): one erasure commit,
     one tombstone commit or key destruction, one purge, scrub and refold, one residue scan, then a
     receipt per subject and the batch summary. With ``dry_run``, each subject's plan (nothing
@@ -351,7 +250,7 @@ def erase_batch(mem: "Memory", subject_ids: Iterable[str], *, dry_run: bool = Fa
         names = ", ".join(repr(s) for s, _ in held[:10]) + (" …" if len(held) > 10 else "")
         raise LegalHoldError(f"a legal hold covers {len(held)} subject(s) of the batch ({names}); nothing was "
                              f"erased. First: {held[0][1]}. Release the holds or leave those subjects out")
-    derived = derived_stores(mem, decremental=decremental, subjects=subjects)
+    derived = derived_stores(mem, subjects=subjects)
     if dry_run:
         return list(plan_batch(mem.log_store, subjects, mode=mem.mode, keystore=keystore(mem),
                                registry=registry(mem), derived=derived, skip_unknown=skip_unknown).values())
@@ -368,13 +267,13 @@ def scan(mem: "Memory", needles: Iterable[str] = (), *, canaries: Iterable[str] 
 
 def verify_receipt(mem: "Memory", receipt: Receipt | str | Path, *, needles: Iterable[str] = (),
                    canaries: Iterable[str] = (), refold: bool = True) -> ReceiptReport:
-    """Re-check a receipt (a Receipt, a path, or an erasure id) against the store."""
+    """Re-check a receipt (a Receipt, a path, or an erasure id) against the store. With
+    ``refold``, the state tables are brought up to date and digested as the receipt's were; a
+    receipt whose digest has a retired scheme (:data:`RETIRED_SCHEMES`: written by refold before
+    0.2) gets a one-line note instead, every other check running as for any receipt."""
     if isinstance(receipt, str) and not receipt.endswith(".json") and not Path(receipt).exists():
         receipt = receipt_path(mem.layout, receipt)
     rec = receipt if isinstance(receipt, Receipt) else load_receipt(receipt, layout=mem.layout)
-    # the refold digests the way the receipt did (receipts made before DIGEST_SCHEME hold a JSON digest)
-    recorded = rec.state_digest or ""
-    scheme = next((p for p in (DIGEST_SCHEME, STATE_SCHEME) if recorded.startswith(p)), "")
     return _verify_receipt(mem.root, rec, needles=needles, canaries=canaries, keystore=keystore(mem),
-                           refold=(lambda: refold_outcome(mem, scheme=scheme)) if refold else None,
+                           refold=(lambda: refold_outcome(mem)) if refold else None,
                            storage_options=mem.storage_options)

@@ -24,6 +24,7 @@ job's command line is stored by Ray in its job table, and a canary is personal d
 
 from __future__ import annotations
 
+import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -32,7 +33,11 @@ from typing import Any
 from refold.fold.errors import ErasureError, ExtractionError, RefoldError, ValidationError
 from refold.jobs.config import JobConfig, job_parser, run_job
 
-__all__ = ["erase_subjects", "main", "read_lines"]
+__all__ = ["DECREMENTAL_REMOVED", "erase_subjects", "main", "read_lines"]
+
+#: what ``--decremental``/``--no-decremental`` (the graph engine's snapshot patch) answer now
+DECREMENTAL_REMOVED = ("--decremental/--no-decremental was removed in refold 0.2: erasure always refolds the "
+                       "touched buckets of the state tables; drop the option")
 
 
 def read_lines(path: str | None) -> list[str]:
@@ -47,13 +52,12 @@ def read_lines(path: str | None) -> list[str]:
 
 
 def _erase_one(mem, cfg: JobConfig, subject: str, *, dry_run: bool, include_mentions: bool,
-               canaries: list[str], decremental: bool = True) -> dict[str, Any]:
+               canaries: list[str]) -> dict[str, Any]:
     from refold.jobs.project import fold_job
     from refold.storage.erasure.receipts import receipt_path
 
     def attempt():
-        return mem.erase(subject, dry_run=dry_run, canaries=canaries, include_mentions=include_mentions,
-                         decremental=decremental)
+        return mem.erase(subject, dry_run=dry_run, canaries=canaries, include_mentions=include_mentions)
 
     extracted = None
     try:
@@ -77,7 +81,7 @@ def _erase_one(mem, cfg: JobConfig, subject: str, *, dry_run: bool, include_ment
     return out
 
 
-def _erase_batch(mem, cfg: JobConfig, subjects: Sequence[str], *, canaries: list[str], decremental: bool,
+def _erase_batch(mem, cfg: JobConfig, subjects: Sequence[str], *, canaries: list[str],
                  include_mentions: bool) -> dict[str, Any]:
     """Every subject in ONE batch (:func:`refold.erasing.erase_batch`): a receipt each and the
     batch summary. A legal hold or an unknown subject stops the whole batch before it writes."""
@@ -92,7 +96,7 @@ def _erase_batch(mem, cfg: JobConfig, subjects: Sequence[str], *, canaries: list
     from refold import erasing
 
     def attempt():
-        return erasing.erase_batch(mem, subjects, canaries=canaries, decremental=decremental, skip_unknown=True)
+        return erasing.erase_batch(mem, subjects, canaries=canaries, skip_unknown=True)
 
     out: dict[str, Any] = {}
     try:
@@ -118,22 +122,19 @@ def _erase_batch(mem, cfg: JobConfig, subjects: Sequence[str], *, canaries: list
 
 
 def erase_subjects(cfg: JobConfig, subjects: Sequence[str], *, dry_run: bool = False,
-                   include_mentions: bool = False, canaries: Sequence[str] = (),
-                   decremental: bool = True) -> dict[str, Any]:
+                   include_mentions: bool = False, canaries: Sequence[str] = ()) -> dict[str, Any]:
     """Erase the subjects: several (duplicates dropped) in ONE batch, a receipt each plus the batch
     summary; one subject, or a dry run, each in turn (``ok`` false if any subject failed)."""
     if not subjects:
         raise ValidationError("no subject to erase: pass --subject ID or --subjects-file FILE")
     mem = cfg.open_store()
     if not dry_run and len(dict.fromkeys(subjects)) > 1:
-        return _erase_batch(mem, cfg, subjects, canaries=list(canaries), decremental=decremental,
-                            include_mentions=include_mentions)
+        return _erase_batch(mem, cfg, subjects, canaries=list(canaries), include_mentions=include_mentions)
     results = []
     for subject in dict.fromkeys(subjects):  # each once, in the order given
         try:
             results.append(_erase_one(mem, cfg, subject, dry_run=dry_run,
-                                      include_mentions=include_mentions, canaries=list(canaries),
-                                      decremental=decremental))
+                                      include_mentions=include_mentions, canaries=list(canaries)))
         except RefoldError as exc:
             results.append({"subject": subject, "ok": False, "error": f"{type(exc).__name__}: {exc}"})
         state = "ok" if results[-1]["ok"] else "FAILED"
@@ -151,16 +152,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--include-mentions", action="store_true",
                         help="also erase untagged events that name the subject")
     parser.add_argument("--canaries-file", help="strings the residue scan must not find, one a line")
-    parser.add_argument("--no-decremental", action="store_true",
-                        help="purge the snapshots holding the subject and refold from an older one, "
-                             "instead of patching the newest snapshot")
+    parser.add_argument("--no-decremental", "--decremental", dest="removed_decremental", action="store_true",
+                        help=argparse.SUPPRESS)
 
     def body(cfg: JobConfig, args) -> dict[str, Any]:
+        if args.removed_decremental:
+            raise ValidationError(DECREMENTAL_REMOVED)
         subjects = [*args.subject, *read_lines(args.subjects_file)]
         return erase_subjects(cfg, subjects, dry_run=args.dry_run,
                               include_mentions=args.include_mentions,
-                              canaries=read_lines(args.canaries_file),
-                              decremental=not args.no_decremental)
+                              canaries=read_lines(args.canaries_file))
 
     return run_job("erase", body, parser, argv)
 

@@ -142,7 +142,10 @@ class StateStore:
 
     def table(self, name: str, *, version: int | None = None) -> DeltaTable | None:
         """The Delta table ``name`` (at ``version``), or None when it was never written. The
-        newest handle is kept and brought up to date incrementally (no commit-log replay)."""
+        newest handle is kept and brought up to date incrementally (no commit-log replay). A
+        negative ``version`` is the empty state before any fold (:func:`refold.state_overlay.empty_tag`)."""
+        if version is not None and version < 0:
+            return None
         if version is not None:
             kept = self._tables.get(name)
             if kept is not None and kept.version() == version:
@@ -261,10 +264,10 @@ class StateStore:
         """SHA-256 (hex) of the state as a read sees it: the newest version of every ``facts``
         and ``entities`` row, bucket by bucket, each bucket's rows in key order (entity
         summaries as JSON with sorted keys), read ``group`` buckets at a time (memory follows a
-        group). Equal states digest equal whatever their file layout, row versions or grouping."""
+        group). Equal states digest equal whatever their file layout, row versions or grouping.
+        An erasure receipt keeps it (``state1:`` + this, see refold.erasing.refold_outcome), so
+        its value is part of the receipt format: change it only with a new scheme prefix."""
         import hashlib
-
-        from refold.fold.snapshot_codec import feed_rows
 
         digest = hashlib.sha256(f"state{FORMAT}".encode())
         for name, order in (("facts", ["layer", "fact_id"]), ("entities", ["node"])):
@@ -279,8 +282,18 @@ class StateStore:
                 rows = rows.sort_by([("bucket", "ascending")] + [(c, "ascending") for c in order])
                 # each bucket's rows are a slice of the sorted rows (no filter pass per bucket)
                 ends = np.searchsorted(rows["bucket"].to_numpy(), np.array(part), side="right")
+                empty = None
                 for bucket, end, begin in zip(part, ends, [0, *ends[:-1]]):
-                    feed_rows(digest, f"{name}:{bucket}", rows.slice(int(begin), int(end - begin)))
+                    if end > begin:
+                        _feed_rows(digest, f"{name}:{bucket}", rows.slice(int(begin), int(end - begin)))
+                        continue
+                    # an empty bucket feeds its label and the same bytes for every column (most
+                    # buckets of a small store): computed once per table, fed as they are
+                    if empty is None:
+                        empty = _Recorded()
+                        _feed_rows(empty, None, rows.slice(0, 0))
+                    digest.update(f"{name}:{bucket}\0".encode())
+                    digest.update(empty.data)
         return digest.hexdigest()
 
     # -- writing ---------------------------------------------------------------------------------
@@ -420,6 +433,55 @@ class StateStore:
         elif os.path.isdir(self.root):
             shutil.rmtree(self.root)
         self._tables, self._versions, self._tags = {}, {}, None
+
+
+class _Recorded:
+    """What :func:`_feed_rows` feeds, kept as bytes instead of hashed (see :meth:`StateStore.digest`)."""
+
+    def __init__(self) -> None:
+        self.data = b""
+
+    def update(self, data) -> None:
+        self.data += bytes(data)
+
+
+def _feed_rows(digest, label: str | None, table: pa.Table) -> None:
+    """Hash ``table`` as it stands (row order included) into ``digest`` for
+    :meth:`StateStore.digest`: its label and row count, then every column with its name and type,
+    value by value (:func:`_feed_column`). ``label`` None: the label's part is left to the caller."""
+    digest.update((f"{table.num_rows}\0" if label is None else f"{label}\0{table.num_rows}\0").encode())
+    for field in table.schema:
+        digest.update(f"{field.name}\0{field.type}\0".encode())
+        column = table[field.name].combine_chunks()
+        _feed_column(digest, column.dictionary_decode() if pa.types.is_dictionary(column.type) else column)
+
+
+def _feed_column(digest, array: pa.Array) -> None:
+    """Hash one column value by value: a validity byte per row, then per type the int64 byte
+    lengths and the concatenated UTF-8 of strings, the int64 (timestamps: microseconds) or
+    float64 values (little-endian, 0 for a null), or the int64 lengths of lists followed by their
+    flattened values; every part preceded by its byte length. (Booleans as int64 0/1.)"""
+    def put(data) -> None:
+        data = memoryview(data).cast("B")
+        digest.update(len(data).to_bytes(8, "little"))
+        digest.update(data)
+
+    kind = array.type
+    put(np.asarray(pc.is_valid(array), dtype=np.uint8) if array.null_count else np.ones(len(array), np.uint8))
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        filled = pc.fill_null(array, "").cast(pa.large_string())
+        put(pc.binary_length(filled).to_numpy().astype("<i8"))
+        offsets = np.frombuffer(filled.buffers()[1], dtype="<i8")[filled.offset:filled.offset + len(filled) + 1]
+        put(filled.buffers()[2][int(offsets[0]):int(offsets[-1])] if len(filled) else b"")
+    elif pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        put(pc.fill_null(pc.list_value_length(array), 0).to_numpy().astype("<i8"))
+        _feed_column(digest, pc.list_flatten(array))
+    elif pa.types.is_timestamp(kind) or pa.types.is_integer(kind) or pa.types.is_boolean(kind):
+        put(pc.fill_null(array.cast(pa.int64()), 0).to_numpy().astype("<i8"))
+    elif pa.types.is_floating(kind):
+        put(pc.fill_null(array.cast(pa.float64()), 0.0).to_numpy().astype("<f8"))
+    else:
+        raise StoreError(f"no digest for a {kind} column of the state tables")
 
 
 def state_specs(layout: Layout) -> list[str]:

@@ -27,8 +27,8 @@ tombstones         replace each erased event's row by a tombstone in ONE Delta c
                    (:mod:`.log_rewrite`; delete mode; in shred mode only for
                    extra, untagged events)
 scrub_log          vacuum, orphan removal, checkpoint + log cleanup of the event table
-purge              ``purge(event_ids)`` on every derived store (cache, snapshots, index …; the
-                   plan first calls ``preview(event_ids, seqs=...)`` on each, seqs = log positions)
+purge              ``purge(event_ids)`` on every derived store (cache, index, state tables …;
+                   the plan first calls ``preview(event_ids, seqs=...)`` on each that has it)
 scrub_derived      the same scrub for every other Delta table under the store
 epoch              bump the store's erasure epoch: every process drops what it cached
                    before this erasure (see :mod:`refold.storage.epoch`)
@@ -132,8 +132,8 @@ def erase(source, subject_id: str, *, mode: str | None = None, keystore=None,
           orphan_grace_hours: int = 1, notes: Sequence[str] = ()) -> Receipt:
     """Erase ``subject_id`` (see the module docstring); returns the written receipt.
 
-    ``derived``: objects with ``purge(event_ids) -> PurgeResult`` (extraction cache, snapshots,
-    index). ``refold``: rebuilds derived state and returns a :class:`RefoldOutcome` or a digest
+    ``derived``: objects with ``purge(event_ids) -> PurgeResult`` (extraction cache, index,
+    state tables), each idempotent in ``event_ids``: a rerun calls it again with the same ids. ``refold``: rebuilds derived state and returns a :class:`RefoldOutcome` or a digest
     string. ``canaries``: extra strings for the residue scan (never stored), matched as
     substrings like the subject's identifiers; its name and aliases match as whole words. A
     subject with nothing left to erase but an earlier receipt gets a ``noop`` receipt pointing to
@@ -243,7 +243,27 @@ class _Run:
                             pseudonym=pseudonyms(self.layout.root, create=True, files=self.layout.files()))
         (seq,) = system.append([NewEvent(kind="erasure", content=record.content(),
                                          source="refold:erasure", event_id=eid)])
+        self._publish_record_head([eid])
         return {"seq": seq}
+
+    def _publish_record_head(self, erasure_ids: Sequence[str]) -> None:
+        """Publish the head that the erasure record's commit made, unless a published head
+        already covers it. The append publishes it right after its commit; a run killed in
+        between left none, and ``verify`` would then take each tombstone that the record
+        vouches for as erased by a forged erasure appended after the newest published head. So
+        whichever run gets here publishes it (a rerun's append finds the record and commits
+        nothing)."""
+        from ..heads import Head, store_published_head
+
+        records = self.log.events_by_id(None, list(erasure_ids))
+        if not records:
+            raise ErasureError("the erasure record is not in the log after its append; run `refold verify`")
+        last = max(records, key=lambda e: e.seq)
+        published = store_published_head(self.layout)
+        if published is not None and published.seq >= last.seq:
+            return
+        self.log._publish_head(Head(last.seq, last.link, last.recorded_at.astimezone(timezone.utc),
+                                    last.table_version))
 
     def _destroy_keys(self) -> dict:
         planned = list(self.plan.key_ids)
@@ -320,7 +340,7 @@ class _Run:
         return out
 
     def _epoch(self) -> dict:
-        # after the last rewrite readers could see (log, keys, snapshots, index), before the
+        # after the last rewrite readers could see (log, keys, state tables, index), before the
         # refold: the refold itself must not resume from this process's pre-erasure caches
         from ..epoch import bump_epoch
 

@@ -111,8 +111,7 @@ def plan_batch(log, subject_ids: Sequence[str], *, mode: str, keystore=None, reg
             "no event is tagged with them, they have no key, no registry entry and no earlier erasure; "
             "fix the subjects file (check ids with `refold subjects STORE`) and rerun")
     if derived:
-        # one preview per derived store, of the union (the snapshot patcher keeps its positions
-        # for the purge that follows)
+        # one preview per derived store, of the union
         union = _union(plans, mode, "preview")
         seq_of = {e["event_id"]: e["seq"] for e in union.events}
         ids = sorted(seq_of)
@@ -290,6 +289,7 @@ class _BatchRun(_Run):
             fresh.append(NewEvent(kind="erasure", content=record.content(), source="refold:erasure",
                                   event_id=eid))
         seqs = system.append(fresh) if fresh else []
+        self._publish_record_head(list(self.erasure_ids.values()))
         by_id = {**present, **{e.event_id: q for e, q in zip(fresh, seqs)}}
         return {"seqs": {s: by_id[eid] for s, eid in self.erasure_ids.items()}}
 

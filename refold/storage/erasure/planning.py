@@ -10,7 +10,6 @@ the erasure journal stores, so a resumed erasure erases exactly what the first r
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
@@ -228,8 +227,7 @@ def make_plan(log, subject_id: str, *, mode: str, keystore=None, registry=None,
     for store in derived:
         preview = getattr(store, "preview", None)
         if preview is not None and ids:
-            # every derived store's preview takes the ids and their log positions (a store may
-            # keep them for the purge that follows: the snapshot patcher starts its reads with them)
+            # every derived store's preview takes the ids and their log positions
             seq_of = {e["event_id"]: e["seq"] for e in events}
             r = preview(sorted(ids), seqs=[seq_of[i] for i in sorted(ids)])
             previews.append({"store": r.store, "rows": r.rows, "detail": list(r.detail)})
@@ -273,22 +271,3 @@ def parse_journal(where: str, data: bytes) -> dict:
         return json.loads(data)
     except ValueError as exc:
         raise StoreError(f"erasure journal {where} is damaged ({exc}); inspect it before rerunning") from exc
-
-
-def readable_log_digest(log, keystore=None) -> RefoldOutcome:
-    """A stand-in 'refold': SHA-256 over the readable events (seq, id, kind, subjects, content).
-
-    Input-closed like the real fold (a function of the log alone), so it changes exactly when
-    readable content changes. Used by tests and until a store has a real fold.
-    """
-    from ..crypto import open_event
-
-    h = hashlib.sha256(b"refold/log-digest/v1")
-    for event in log.events():
-        opened = open_event(event, keystore) if (event.cipher and keystore is not None) else (
-            None if event.is_tombstone or event.cipher else event)
-        if opened is None or opened.kind == "erasure":
-            continue
-        h.update(json.dumps([opened.seq, opened.event_id, opened.kind, list(opened.subjects),
-                             opened.content, opened.justification], ensure_ascii=False).encode())
-    return RefoldOutcome(None, h.hexdigest())

@@ -4,8 +4,8 @@
 events. A key can also go another way: ``KeyStore.destroy`` called directly, a tenant's key (the
 key of its subject-less events), an erasure stopped after its marker. The log is unreadable for
 that owner at once and the state tables honour its marker at the next fold; but the extraction
-cache, a stored search index and graph snapshots still hold plaintext derived from the owner's
-events (extracted facts, event text, folded graphs). :func:`sweep` purges them:
+cache and a stored search index still hold plaintext derived from the owner's events (extracted
+facts, event text). :func:`sweep` purges them:
 
     ROOT/erasure.swept     the owners (KeyOwner.digest) whose events' residue was purged, one per line
 
