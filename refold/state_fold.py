@@ -257,6 +257,9 @@ def _full(mem, spec, store: StateStore, marks: frozenset[str], *, extractor, pro
     and the bucket groups already written and redoes only the missing ones."""
     log_head = mem.head()
     run = f"{STATE_FORMAT}:{log_head.seq}:{log_head.link}:{buckets}:{marks_fingerprint(marks)}"
+    # shred mode: untagged tables with files are a purge or fold that was killed; their old
+    # versions may hold owners erased since (a destroyed key): none may outlive this fold
+    unknown = bool(marks) and store.table("facts") is not None and store.tag() is None
     calls = rejected = 0
     items_done = next((n for n in store.notes("items") if n.get("run") == run and "tenants" in n), None)
     groups_done = {n["group"] for n in store.notes("facts") if n.get("run") == run and "group" in n}
@@ -280,6 +283,8 @@ def _full(mem, spec, store: StateStore, marks: frozenset[str], *, extractor, pro
             bar.advance(len(group))
     tag = _finish(mem, spec, store, head=_Head(log_head.seq, log_head.link), tenants=tenants, buckets=buckets,
                   subjects=None, erased=marks_fingerprint(marks))
+    if unknown:
+        store.vacuum()
     report = _report(store, spec, tag, calls=calls, rejected=rejected, started_from=-1)
     return dataclasses.replace(report, reused_partitions=reused)
 
