@@ -1,4 +1,5 @@
-"""The partitioned fold equals the reference fold (merge + roll-ups on one networkx graph).
+"""The partitioned fold equals the reference fold (refold.fold.reference: merge + roll-ups on one
+networkx graph).
 
 The oracle: for random logs (supersession, retraction, corroboration, aliases, two tenants,
 compose and inverse roll-ups, erased events, log prefixes for as_of, valid_at filters) the fold
@@ -16,9 +17,9 @@ from hypothesis import strategies as st
 
 from refold.fold.events import Event, Fact
 from refold.fold.extract import ExtractedFact, Extraction
-from refold.fold.merge import is_current, merge
+from refold.fold.merge import is_current
 from refold.fold.partition import fold_pairs
-from refold.fold.rollups import apply_rollups
+from refold.fold.reference import reference_fold
 from refold.fold.spec import FoldSpec
 
 T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
@@ -61,9 +62,7 @@ def build_log(raw) -> list[tuple[Event, Extraction | None]]:
 
 
 def reference(pairs):
-    graph = merge(SPEC, pairs).graph
-    apply_rollups(graph, SPEC)
-    return graph
+    return reference_fold(SPEC, [e for e, _ in pairs], {e.event_id: x for e, x in pairs if x is not None}).graph
 
 
 def edge_set(dicts):

@@ -1,8 +1,9 @@
-"""The partitioned fold against a real store: state as Delta tables under state/<spec-hash>/.
+"""The fold against a real store: state as Delta tables under state/<spec-hash>/.
 
 Each test folds a real log into real Delta tables and compares the state they hold (read back as
-a networkx view) with the reference fold of the same log (the graph engine), attribute for
-attribute: after a full fold, an incremental one, and an erasure.
+a networkx view) with the reference fold of the same log (refold.fold.reference: merge and
+roll-ups on one in-memory graph, the test oracle), attribute for attribute: after a full fold,
+an incremental one, and an erasure.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from refold.state_fold import PartitionError
 from refold.state_queries import graph_view
 from refold.storage.scan import scan_report
 from refold.storage.state import StateStore
-from tests.fold_helpers import canonical_graph, fact_event
+from tests.fold_helpers import canonical_graph, fact_event, reference_facts, reference_of
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
@@ -41,15 +42,13 @@ def _log(n: int, start: int = 0) -> list:
 
 
 def _state_graph(mem):
-    store, tag = mem._state_tables(mem.current_spec())
-    return graph_view(store, tag)
+    store = mem.state_store(mem.current_spec())
+    return graph_view(store, store.tag())
 
 
 def _reference(root: Path):
-    """The graph engine's fold of the same log, in a fresh process-local Memory."""
-    ref = refold.open(root)
-    ref.fold(engine="graph", full=True, snapshot_every=0)
-    return ref.state().graph
+    """The reference fold of the store's log (its events read by a fresh Memory)."""
+    return reference_of(refold.open(root)).graph
 
 
 def _extras(day: int) -> list[dict]:
@@ -65,19 +64,19 @@ def _extras(day: int) -> list[dict]:
 def test_full_then_incremental_fold_equal_the_reference(mem, tmp_path):
     mem.append(_log(400))
     mem.append(_extras(10))
-    first = mem.fold(engine="partitioned", full=True)
+    first = mem.fold(full=True)
     assert first.started_from == -1 and first.derived_facts > 0
     assert canonical_graph(_state_graph(mem)) == canonical_graph(_reference(Path(mem.root)))
 
     mem.append(_log(60, start=400))
     mem.append(_extras(40))
-    again = mem.fold(engine="partitioned")
+    again = mem.fold()
     assert again.started_from == first.last_seq  # resumed from the tagged state
     assert again.extraction_calls == 60 + 3  # only the new events (the retraction is not extracted)
     assert canonical_graph(_state_graph(mem)) == canonical_graph(_reference(Path(mem.root)))
 
     fresh = refold.open(mem.root)
-    full = fresh.fold(engine="partitioned", full=True)
+    full = fresh.fold(full=True)
     assert (full.facts, full.derived_facts) == (again.facts, again.derived_facts)
     assert full.extraction_calls == 0  # a refold reads the cache
 
@@ -86,11 +85,11 @@ def test_an_incremental_fold_commits_once_per_table_plus_the_tag(mem):
     """The changed merged rows and the roll-ups they change go to ``facts`` in one commit, then
     the tag: a small tail costs one commit per state table (and the tag), not one per stage."""
     mem.append(_log(200))
-    mem.fold(engine="partitioned", full=True, buckets=8)
+    mem.fold(full=True, buckets=8)
     store = mem.state_store(mem.current_spec())
     before = {name: DeltaTable(store.path(name)).version() for name in ("items", "facts", "entities")}
     mem.append(_log(20, start=200))
-    report = mem.fold(engine="partitioned")
+    report = mem.fold()
     assert report.started_from >= 0 and report.derived_facts > 0
     after = {name: DeltaTable(store.path(name)).version() for name in ("items", "facts", "entities")}
     assert {name: after[name] - before[name] for name in after} == {"items": 1, "facts": 2, "entities": 1}
@@ -106,12 +105,12 @@ def test_a_refold_from_the_cache_reads_each_cached_extraction_once(mem, monkeypa
     from refold.storage.cache import ExtractionCache
 
     mem.append(_log(120))
-    mem.fold(engine="partitioned", full=True)
+    mem.fold(full=True)
     mem.append(_log(5, start=120))
     asked = []
     original = ExtractionCache.missing
     monkeypatch.setattr(ExtractionCache, "missing", lambda self, *a, **kw: asked.append(1) or original(self, *a, **kw))
-    report = refold.open(mem.root).fold(engine="partitioned", full=True, extractor=get_extractor("rules"))
+    report = refold.open(mem.root).fold(full=True, extractor=get_extractor("rules"))
     assert asked == [] and report.extraction_calls == 5
     monkeypatch.undo()
     assert canonical_graph(_state_graph(refold.open(mem.root))) == canonical_graph(_reference(Path(mem.root)))
@@ -123,9 +122,9 @@ def test_a_warm_incremental_fold_writes_through_the_open_state_table_handles(mem
     import deltalake
 
     mem.append(_log(200))
-    mem.fold(engine="partitioned", full=True, buckets=8)
+    mem.fold(full=True, buckets=8)
     mem.append(_log(10, start=200))
-    mem.fold(engine="partitioned")  # (every state table's handle open now)
+    mem.fold()  # (every state table's handle open now)
     opened = []
     original = deltalake.DeltaTable.__init__
 
@@ -134,7 +133,7 @@ def test_a_warm_incremental_fold_writes_through_the_open_state_table_handles(mem
         original(self, table_uri, *args, **kwargs)
     monkeypatch.setattr(deltalake.DeltaTable, "__init__", counting)
     mem.append(_log(10, start=210))
-    report = mem.fold(engine="partitioned")
+    report = mem.fold()
     monkeypatch.undo()
     assert report.started_from >= 0
     assert [uri for uri in opened if "/state/" in uri] == []
@@ -143,10 +142,10 @@ def test_a_warm_incremental_fold_writes_through_the_open_state_table_handles(mem
 
 def test_facts_of_one_subject_open_only_its_bucket(mem):
     mem.append(_log(300))
-    mem.fold(engine="graph", snapshot_every=0)
-    want = mem.facts(subject="Person4")  # the graph engine's answer (no state tables yet)
-    mem.fold(engine="partitioned", full=True)
-    store, tag = mem._state_tables(mem.current_spec())
+    mem.fold(full=True)
+    want = reference_facts(_reference(Path(mem.root)), subject="Person4")
+    store = mem.state_store(mem.current_spec())
+    tag = store.tag()
     # every facts file outside Person4's bucket gone: a read that opened one would fail
     mine = bucket_of(node_id("default", "Person4"), tag.buckets)
     for folder in list(Path(store.path("facts")).rglob("bucket=*")):
@@ -158,19 +157,22 @@ def test_facts_of_one_subject_open_only_its_bucket(mem):
         mem.facts()  # the whole state needs the files just removed
 
 
-def test_facts_match_the_graph_engine(mem, tmp_path):
+def test_facts_match_the_reference_fold(mem):
     mem.append(_log(300))
     mem.append(_extras(5))
-    mem.fold(engine="graph", snapshot_every=0)
-    ref = {(k, str(v)): mem.facts(subject=k, valid_at=v, relation=r) for k, v, r in [
-        ("Person1", None, None), ("Person2", "2024-01-08T00:00:00+00:00", None), ("acme", None, "based_in")]}
-    ref["all"] = mem.facts(current_only=True)
-    mem.fold(engine="partitioned", full=True)
-    for (k, v), frame in ((key, val) for key, val in ref.items() if key != "all"):
-        got = mem.facts(subject=k, valid_at=None if v == "None" else v,
-                        relation="based_in" if k == "acme" else None)
-        assert got.equals(frame), k
-    assert mem.facts(current_only=True).equals(ref["all"])
+    mem.fold(full=True)
+    from refold.folding import parse_time_or_none
+
+    reference = _reference(Path(mem.root))
+    rows = 0
+    for subject, valid_at, relation in (("Person1", None, None), ("Person2", "2024-01-08T00:00:00+00:00", None),
+                                        ("acme", None, "based_in")):
+        got = mem.facts(subject=subject, valid_at=valid_at, relation=relation)
+        want = reference_facts(reference, subject=subject, valid_at=parse_time_or_none(valid_at),
+                               relation=mem.current_spec().canonical_relation(relation) if relation else None)
+        assert got.equals(want), subject
+        rows += got.height
+    assert rows and mem.facts(current_only=True).equals(reference_facts(reference, current_only=True))
 
 
 def test_erasure_rewrites_the_touched_partitions_and_leaves_no_residue(tmp_path):
@@ -179,7 +181,7 @@ def test_erasure_rewrites_the_touched_partitions_and_leaves_no_residue(tmp_path)
     x = [fact_event(name, "likes", f"zephyrmarmalade{i}", day=i, subjects=["s-x"]) for i in range(5)]
     x.append(fact_event(name, "works_at", "Acme", day=6, subjects=["s-x"]))
     mem.append(_log(200) + x)
-    mem.fold(engine="partitioned", full=True)
+    mem.fold(full=True)
     erasing.register_subject(mem, "s-x", name)
     store = mem.state_store(mem.current_spec())
     before = store.tag()
@@ -212,7 +214,7 @@ def test_an_erasure_that_renames_a_node_reads_only_its_referrers_buckets(tmp_pat
     x = [fact_event(name, "likes", f"zephyrmarmalade{i}", day=i, subjects=["s-x"]) for i in range(3)]
     others = [fact_event("Person1", "knows", "quillon varga", day=9)]  # the same node, another surface
     mem.append(_log(200) + x + others)
-    mem.fold(engine="partitioned", full=True)
+    mem.fold(full=True)
     erasing.register_subject(mem, "s-x", name)
     unpruned = []
     original = StateStore.read
@@ -229,17 +231,16 @@ def test_an_erasure_that_renames_a_node_reads_only_its_referrers_buckets(tmp_pat
 
 def test_state_versions_are_snapshots_readable_by_any_delta_reader(mem):
     mem.append(_log(200))
-    mem.fold(engine="partitioned", full=True)
+    mem.fold(full=True)
     mem.append(_log(50, start=200))
-    mem.fold(engine="partitioned")
+    mem.fold()
     store = mem.state_store(mem.current_spec())
     tags = store.tags()
     assert [t.log_seq for t in tags][-2:] == [200, 250]
     old = store.tag_at(220)
     assert old.log_seq == 200
     ref = refold.open(mem.root)
-    ref.fold(engine="graph", full=True, snapshot_every=0)
-    prefix = ref.state(as_of=mem.events()[200].recorded_at).graph
+    prefix = reference_of(ref, events=[e for e in ref.events() if e.seq <= 200]).graph
     assert canonical_graph(graph_view(store, old)) == canonical_graph(prefix)
     frame = pl.read_delta(store.path("facts"), version=old.facts_version)
     assert set(frame["layer"].unique()) == {"merged", "derived"}
@@ -250,7 +251,7 @@ def test_state_versions_are_snapshots_readable_by_any_delta_reader(mem):
 
 def test_a_failing_partition_is_named(mem):
     mem.append(_log(200))
-    mem.fold(engine="partitioned", full=True)
+    mem.fold(full=True)
     store = mem.state_store(mem.current_spec())
     victim = next(p for p in Path(store.path("items")).rglob("*.parquet"))
     bucket = int(victim.parent.name.split("=")[1])
@@ -267,9 +268,9 @@ def test_a_rerun_after_a_killed_full_fold_redoes_only_the_missing_partitions(mem
     from refold import state_fold
 
     mem.append(_log(300))
-    mem.fold(engine="partitioned", full=True)  # the extraction cache, and a first state
+    mem.fold(full=True)  # the extraction cache, and a first state
     mem.append(_log(30, start=300))
-    code = ("import sys, refold; m = refold.open(sys.argv[1]); m.fold(engine='partitioned', full=True)")
+    code = ("import sys, refold; m = refold.open(sys.argv[1]); m.fold(full=True)")
     env = {**os.environ, "REFOLD_FOLD_CRASH_AT": "merged:1", "PYTHONPATH": str(REPO), "REFOLD_STATE_GROUP_ROWS": "20"}
     done = subprocess.run([sys.executable, "-c", code, mem.root], env=env, capture_output=True, text=True)
     assert done.returncode == -signal.SIGKILL, done.stderr
@@ -278,7 +279,7 @@ def test_a_rerun_after_a_killed_full_fold_redoes_only_the_missing_partitions(mem
     monkeypatch.setattr(state_fold, "GROUP_ROWS", 20)
     size = state_fold.group_size(store, 64)
     assert size < 32
-    again = refold.open(mem.root).fold(engine="partitioned")
+    again = refold.open(mem.root).fold()
     assert again.reused_partitions == 2 * size  # the two groups written before the kill
     assert again.last_seq == mem.head().seq
     assert canonical_graph(_state_graph(refold.open(mem.root))) == canonical_graph(_reference(Path(mem.root)))
@@ -288,7 +289,7 @@ def test_graph_views_and_why_read_the_state_tables(mem):
     mem.append(_log(300))
     mem.append(_extras(5))
     reference = _reference(Path(mem.root))
-    mem.fold(engine="partitioned", full=True)
+    mem.fold(full=True)
     from refold.state_queries import neighbourhood
 
     for subject, depth in (("Person1", 1), ("Person2", 2), ("acme", 1)):
@@ -314,7 +315,7 @@ def test_cli_folds_into_state_tables_and_reads_them(tmp_path):
         return subprocess.run([sys.executable, "-c", "from refold.cli import main; main()", *map(str, args)],
                               env=env, capture_output=True, text=True)
 
-    done = cli("fold", mem.root, "--engine", "partitioned", "--buckets", "8", "--json", "--no-progress")
+    done = cli("fold", mem.root, "--buckets", "8", "--json", "--no-progress")
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert report["facts"] > 0 and report["extraction_calls"] == 120
@@ -326,7 +327,7 @@ def test_cli_folds_into_state_tables_and_reads_them(tmp_path):
     assert rows and {r["subject"] for r in rows} == {"Person3"}
     view = json.loads(cli("graph", mem.root, "--subject", "Person3").stdout)
     assert {n["id"] for n in view["nodes"]} >= {"default/person3"}
-    bad = cli("fold", mem.root, "--engine", "partitioned", "--extractor", "llamacpp", "--option", "model=/nope")
+    bad = cli("fold", mem.root, "--extractor", "llamacpp", "--option", "model=/nope")
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
 
 
@@ -338,11 +339,11 @@ def test_many_incremental_folds_then_compaction_then_erasure(tmp_path, monkeypat
     monkeypatch.setattr(state_fold, "COMPACT_FILES", 3)  # compact after a few folds, not after dozens
     mem = refold.init(tmp_path / "store")
     mem.append(_log(150))
-    mem.fold(engine="partitioned", full=True, buckets=4)
+    mem.fold(full=True, buckets=4)
     store = mem.state_store(mem.current_spec())
     for step in range(6):
         mem.append(_log(25, start=150 + 25 * step) + _extras(50 + 5 * step)[step % 4:step % 4 + 1])
-        report = mem.fold(engine="partitioned")
+        report = mem.fold()
         reference = _reference(Path(mem.root))
         assert canonical_graph(_state_graph(mem)) == canonical_graph(reference), step
         stored = {r.name for r in stored_rules(mem.current_spec().rollups)}  # (compose: derived when read)
@@ -357,7 +358,7 @@ def test_many_incremental_folds_then_compaction_then_erasure(tmp_path, monkeypat
     assert not scan_report(store.root, ["Person3"]).hits
 
 
-def test_the_refold_and_project_jobs_take_the_partitioned_engine(mem):
+def test_the_refold_and_project_jobs_fold_into_the_state_tables(mem):
     mem.append(_log(80))
     env = {**os.environ, "PYTHONPATH": str(REPO)}
 
@@ -367,10 +368,9 @@ def test_the_refold_and_project_jobs_take_the_partitioned_engine(mem):
         assert done.returncode == 0, done.stderr
         return json.loads(done.stdout.strip().splitlines()[-1])
 
-    first = job("refold", "--engine", "partitioned")
+    first = job("refold")
     assert first["fold"]["facts"] > 0 and first["fold"]["started_from"] == -1
     mem.append(_log(10, start=80))
-    env["REFOLD_FOLD_ENGINE"] = "partitioned"  # the job's environment may choose it too
     second = job("project")
     assert second["fold"]["started_from"] == first["fold"]["last_seq"] and second["fold"]["extraction_calls"] == 10
 
@@ -380,14 +380,14 @@ def test_crypto_shredding_refolds_the_state_tables_too(tmp_path):
     name = "Quillon Varga"
     mem.append(_log(100) + [fact_event(name, "likes", "zephyrmarmalade", day=3, subjects=["s-x"]),
                             fact_event(name, "works_at", "Acme", day=4, subjects=["s-x"])])
-    mem.fold(engine="partitioned", full=True)
+    mem.fold(full=True)
     store = mem.state_store(mem.current_spec())
     erasing.register_subject(mem, "s-x", name)
     mem.erase("s-x")
     assert not scan_report(store.root, [name, "zephyrmarmalade"]).hits
     purged = store.tag()
     graph = _state_graph(refold.open(mem.root))
-    again = refold.open(mem.root).fold(engine="partitioned", full=True)  # the events are unreadable now
+    again = refold.open(mem.root).fold(full=True)  # the events are unreadable now
     assert (again.facts, again.derived_facts) == (purged.facts, purged.derived)
     assert canonical_graph(_state_graph(refold.open(mem.root))) == canonical_graph(graph)
 
@@ -405,7 +405,7 @@ def test_the_merge_stage_runs_as_ray_tasks_that_write_their_own_partitions(mem, 
     monkeypatch.setattr(state_fold, "GROUP_ROWS", 30)  # several groups, so several tasks
 
     mem.append(_log(200))
-    local = mem.fold(engine="partitioned", full=True)
+    local = mem.fold(full=True)
     expected = canonical_graph(_state_graph(mem))
     store = mem.state_store(mem.current_spec())
     groups = len(state_fold._groups(64, state_fold.group_size(store, 64)))
@@ -415,7 +415,7 @@ def test_the_merge_stage_runs_as_ray_tasks_that_write_their_own_partitions(mem, 
     monkeypatch.setattr(StateStore, "write", lambda self, name, rows, **kw: driver_writes.append(
         (name, kw.get("layer"))) or original(self, name, rows, **kw))
     merger = ray_merger()
-    remote = refold.open(mem.root).fold(engine="partitioned", full=True, merger=merger)
+    remote = refold.open(mem.root).fold(full=True, merger=merger)
     monkeypatch.undo()
     assert ("facts", "merged") not in driver_writes
     assert merger.worker_peak_rss > 50 * 2**20  # (the workers' own high-water mark, reported back)
@@ -439,7 +439,7 @@ def test_merge_groups_committed_at_once_land_whole(mem):
     from refold.storage.state import StateStore
 
     mem.append(_log(200))
-    mem.fold(engine="partitioned", full=True, buckets=8)
+    mem.fold(full=True, buckets=8)
     expected = canonical_graph(_state_graph(mem))
     spec = mem.current_spec()
     store = mem.state_store(spec)
@@ -459,7 +459,7 @@ def test_a_merge_task_refuses_to_create_the_facts_table(mem):
     from refold.state_fold import merge_group
 
     mem.append(_log(20))
-    mem.fold(engine="partitioned", full=True, buckets=4)
+    mem.fold(full=True, buckets=4)
     store = mem.state_store(mem.current_spec())
     shutil.rmtree(store.path("facts"))
     fresh = StateStore(mem.layout, store.spec_hash)
@@ -478,7 +478,7 @@ def test_merge_groups_commit_their_partitions_on_object_storage(mem, s3_bucket):
     from refold.storage.state import StateStore
 
     mem.append(_log(120))
-    mem.fold(engine="partitioned", full=True, buckets=8)
+    mem.fold(full=True, buckets=8)
     spec = mem.current_spec()
     local = mem.state_store(spec)
     remote = StateStore(Layout(s3_bucket.uri), spec.hash, storage_options=s3_bucket.storage_options)
@@ -501,14 +501,14 @@ def test_events_without_facts_only_move_the_tag(mem, monkeypatch):
     from refold.storage.state import StateStore
 
     mem.append(_log(60))
-    mem.fold(engine="partitioned", full=True, buckets=4)
+    mem.fold(full=True, buckets=4)
     store = mem.state_store(mem.current_spec())
     before = store.tag()
     mem.append([{"kind": "chat_turn", "content": "nothing to remember here", "source": "chat#1"}])
     reads = []
     original = StateStore.read
     monkeypatch.setattr(StateStore, "read", lambda self, name, **kw: reads.append(name) or original(self, name, **kw))
-    report = mem.fold(engine="partitioned")
+    report = mem.fold()
     after = store.tag()
     assert reads == [] and report.extraction_calls == 1
     assert after.log_seq == before.log_seq + 1 and (after.facts, after.derived) == (before.facts, before.derived)
@@ -524,7 +524,7 @@ def _full_refold_digest(root: Path, tmp_path: Path, buckets: int) -> str:
     copy = tmp_path / "copy"
     shutil.copytree(root, copy)
     again = refold.open(copy)
-    again.fold(engine="partitioned", full=True, buckets=buckets)
+    again.fold(full=True, buckets=buckets)
     store = again.state_store(again.current_spec())
     return store.digest(buckets=buckets, group=group_size(store, buckets))
 
@@ -544,7 +544,7 @@ def test_an_erasure_renames_only_the_nodes_whose_first_name_it_erased(tmp_path, 
     others = [fact_event("Person1", "works_at", "Acme", day=3), fact_event("Person2", "works_at", "ACME", day=4),
               fact_event("Person3", "lives_in", "Oslo", day=5)]
     mem.append(others[2:] + mine + others[:2] + [fact_event(name, "lives_in", "Oslo", day=6, subjects=["s-x"])])
-    mem.fold(engine="partitioned", full=True, buckets=4)
+    mem.fold(full=True, buckets=4)
     erasing.register_subject(mem, "s-x", name)
     refreshed = []
     original = state_fold._refresh_entities
@@ -565,11 +565,11 @@ def test_an_incremental_fold_keeps_each_names_first_seq(mem, tmp_path):
     """New surfaces of known nodes become aliases at their own seqs, known ones keep theirs: the
     state after incremental folds digests equal to a full refold's."""
     mem.append(_log(60))
-    mem.fold(engine="partitioned", full=True, buckets=4)
+    mem.fold(full=True, buckets=4)
     mem.append([fact_event("Person1", "works_at", "ACME", day=40), fact_event("person1", "likes", "Chess", day=41)])
-    mem.fold(engine="partitioned")
+    mem.fold()
     mem.append(_log(20, start=60) + [fact_event("PERSON1", "lives_in", "oslo", day=42)])
-    mem.fold(engine="partitioned")
+    mem.fold()
     store = mem.state_store(mem.current_spec())
     assert store.digest(buckets=4, group=4) == _full_refold_digest(Path(mem.root), tmp_path, 4)
 
@@ -582,9 +582,9 @@ def test_a_filtered_read_returns_what_an_unfiltered_read_filtered_after_does(mem
     from refold.storage.state import among
 
     mem.append(_log(300))
-    mem.fold(engine="partitioned", full=True, buckets=32)
+    mem.fold(full=True, buckets=32)
     mem.append(_log(40, start=300))
-    mem.fold(engine="partitioned")  # (more files per bucket: the appended items)
+    mem.fold()  # (more files per bucket: the appended items)
     store = mem.state_store(mem.current_spec())
     whole = pl.from_arrow(store.read("items"))
     some = whole["event_id"].unique().sort().to_list()[::37]

@@ -1,11 +1,12 @@
 """The extraction cache's row encodings spelled out for speed (storage/cache_rows.py) give the
-bytes the JSON encoder gives, and the fold's file-by-file reads (``ExtractionCache.get``,
-``DeltaSource.window``) give the rows the dataset reads gave (real Delta tables in tmp_path)."""
+bytes the JSON encoder gives, and the fold's and the read overlay's file-by-file reads
+(``ExtractionCache.get``, ``log_range.events_from``: the log's tail) give the rows the dataset
+reads gave (real Delta tables in tmp_path)."""
 
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta, timezone
 
 import pyarrow.compute as pc
 from hypothesis import given, settings
@@ -13,9 +14,9 @@ from hypothesis import strategies as st
 
 import refold
 from refold.fold.extract import ExtractedFact
-from refold.projection import DeltaSource
 from refold.storage.cache_rows import CACHE_SCHEMA, _facts_from_json, _facts_json, _meta_json
 from refold.storage.delta_io import read_arrow
+from refold.storage.log_range import events_from
 from refold.storage.schema import EVENTS_SCHEMA, table_to_events
 from refold.storage.table_handles import shared_table
 from tests.fold_helpers import fact_event
@@ -78,7 +79,7 @@ def test_equal_metas_of_different_types_keep_their_own_text():
 def test_get_reads_the_rows_a_filtered_dataset_read_gives(tmp_path):
     mem = refold.init(tmp_path / "store")
     mem.append([fact_event(f"P{i}", "lives_in", f"City{i % 3}", day=i) for i in range(30)])
-    mem.fold(extractor=CountingRules(), snapshot_every=0)
+    mem.fold(extractor=CountingRules())
     spec = CountingRules().default_spec()
     cache = mem.cache
     ids = [e.event_id for e in mem.events() if e.kind == "memory_written"]
@@ -93,14 +94,13 @@ def test_get_reads_the_rows_a_filtered_dataset_read_gives(tmp_path):
     assert cache.get(spec.hash, ["absent"]) == {}
 
 
-def test_the_log_window_reads_the_rows_a_dataset_read_gives(tmp_path):
+def test_the_logs_tail_reads_the_rows_a_dataset_read_gives(tmp_path):
     mem = refold.init(tmp_path / "store")
     for start in (0, 10, 20):  # three appends: three data files
         mem.append([fact_event(f"P{i}", "lives_in", "Oslo", day=i) for i in range(start, start + 10)])
     last = mem.events()[-1].seq
     for start in (0, 5, 15, last, last + 1):
-        events, erased = DeltaSource(mem.log_store).window(start)
+        events = events_from(mem.log_store, start)
         with shared_table(mem.layout.events).view() as view:
             rows = read_arrow(view, EVENTS_SCHEMA, filter=pc.field("seq") >= start).sort_by("seq")
         assert events == list(table_to_events(rows)) and len(events) == max(last + 1 - start, 0)
-        assert erased == set()

@@ -9,7 +9,9 @@ contracts, and no machine-specific paths.
 * ``lint-imports`` keeps the contracts in pyproject.toml (the pure core imports neither storage,
   jobs nor the front door; storage imports neither jobs nor the front door; no import cycles), the
   contracts name every front-door module, and they do fail on a violating import;
-* no tracked file names a path on one particular machine.
+* no tracked file names a path on one particular machine;
+* the reference fold (refold/fold/reference.py) is the tests' oracle: no module of the package
+  imports it.
 """
 
 from __future__ import annotations
@@ -206,6 +208,29 @@ def test_a_violating_import_breaks_its_contracts(tmp_path, module, line, contrac
     broken = [row for row in done.stdout.splitlines() if row.endswith(" BROKEN")]
     assert {c for c in (_CORE, _STORAGE, _ACYCLIC) for row in broken if row.startswith(c)} == contracts
     assert len(broken) == len(contracts), done.stdout[-3000:]
+
+
+def test_no_product_module_imports_the_reference_fold():
+    """The reference fold holds the whole state in one process: it is the tests' oracle, never a
+    product path (design: "small, pure, never on a product path")."""
+    assert (PACKAGE / "fold" / "reference.py").is_file()
+    importers = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path == PACKAGE / "fold" / "reference.py":
+            continue
+        package = ".".join(path.relative_to(REPO).with_suffix("").parts[:-1])
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.ImportFrom):
+                base = package.split(".")[:len(package.split(".")) - node.level + 1] if node.level else []
+                module = ".".join([*base, *([node.module] if node.module else [])])
+                names = [f"{module}.{a.name}" for a in node.names] + [module]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            if any(n == "refold.fold.reference" or n.startswith("refold.fold.reference.") for n in names):
+                importers.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    assert importers == [], f"product modules import the test oracle: {importers}"
 
 
 # -- public import paths ---------------------------------------------------------------------------

@@ -1,122 +1,102 @@
-"""Snapshots of a store in a bucket (the local S3 API, moto, in its own process): written as
-objects with the manifest last, read back by a fresh Memory whose fold resumes from them, a
-half-uploaded one never read and cleaned up, an erasure in delete mode leaving none that holds
-the subject, and ``refold snapshot s3://…`` from the CLI.
+"""Snapshots (tagged versions of the state tables) of a store in a bucket (the local S3 API, moto,
+in its own process): a fold writes the state tables as objects and tags them; a fresh Memory
+resumes from the tag in the bucket and extracts only the new events; a read as of the first
+fold's position travels back to that version in the bucket; a vacuum keeps what its retention
+covers; ``refold fold s3://…`` from the CLI tags the head. Every state is held to the reference
+fold of the log. (Erasure in a bucket: tests/test_object_store_erasure.py.)
 
 One store per module (moto is slow-ish), checked by the tests in the module's order.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
-import tempfile
 
 import pytest
 
 import refold
-from refold import erasing
-from refold.storage.scan import scan_report
-from refold.storage.snapshots import SnapshotStore
 from tests import erasure_helpers as H
+from tests.fold_helpers import canonical_graph, fact_event, reference_facts, reference_of
 from tests.moto_process import moto_process, new_bucket  # noqa: F401
-
-#: these tests are about the graph engine (its snapshots, their patching, its reads)
-FOLD_ENGINE = "graph"
+from tests.snapshot_helpers import CountingRules
 
 
 @pytest.fixture(scope="module")
-def bucket(moto_process):
+def bucket(moto_process):  # noqa: F811
     return new_bucket(moto_process)
 
 
 @pytest.fixture(scope="module")
 def store(bucket):
+    """The store, its first fold's report and the log version right after it."""
     mem = refold.init(f"{bucket.uri}/memory", storage_options=bucket.storage_options)
     mem.append(H.events()[:12])
-    erasing.register_subject(mem, H.X, H.X_NAME, aliases=[H.X_ALIAS], identifiers=[H.X_EMAIL])
-    mem.fold(snapshot_every=0)
-    return mem
+    first = mem.fold()
+    return mem, first, mem.log_store.version()
 
 
-@pytest.fixture(scope="module")
-def first(store):
-    return store.snapshot()
+def _fresh(mem, bucket) -> refold.Memory:
+    return refold.open(mem.root, storage_options=bucket.storage_options)
 
 
-def _snapshot_keys(bucket) -> list[str]:
-    return [k for k in bucket.keys() if k.startswith("memory/snapshots/")]
+def test_a_fold_writes_and_tags_the_state_tables_in_the_bucket(store, bucket):
+    mem, first, _ = store
+    prefix = f"memory/state/{first.spec_hash}/"
+    tables = {k[len(prefix):].split("/")[0] for k in bucket.keys() if k.startswith(prefix)}
+    assert tables == {"items", "facts", "entities"}
+    fresh = _fresh(mem, bucket)
+    tags = fresh.state_store(fresh.current_spec()).tags()
+    assert [t.log_seq for t in tags] == [first.last_seq] == [fresh.head().seq]
+    assert canonical_graph(fresh.graph()) == canonical_graph(reference_of(fresh).graph)
+    assert fresh.facts(subject=H.X_NAME).height > 0
 
 
-def _fresh(store, bucket):
-    return refold.open(store.root, storage_options=bucket.storage_options)
-
-
-def test_a_snapshot_is_written_as_objects_with_its_manifest(store, bucket, first):
-    assert first is not None and first.last_seq >= 11  # (12 events, the spec and subject records)
-    prefix = f"memory/snapshots/{first.spec_hash}/{first.last_seq:012d}/"
-    assert first.path == f"{bucket.uri}/{prefix.rstrip('/')}"
-    keys = {k[len(prefix):] for k in _snapshot_keys(bucket) if k.startswith(prefix)}
-    assert keys == {"manifest.json", *(f"{name}.parquet" for name in first.files)}
-    listed = SnapshotStore(store.layout, storage_options=bucket.storage_options).list()
-    assert [(s.spec_hash, s.last_seq, s.files) for s in listed] == [(first.spec_hash, first.last_seq, first.files)]
-    # the same position again: the existing snapshot, nothing rewritten
-    assert store.snapshot().created_at == first.created_at
-
-
-def test_a_fresh_memory_resumes_from_the_snapshot_in_the_bucket(store, bucket, first, monkeypatch, tmp_path):
-    store.append(H.events()[12:])
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the download goes
-    fresh = _fresh(store, bucket)
-    report = fresh.fold(snapshot_every=0)
+def test_a_fresh_memory_resumes_from_the_tag_in_the_bucket(store, bucket):
+    mem, first, _ = store
+    mem.append(H.events()[12:])
+    ext = CountingRules()
+    report = _fresh(mem, bucket).fold(extractor=ext)
     assert report.started_from == first.last_seq and report.last_seq > first.last_seq
-    assert list(tmp_path.iterdir()) == [], "the downloaded snapshot files are removed after the load"
-    full = _fresh(store, bucket)
-    full.fold(full=True, snapshot_every=0)
-    assert sorted(H.facts(fresh)) == sorted(H.facts(full))
+    assert ext.calls == report.extraction_calls == len(H.events()[12:])  # only the new events
+    full = _fresh(mem, bucket)
+    assert canonical_graph(full.graph()) == canonical_graph(reference_of(full).graph)
+    assert [t.log_seq for t in full.state_store(full.current_spec()).tags()] == [first.last_seq, report.last_seq]
 
 
-def test_a_half_uploaded_snapshot_is_never_read_and_prune_removes_the_older_ones(store, bucket, first):
-    s3 = bucket.server.client("s3")
-    spec_prefix = f"memory/snapshots/{first.spec_hash}"
-    nodes = s3.get_object(Bucket=bucket.name, Key=f"{spec_prefix}/{first.last_seq:012d}/nodes.parquet")["Body"].read()
-    for position in (3, 90):  # no manifest: an upload cut short (3), or one still going (90)
-        s3.put_object(Bucket=bucket.name, Key=f"{spec_prefix}/{position:012d}/nodes.parquet", Body=nodes)
-    snaps = SnapshotStore(store.layout, storage_options=bucket.storage_options)
-    assert [s.last_seq for s in snaps.list(first.spec_hash)] == [first.last_seq]
-    fresh = _fresh(store, bucket)
-    assert fresh.fold(snapshot_every=0).started_from == first.last_seq
-    second = fresh.snapshot()
-    assert first.last_seq < second.last_seq < 90
-    removed = snaps.prune(first.spec_hash, keep=1)
-    assert [s.last_seq for s in removed] == [first.last_seq]
-    positions = sorted({k.split("/")[3] for k in _snapshot_keys(bucket)})
-    # the older leftover is gone; the one past the kept snapshot may still be uploading
-    assert positions == [f"{second.last_seq:012d}", f"{90:012d}"]
+def test_a_read_as_of_the_first_fold_travels_to_that_version_in_the_bucket(store, bucket):
+    mem, first, version = store
+    fresh = _fresh(mem, bucket)
+    spec = fresh.current_spec()
+    assert fresh._state_read_at(spec, version)[1].log_seq == first.last_seq  # that tagged version, no overlay
+    got = fresh.facts(as_of=version)
+    assert got.height and got.equals(reference_facts(reference_of(fresh, as_of=version)))
+    assert got.height < fresh.facts().height  # (the later events' facts are not in it)
 
 
-def test_delete_mode_erasure_leaves_no_snapshot_holding_the_subject(store, bucket):
-    fresh = _fresh(store, bucket)
-    snaps = SnapshotStore(fresh.layout, storage_options=bucket.storage_options)
-    x_events = sorted(H.X_EVENT_IDS)
-    preview = snaps.preview(x_events)
-    assert preview.rows == 2 and any(d.endswith("/000000000090") for d in preview.detail), preview
-    assert scan_report(fresh.root, H.NEEDLES, storage_options=bucket.storage_options).hits
-    receipt = erasing.erase(fresh, H.X, canaries=H.CANARIES, include_mentions=True)
-    assert receipt.status == "erased" and receipt.scan["hits"] == []
-    notes = repr(receipt.as_json())
-    assert "not patched: the store is on object storage" in notes
-    assert all(not (set(x_events) & snaps.contained_ids(s)) for s in snaps.list())
-    assert not any("/000000000090/" in k for k in _snapshot_keys(bucket)), "the purge removes unfinished uploads"
-    assert scan_report(fresh.root, H.NEEDLES, storage_options=bucket.storage_options).hits == ()
+def test_a_vacuum_in_the_bucket_keeps_what_its_retention_covers(store, bucket):
+    mem, _, version = store
+    fresh = _fresh(mem, bucket)
+    spec = fresh.current_spec()
+    tags = fresh.state_store(spec).tags()
+    assert fresh.vacuum_state(retain_hours=168) == {spec.hash: 0}  # every version is younger than a week
+    again = _fresh(mem, bucket)
+    assert again.state_store(spec).tags() == tags
+    assert again.facts(as_of=version).equals(reference_facts(reference_of(again, as_of=version)))
 
 
-def test_refold_snapshot_from_the_cli_reports_the_snapshot_in_the_bucket(store, bucket):
+def test_refold_fold_from_the_cli_tags_the_head_in_the_bucket(store, bucket):
+    mem, _, _ = store
+    mem.append(fact_event(H.Y_NAME, "visited", "Lima", day=40, event_id="ev-cli", subjects=[H.Y]))
+    before = _fresh(mem, bucket).state_store(mem.current_spec()).tag()
     env = {**os.environ, **bucket.server.env(), "PYTHONPATH": str(H.REPO)}
-    cli = [os.path.join(os.path.dirname(sys.executable), "refold"), "snapshot", store.root]
-    done = subprocess.run(cli, env=env, capture_output=True, text=True, timeout=180)
+    cli = os.path.join(os.path.dirname(sys.executable), "refold")
+    done = subprocess.run([cli, "fold", mem.root, "--json", "--no-progress"], env=env, capture_output=True,
+                          text=True, timeout=180)
     assert done.returncode == 0, done.stderr
-    assert "snapshot at seq" in done.stdout and f"{store.root}/snapshots/" in done.stdout
-    listed = subprocess.run([*cli, "--list"], env=env, capture_output=True, text=True, timeout=180)
-    assert listed.returncode == 0 and "1 snapshot(s)" in listed.stdout, listed.stdout + listed.stderr
+    report = json.loads(done.stdout)
+    assert report["started_from"] == before.log_seq and report["extraction_calls"] == 1
+    fresh = _fresh(mem, bucket)
+    assert fresh.state_store(fresh.current_spec()).tag().log_seq == report["last_seq"] == fresh.head().seq

@@ -8,8 +8,9 @@ another one, under the rules spec and under a model spec folded earlier. The "mo
 mock: :class:`TinyModel`, an in-test Extractor under a non-rules spec (no model can run here),
 which states ``memory_written`` facts as every adapter does and finds one fact in other text.
 
-These tests fold with the graph engine (its snapshots, the reads it still answers: ``as_of``,
-principal, shred mode); tests/test_reads_pure_state.py holds the same for the state tables.
+Every read answers from the state tables at their tag plus the overlay of the newer events;
+tests/test_reads_pure_state.py holds the overlay's own cases (cached extractions, roll-ups,
+the warm overlay advanced by each append).
 """
 
 from __future__ import annotations
@@ -27,9 +28,6 @@ from refold import tools
 from refold.fold.extract import ExtractedFact, Extraction
 from refold.fold.spec import FoldSpec
 from refold.fold.stated import stated_extraction
-
-#: the graph engine's reads (see the module docstring)
-FOLD_ENGINE = "graph"
 
 EMB = "hashing"
 WRITE = {"subject": "Alice", "relation": "lives_in", "object": "Berlin", "trace_id": "run-1",

@@ -1,5 +1,5 @@
-"""Reads over the partitioned engine's state tables are pure and see the agent's own writes
-(issue #20 item 1, docs/fold.md "Reads"), on real stores folded with ``engine="partitioned"``.
+"""Reads over the state tables are pure and see the agent's own writes (issue #20 item 1,
+docs/state.md "Reads"), on real stores.
 
 A read answers from the tables at their tag plus the read overlay of the newer events
 (refold.state_overlay): it writes nothing (every file under the store keeps its name, size and
@@ -33,7 +33,7 @@ EMB = "hashing"
 def _store(tmp_path, spec: str):
     mem = refold.init(tmp_path / "store")
     mem.append({"kind": "chat_turn", "content": "Bob: I work at Acme", "tenant": "acme", "source": "chat"})
-    mem.fold(extractor=TinyModel() if spec == "model" else "rules", engine="partitioned")
+    mem.fold(extractor=TinyModel() if spec == "model" else "rules")
     assert mem.state_store(mem.current_spec()).tag() is not None
     return mem
 
@@ -87,7 +87,7 @@ def test_a_retraction_after_the_tag_closes_the_fact_in_the_read(tmp_path, spec):
     mem = _store(tmp_path, spec)
     ctx = tools.ToolContext(memory=mem, tenant="acme", embedder=EMB)
     tools.handle("write_memory", WRITE, ctx)
-    mem.fold(extractor=TinyModel() if spec == "model" else "rules", engine="partitioned")  # the fact in the tables
+    mem.fold(extractor=TinyModel() if spec == "model" else "rules")  # the fact in the tables
     [fid] = mem.facts(subject="Alice", current_only=True)["fact_id"].to_list()
     tools.handle("retract_memory", {"fact_id": fid, "justification": "wrong", "trace_id": "run-2"}, ctx)
     root = tmp_path / "store"
@@ -104,13 +104,15 @@ def test_a_retraction_after_the_tag_closes_the_fact_in_the_read(tmp_path, spec):
 
 
 def test_a_cached_extraction_after_the_tag_is_read_without_a_model(tmp_path):
-    """Another process extracted the newer event (the graph engine's fold cached it) but no
-    partitioned fold merged it: a read uses the cache, counts nothing pending, writes nothing."""
+    """Another process extracted the newer event into the cache (a fold killed before its merge,
+    or a Ray extraction job) but no fold merged it: a read uses the cache, counts nothing
+    pending, writes nothing."""
     mem = _store(tmp_path, "model")
     mem.append({"kind": "chat_turn", "content": "Bob: I work at Initech", "tenant": "acme", "source": "chat"})
     assert mem.pending() == 1
-    model = TinyModel()
-    refold.open(tmp_path / "store").fold(extractor=model, spec=model.default_spec(), engine="graph")
+    model, spec = TinyModel(), TinyModel().default_spec()
+    newer = mem.events()[-1]
+    mem.cache.put(model.extract([newer], spec), seqs={newer.event_id: newer.seq})
     assert model.calls == 1
     root = tmp_path / "store"
     before = _files(root)
@@ -129,7 +131,7 @@ def test_the_overlay_answers_what_the_next_fold_does(tmp_path):
     newer events equal the facts read after a real partitioned fold of them."""
     mem = refold.init(tmp_path / "store")
     mem.append(list(workload(150, seed=5, people=12)))
-    mem.fold(engine="partitioned")
+    mem.fold()
     mem.append(list(workload(60, seed=6, people=12, start=150)))
     ctx = tools.ToolContext(memory=mem, embedder=EMB)
     tools.handle("write_memory", {**WRITE, "subject": "Person3"}, ctx)
@@ -142,7 +144,7 @@ def test_the_overlay_answers_what_the_next_fold_does(tmp_path):
     assert overlay.overlaid == 62 and overlay.rows.height and overlay.pending == 0
     assert victim in read.filter(~pl.col("current"))["fact_id"].to_list()
     assert read.filter(pl.col("derivation") != "extracted").height  # roll-ups are in the comparison
-    mem.fold(engine="partitioned")
+    mem.fold()
     assert _comparable(read) == _comparable(refold.open(tmp_path / "store").facts())
 
 
@@ -158,7 +160,7 @@ def test_a_compose_rollup_of_one_subject_is_derived_from_the_overlaid_rows(tmp_p
 
     write("Alice", "works_at", "Acme")
     write("Acme", "located_in", "Paris")
-    mem.fold(engine="partitioned")
+    mem.fold()
     write("Acme", "located_in", "Oslo")
     write("Bob", "works_at", "Acme")
 
@@ -179,7 +181,7 @@ def test_a_compose_rollup_of_one_subject_is_derived_from_the_overlaid_rows(tmp_p
     state_rollups.forget_hints()
     answer = refold.open(tmp_path / "store").why(bob)
     assert answer["derivation"] == "works_in" and len(answer["inputs"]) == 2
-    mem.fold(engine="partitioned")
+    mem.fold()
     assert works_in() == read
     assert refold.open(tmp_path / "store").why(bob) == answer
 
@@ -231,7 +233,7 @@ def test_a_warm_reads_overlay_advanced_by_each_append_equals_a_fresh_reads(tmp_p
     root = tmp_path / "store"
     mem = refold.init(root)
     mem.append(list(workload(120, seed=seed, people=8)))
-    mem.fold(engine="partitioned")
+    mem.fold()
     ctx = tools.ToolContext(memory=mem, embedder=EMB)
     rng = random.Random(seed)
     whole_tails = []
@@ -249,7 +251,7 @@ def test_a_warm_reads_overlay_advanced_by_each_append_equals_a_fresh_reads(tmp_p
             tools.handle("write_memory", {**WRITE, "subject": f"Org{rng.randrange(3)}", "relation": "located_in",
                                           "object": rng.choice(["Oslo", "Paris", "Lima"])}, ctx)
         elif roll < 0.4 and step > 4:
-            refold.open(root).fold(engine="partitioned")  # another process: the tables move on
+            refold.open(root).fold()  # another process: the tables move on
             tables_moved = True
         else:
             n = rng.randrange(1, 6)
@@ -266,5 +268,5 @@ def test_a_warm_reads_overlay_advanced_by_each_append_equals_a_fresh_reads(tmp_p
         # the warm read makes its overlay again only when the log moved over other tables
         assert made_again == (1 if log_moved and tables_moved else 0), f"step {step}"
         tables_moved = tables_moved and not log_moved
-    mem.fold(engine="partitioned")
+    mem.fold()
     assert _comparable(mem.facts()) == _comparable(warm)

@@ -1,10 +1,11 @@
 """A key destroyed outside an erasure leaves no plaintext in the derived stores after the next fold
 or erasure (docs/erasure.md, "Keys destroyed outside an erasure"), on real shred-mode stores with
-real key files, a real extraction cache (Delta), a stored faiss index and graph snapshots.
+real key files, a real extraction cache (Delta), a stored faiss index and the state tables (with
+their older tagged versions).
 
 The residue scanner (``erasing.scan``, the one erasures use) reads every file under the store:
-before the sweep it finds the owner's text in the cache, the index and the snapshots; after it,
-nowhere. The log stays encrypted (it is not residue: its keys are gone)."""
+before the sweep it finds the owner's text in the cache, the index and the state tables; after
+it, nowhere. The log stays encrypted (it is not residue: its keys are gone)."""
 
 from __future__ import annotations
 
@@ -32,9 +33,9 @@ def mem(tmp_path) -> Memory:
     mem = refold.init(tmp_path / "store", mode="shred")
     mem.append([*_events(), fact_event("Ben", "likes", OTHER, day=70, subjects=["s-ben"]),
                 fact_event("Globex", "located_in", TENANT, day=71, tenant="globex")])
-    mem.fold(engine="partitioned")
-    mem.fold(engine="graph", snapshot_every=50)
-    mem.snapshot()  # a graph snapshot at the head, holding both subjects' facts
+    mem.fold()
+    mem.append(fact_event("Ann", "likes", "pears", day=80, subjects=["s-ann"]))
+    mem.fold()  # a second tagged state version: the first one too holds both subjects' facts
     open_index(mem, embedder="hashing")  # a stored index with their facts and event text
     return mem
 
@@ -45,10 +46,10 @@ def _where(mem: Memory, canary: str) -> set[str]:
 
 
 def test_the_next_fold_purges_a_destroyed_owners_residue_and_only_once(mem):
-    assert {"extractions", "index", "snapshots", "state"} <= _where(mem, CANARY)
+    assert {"extractions", "index", "state"} <= _where(mem, CANARY)
     FileKeyStore(mem.layout.keys).destroy("s-ann")  # not refold's erasure: no receipt, no purge
     assert "extractions" in _where(mem, CANARY)
-    mem.fold(engine="partitioned")
+    mem.fold()
     assert _where(mem, CANARY) == set()
     assert swept_owners(mem.layout) == {KeyOwner.subject("s-ann").digest()}
     assert "s-ann" not in (Path(mem.root) / SWEPT_FILE).read_text()  # (digests only: no id, no name)
@@ -60,15 +61,14 @@ def test_the_next_fold_purges_a_destroyed_owners_residue_and_only_once(mem):
     assert not any(CANARY in t for t in hits["text"].to_list())
 
 
-def test_a_tenants_destroyed_key_is_swept_by_the_graph_engines_fold_too(mem):
-    """A tenant's key encrypts its subject-less events (offboarding a tenant): a fold with the
-    graph engine sweeps as well, and refolds without the snapshots that held them."""
-    assert {"extractions", "index", "snapshots", "state"} <= _where(mem, TENANT)
+def test_a_tenants_destroyed_key_is_swept_by_the_next_fold(mem):
+    """A tenant's key encrypts its subject-less events (offboarding a tenant): reads leave them
+    out at once, and the next fold sweeps the cache and the index and erases them from the
+    state tables (vacuuming the versions that held them)."""
+    assert {"extractions", "index", "state"} <= _where(mem, TENANT)
     FileKeyStore(mem.layout.keys).destroy(KeyOwner.tenant("globex"))
-    mem.fold(engine="graph", snapshot_every=0)
-    # (the state tables honour it at the next partitioned fold: refold.state_fold.honour_marks)
-    assert _where(mem, TENANT) == {"state"}
-    mem.fold(engine="partitioned")
+    assert mem.facts(tenant="globex").height == 0
+    mem.fold()
     assert _where(mem, TENANT) == set()
     assert CANARY in str(mem.facts(subject="Ann")["object"].to_list())  # the other keys' events stay
 

@@ -1,27 +1,19 @@
-"""Snapshots and erasure: the erasure patches the newest snapshot (or purge removes exactly the
-snapshots holding an erased event); the refold after an erasure resumes from a snapshot without
-the erased events and re-merges cached extractions (no extraction call); a snapshot holding an
-erased event is never used even if nobody purged it."""
+"""Snapshots (tagged state versions) and erasure: after an erasure the state tables' only tagged
+version is the one the erasure wrote, it holds no erased event, the next fold resumes from it
+and re-merges nothing from a model (no extraction call), and a Memory that read the erased
+subject's facts before another process erased them no longer shows them. The state equals the
+reference fold of the log without the subject's events. Real stores in tmp_path."""
 
 from __future__ import annotations
 
 import pytest
 
 import refold
-from refold import erasing
-from refold.fold.extract import Extraction, ExtractedFact, ModelRequest
-from refold.fold.incremental import LiveFold
-from refold.fold.spec import FoldSpec
-from refold.folding import build_state
-from refold.storage import erasure as erasure_procedure
-from refold.storage.snapshots import SnapshotStore
-from tests.fold_helpers import canonical_graph, fact_event
-from tests.snapshot_helpers import CountingRules, memory_log
-
-#: these tests are about the graph engine (its snapshots, their patching, its reads)
-FOLD_ENGINE = "graph"
+from tests.fold_helpers import canonical_graph, fact_event, reference_of, without_subjects
+from tests.snapshot_helpers import CountingRules
 
 X = "s-x"
+X_IDS = {"x-0", "x-1", "x-2", "x-3", "x-move"}
 
 
 def _others(n: int, start: int = 0) -> list[dict]:
@@ -37,77 +29,44 @@ def _x_events() -> list[dict]:
 
 @pytest.fixture
 def mem(tmp_path):
-    """seq 0: spec; 1-50: others; 51-55: X (near the end); 56-64: others. Snapshots every 10."""
+    """seq 0-49: others; the spec; X's five events; others. Folded twice (two tagged versions)."""
     store = refold.init(tmp_path / "store")
     store.append(_others(50))
-    store.fold(snapshot_every=10)
+    store.fold()
     store.append(_x_events())
     store.append(_others(9, start=50))
-    store.fold(snapshot_every=10)
-    assert [s.last_seq for s in SnapshotStore(store.layout).list()] == [29, 39, 49, 59]
+    store.fold()
+    assert len(store.state_store(store.current_spec()).tags()) >= 2
     return store
 
 
-def _expected(mem) -> str:
-    spec = FoldSpec(extractor="rules", extractor_version=CountingRules.version)
-    return canonical_graph(build_state(spec, mem.events(), mem.cache.get(spec.hash)).graph)
+def _expected(mem, events) -> str:
+    return canonical_graph(reference_of(mem, events=without_subjects(events, [X])).graph)
 
 
-def test_erasure_patches_the_snapshot_holding_x_and_the_refold_extracts_nothing(mem):
-    store = SnapshotStore(mem.layout)
-    x_ids = {"x-0", "x-1", "x-2", "x-3", "x-move"}
-    preview = store.preview(sorted(x_ids))
-    assert preview.rows == 1 and preview.detail[0].endswith("000000000059")
-    receipt = erasing.erase(mem, X)
-    # the newest snapshot is patched in place (refold.erasing.snapshot_patch), so the purge finds no holder
-    patched = [p for p in receipt.purged if p["store"] == "snapshot patch"]
-    assert patched and patched[0]["rows"] == 1 and patched[0]["detail"][0].startswith("000000000059")
-    purged = [p for p in receipt.purged if p["store"] == "snapshots"]
-    assert purged and purged[0]["rows"] == 0
-    assert [s.last_seq for s in store.list()] == [29, 39, 49, 59]
+def test_the_erasures_state_version_is_the_only_one_and_the_next_fold_extracts_nothing(mem):
+    events = mem.events()
+    mem.erase(X)
+    store = mem.state_store(mem.current_spec())
+    tags = store.tags()
+    assert len(tags) == 1 and tags[0] == store.tag()  # older versions held X and were vacuumed
+    assert not set(store.read("items", columns=["event_id"])["event_id"].to_pylist()) & X_IDS
     ext = CountingRules()
-    report = refold.Memory(mem.root).fold(extractor=ext, snapshot_every=10)
+    fresh = refold.open(mem.root)
+    report = fresh.fold(extractor=ext)
     assert report.extraction_calls == ext.calls == 0
-    assert report.started_from == 59  # the patched snapshot
-    graph = refold.Memory(mem.root).graph()
-    assert canonical_graph(graph) == _expected(mem)
-    assert not [d for *_, d in graph.edges(data=True) if set(d["sources"]) & x_ids]
-    for info in store.list():  # no snapshot holds X
-        assert not store.contained_ids(info) & x_ids
+    assert report.started_from == tags[0].log_seq  # resumed from the erasure's state version
+    graph = refold.open(mem.root).graph()
+    assert canonical_graph(graph) == _expected(mem, events)
+    assert not [d for *_, d in graph.edges(data=True) if set(d["sources"]) & X_IDS]
 
 
-def test_a_snapshot_holding_an_erased_event_is_skipped_even_when_not_purged(mem):
-    # tombstones and cache purge only: the snapshot at 59 still holds X's facts on disk
-    erasure_procedure.erase(mem, X, derived=[mem.cache])
-    assert 59 in [s.last_seq for s in SnapshotStore(mem.layout).list()]
+def test_a_memory_that_read_x_before_another_process_erased_x_no_longer_shows_x(mem):
+    events = mem.events()
+    assert mem.facts(subject="Xavier Quill").height  # this Memory now keeps a read of X's facts
+    refold.open(mem.root).erase(X)  # another process's erasure
+    assert mem.facts(subject="Xavier Quill").height == 0
+    assert canonical_graph(mem.graph()) == _expected(mem, events)
     ext = CountingRules()
-    report = refold.Memory(mem.root).fold(extractor=ext, snapshot_every=0)
-    assert report.started_from == 49 and ext.calls == 0
-    assert canonical_graph(refold.Memory(mem.root).graph()) == _expected(mem)
-    removed = SnapshotStore(mem.layout).purge(["x-2"])
-    assert removed.store == "snapshots" and removed.rows == 1
-    assert [s.last_seq for s in SnapshotStore(mem.layout).list()] == [29, 39, 49]
-
-
-def test_the_in_process_state_is_dropped_when_its_events_are_erased(mem):
-    mem.graph()  # this Memory now holds a live fold containing X
-    erasure_procedure.erase(mem, X, derived=[mem.cache, SnapshotStore(mem.layout)])
-    ext = CountingRules()
-    report = mem.fold(extractor=ext, snapshot_every=0)
-    assert report.started_from == 49 and ext.calls == 0
-    assert canonical_graph(mem.graph()) == _expected(mem)
-
-
-def test_contained_ids_include_the_events_a_model_request_was_built_from():
-    spec = FoldSpec()
-    events = memory_log([("Ann", "lives_in", "Oslo", 1, False, False)] * 3)
-    live = LiveFold.empty(spec)
-    request = ModelRequest(event_ids=("e0000", "e0001", "e0002"), payload="{}")
-    live.apply(events[0], Extraction(event_id="e0000", spec_hash=spec.hash))  # nothing extracted
-    live.apply(events[1], Extraction(event_id="e0001", spec_hash=spec.hash))
-    live.apply(events[2], Extraction(event_id="e0002", spec_hash=spec.hash, request=request,
-                                     facts=(ExtractedFact("Ann", "lives_in", "Oslo"),)))
-    assert live.contained == {"e0000", "e0001", "e0002"}
-    fresh = LiveFold.empty(spec)
-    fresh.apply(events[0], Extraction(event_id="e0000", spec_hash=spec.hash))
-    assert fresh.contained == set()  # an event that left no trace is not contained
+    assert mem.fold(extractor=ext).extraction_calls == ext.calls == 0
+    assert canonical_graph(mem.graph()) == _expected(mem, events)

@@ -1,24 +1,23 @@
-"""Incremental projection on a real store: extraction calls = new events, resume points, validity
-of snapshots (position, erased events, half-written or damaged folders), as_of from snapshots,
-no sharing between returned graphs and later folds."""
+"""Incremental folds on a real store: every fold leaves a tagged state version (the snapshot),
+the next fold resumes from it and extracts only the new events, a full refold re-merges the
+cache; reads as of every past log version answer from the newest tag at or before it (plus the
+overlay); a graph a read returned is never changed by a later fold; the removed snapshot options
+and ``Memory.snapshot`` (and ``refold snapshot``, ``--engine``) say in one line what replaces
+them. Every state is held to the reference
+fold of the same log (refold.fold.reference)."""
 
 from __future__ import annotations
 
-import json
-import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 import refold
-from refold.fold.spec import FoldSpec
-from refold.folding import build_state
-from refold.storage.snapshots import SnapshotStore
-from tests.fold_helpers import canonical_graph, fact_event
+from refold.fold.errors import ValidationError
+from tests.fold_helpers import canonical_edges, canonical_graph, fact_event, reference_of
 from tests.snapshot_helpers import CountingRules
-
-#: these tests are about the graph engine (its snapshots, their patching, its reads)
-FOLD_ENGINE = "graph"
 
 
 def _facts(n: int, start: int = 0) -> list[dict]:
@@ -34,9 +33,8 @@ def _facts(n: int, start: int = 0) -> list[dict]:
     return out
 
 
-def _full_graph(mem) -> str:
-    spec = FoldSpec(extractor="rules", extractor_version=CountingRules.version)
-    return canonical_graph(build_state(spec, mem.events(), mem.cache.get(spec.hash)).graph)
+def _expected(mem) -> str:
+    return canonical_graph(reference_of(mem).graph)
 
 
 @pytest.fixture
@@ -46,105 +44,89 @@ def mem(tmp_path):
     return store
 
 
-def test_extraction_calls_equal_new_events_and_fold_resumes_from_a_snapshot(mem):
+def test_extraction_calls_equal_new_events_and_the_fold_resumes_from_the_tag(mem):
     ext = CountingRules()
-    first = mem.fold(extractor=ext, snapshot_every=10)
+    first = mem.fold(extractor=ext)
     assert first.started_from == -1 and ext.calls == first.extraction_calls == 30
-    snaps = SnapshotStore(mem.layout).list()
-    assert [s.last_seq for s in snaps] == [9, 19, 29]  # every 10 events (seq 0 is the spec record)
+    tags = mem.state_store(mem.current_spec()).tags()
+    assert [t.log_seq for t in tags] == [first.last_seq] == [mem.head().seq]  # (the spec record is the head)
     mem.append(_facts(5, start=30))
 
     ext = CountingRules()
-    again = refold.Memory(mem.root).fold(extractor=ext, snapshot_every=10)  # a new process
-    assert again.started_from == 29
+    again = refold.open(mem.root).fold(extractor=ext)  # a new process
+    assert again.started_from == first.last_seq
     assert ext.calls == again.extraction_calls == 5
-    assert again.events_folded == 36 and again.last_seq == 35
-    assert canonical_graph(refold.Memory(mem.root).graph()) == _full_graph(mem)
+    assert again.last_seq == mem.head().seq == first.last_seq + 5
+    assert [t.log_seq for t in mem.state_store(mem.current_spec()).tags()] == [first.last_seq, again.last_seq]
+    assert canonical_graph(refold.open(mem.root).graph()) == _expected(mem)
 
     ext = CountingRules()
-    full = refold.Memory(mem.root).fold(extractor=ext, full=True)
+    full = refold.open(mem.root).fold(extractor=ext, full=True)
     assert full.started_from == -1 and ext.calls == full.extraction_calls == 0
     assert (full.facts, full.derived_facts) == (again.facts, again.derived_facts)
+    assert canonical_graph(refold.open(mem.root).graph()) == _expected(mem)
 
 
-def test_same_process_folds_resume_from_their_own_state_and_never_touch_returned_graphs(mem):
-    mem.fold(snapshot_every=0)
+def test_a_fold_with_nothing_new_moves_nothing(mem):
+    first = mem.fold()
+    ext = CountingRules()
+    again = refold.open(mem.root).fold(extractor=ext)
+    assert (again.started_from, again.last_seq, ext.calls) == (first.last_seq, first.last_seq, 0)
+    assert [t.log_seq for t in mem.state_store(mem.current_spec()).tags()] == [first.last_seq]
+
+
+def test_same_process_folds_never_touch_returned_graphs(mem):
+    mem.fold()
     graph_before = mem.graph()
     frozen = canonical_graph(graph_before)
     mem.append(_facts(6, start=30) + [fact_event("Person1", "lives_in", "City1", day=31)])
     ext = CountingRules()
-    report = mem.fold(extractor=ext, snapshot_every=0)
-    assert report.started_from == 30 and ext.calls == 7
+    report = mem.fold(extractor=ext)
+    assert ext.calls == 7
     assert canonical_graph(graph_before) == frozen  # corroboration/supersession did not leak into it
     graph_after = mem.graph()
-    assert canonical_graph(graph_after) == _full_graph(mem) != frozen
-    assert not SnapshotStore(mem.layout).list()
+    assert canonical_graph(graph_after) == _expected(mem) != frozen
+    assert report.last_seq == mem.head().seq
 
 
-def test_as_of_uses_the_newest_snapshot_at_or_before_the_prefix(mem):
-    mem.fold(snapshot_every=10)
-    versions = mem.head().table_version
-    mem.append(_facts(12, start=30))
-    mem.fold(snapshot_every=10)
-    fresh = refold.Memory(mem.root)
-    spec = fresh.current_spec()
+def test_as_of_every_version_equals_the_reference_fold_of_that_prefix(mem):
+    mem.fold()
+    mem.append(_facts(6, start=30))
+    mem.append(_facts(6, start=36))
+    mem.fold()
+    mem.append(_facts(4, start=42))  # after the last tag: the overlay
+    fresh = refold.open(mem.root)
+    events = fresh.events()
     for version in range(1, mem.head().table_version + 1):
+        prefix = [e for e in events if e.table_version <= version]
+        expected = reference_of(fresh, events=prefix).graph
+        assert canonical_edges(fresh.graph(as_of=version)) == canonical_edges(expected), version
         state = fresh.state(as_of=version)
-        prefix = [e for e in fresh.events() if e.table_version <= version]
-        expected = build_state(spec, prefix, fresh.cache.get(spec.hash))
-        assert canonical_graph(state.graph) == canonical_graph(expected.graph)
-        if version >= versions:
-            assert state.stats["resumed_from"] >= 9
+        assert state.last_seq == prefix[-1].seq and canonical_edges(state.graph) == canonical_edges(expected)
 
 
-def test_a_half_written_or_damaged_snapshot_is_never_used(mem):
-    mem.fold(snapshot_every=10)
-    store = SnapshotStore(mem.layout)
-    newest = store.list()[-1]
-    # a crashed writer's temporary folder and a folder whose manifest never got written
-    spec_dir = Path(newest.path).parent
-    shutil.copytree(newest.path, spec_dir / ".tmp-crashed")
-    half = spec_dir / f"{40:012d}"
-    shutil.copytree(newest.path, half)
-    (half / "manifest.json").unlink()
-    assert [s.last_seq for s in store.list()] == [9, 19, 29]
-    # damage the newest: its digest no longer matches, so the fold falls back to the one before
-    edges = Path(newest.path) / "edges-000.parquet"
-    edges.write_bytes(edges.read_bytes()[:-20] + b"x" * 20)
-    mem.append(_facts(2, start=30))
-    report = refold.Memory(mem.root).fold(snapshot_every=0)
-    assert report.started_from == 19
-    assert canonical_graph(refold.Memory(mem.root).graph()) == _full_graph(mem)
+@pytest.mark.parametrize("option", [{"snapshot_every": 10}, {"snapshot_keep": 2}, {"engine": "graph"}])
+def test_a_removed_fold_option_is_refused_in_one_line_naming_what_replaces_it(mem, option):
+    with pytest.raises(ValidationError) as caught:
+        mem.fold(**option)
+    message = str(caught.value)
+    assert next(iter(option)) in message and "\n" not in message
+    assert mem.state_store(mem.current_spec()).tag() is None  # nothing was folded
 
 
-def test_a_snapshot_whose_position_the_log_no_longer_has_is_skipped(mem):
-    mem.fold(snapshot_every=10)
-    store = SnapshotStore(mem.layout)
-    newest = store.list()[-1]
-    manifest = Path(newest.path) / "manifest.json"
-    data = json.loads(manifest.read_text())
-    data["link"] = "0" * 64  # as if the snapshot came from another log (or a rewritten one)
-    manifest.write_text(json.dumps(data))
-    report = refold.Memory(mem.root).fold(snapshot_every=0)
-    assert report.started_from == 19
+def test_memory_snapshot_is_refused_in_one_line_naming_the_fold(mem):
+    with pytest.raises(ValidationError, match=r"mem\.fold\(\)") as caught:
+        mem.snapshot()
+    assert "\n" not in str(caught.value)
 
 
-def test_snapshot_on_demand_and_cli(mem, tmp_path):
-    from click.testing import CliRunner
-
-    from refold.cli import main
-
-    info = mem.snapshot()
-    assert info is not None and info.last_seq == mem.head().seq and info.edges > 0
-    assert mem.snapshot().path == info.path  # already there: the same one, nothing rewritten
-    runner = CliRunner()
-    mem.append(_facts(3, start=30))
-    out = runner.invoke(main, ["snapshot", mem.root])
-    assert out.exit_code == 0, out.output
-    assert f"snapshot at seq {mem.head().seq}" in out.output
-    listed = runner.invoke(main, ["snapshot", mem.root, "--list", "--json"])
-    assert listed.exit_code == 0
-    seqs = [json.loads(line)["last_seq"] for line in listed.output.splitlines()]
-    assert seqs == [info.last_seq, mem.head().seq]
-    pruned = runner.invoke(main, ["snapshot", mem.root, "--prune", "1", "--json"])
-    assert pruned.exit_code == 0 and len(SnapshotStore(mem.layout).list()) == 1
+@pytest.mark.parametrize("args, replacement", [(["snapshot", "{root}"], "refold fold"),
+                                               (["fold", "{root}", "--engine", "graph"], "--engine"),
+                                               (["snapshot", "{root}", "--list"], "refold fold")])
+def test_the_removed_cli_command_and_flag_are_refused_in_one_line(mem, args, replacement):
+    cli = str(Path(sys.executable).with_name("refold"))
+    done = subprocess.run([cli, *(a.format(root=mem.root) for a in args)], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 2 and replacement in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr  # (as every refold error: one line)
+    assert mem.state_store(mem.current_spec()).tag() is None

@@ -1,39 +1,29 @@
-"""The erasure patch's light reads and writes: ``delta_io.read_files`` (file by file, picked by
-value sets) returns the rows of the equivalent ``read_arrow``, on the same eight-file table as the
-pruning tests (a MERGE-written file with string_view columns included); ``LogReader.rows_of_kinds``
-equals a filter of the whole log, also after tombstones widened the files' kind statistics; and a
-snapshot's files are hashed from the bytes that were written and parsed, so a manifest's digests
-match the files on disk and a file changed after writing is refused.
+"""Light reads of Delta tables: ``delta_io.read_files`` (file by file, picked by value sets; what
+the log's tail, the extraction cache and the reads by kind use) returns the rows of the
+equivalent ``read_arrow``, on the same eight-file table as the pruning tests (a MERGE-written
+file with string_view columns included); ``LogReader.rows_of_kinds`` equals a filter of the whole
+log, also after an erasure's tombstones widened the files' kind statistics.
 
 Real Delta tables and real stores in tmp_path.
 """
 
 from __future__ import annotations
 
-import hashlib
-from pathlib import Path
-
 import pyarrow as pa
 import pyarrow.compute as pc
-import pytest
 from deltalake import DeltaTable, write_deltalake
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import refold
 from refold import erasing
-from refold.fold.errors import StoreError
-from refold.storage import delta_io, snapshots
+from refold.storage import delta_io
 from refold.storage.delta_io import read_arrow, read_files
 from refold.storage.schema import EVENTS_SCHEMA
-from refold.storage.snapshot_info import contained_digest
-from refold.storage.snapshots import SnapshotStore
 from tests.fold_helpers import fact_event
-from tests.test_erasure_patch import X, _store, _x
 from tests.test_snapshots_pruning import KINDS, SCHEMA, alternative, table  # noqa: F401 - the fixture
 
-#: these tests are about the graph engine (its snapshots, their patching, its reads)
-FOLD_ENGINE = "graph"
+X = "s-x"
 
 values = st.lists(st.integers(min_value=-5, max_value=760), max_size=6)
 
@@ -82,8 +72,24 @@ def test_read_files_reads_the_files_itself_and_hands_older_schemas_to_read_arrow
     assert sorted((r["seq"], r["n"]) for r in rows.to_pylist()) == [(1, None), (3, 30)]
 
 
+def _store(tmp_path) -> refold.Memory:
+    """Others' facts, X's spread among them (one corroborating another's), folded."""
+    mem = refold.init(tmp_path / "store")
+    others = [fact_event(f"Person{i % 5}", "lives_in" if i % 2 else "works_at",
+                         f"Place{i % 6}" if i % 2 else f"Org{i % 3}", day=i) for i in range(49)]
+    x = [fact_event("Xavier Quill", "likes", f"quillberry{i}", day=60 + i, subjects=[X]) for i in range(4)]
+    x.append(fact_event("Person1", "works_at", "Org2", day=71, subjects=[X]))
+    mem.append(others[:20])
+    mem.append(x[:2])
+    mem.append(others[20:40])
+    mem.append(x[2:])
+    mem.append(others[40:])
+    mem.fold()
+    return mem
+
+
 def test_rows_of_kinds_equals_a_filter_of_the_whole_log_after_tombstones(tmp_path):
-    mem = _store(tmp_path, _x())
+    mem = _store(tmp_path)
     mem.append([fact_event("Person1", "lives_in", "Place1", kind="retraction")])
     erasing.erase(mem, X)  # the tombstones' file holds kinds from chat_turn to tombstone
     log = refold.Memory(mem.root).log_store
@@ -98,62 +104,3 @@ def test_rows_of_kinds_equals_a_filter_of_the_whole_log_after_tombstones(tmp_pat
         assert log.rows_of_kinds(kinds, columns=["content"]).column_names == ["content", "seq"]
     assert log.rows_of_kinds(["retraction"])["kind"].to_pylist() == ["retraction"]
     assert set(EVENTS_SCHEMA.names) == set(everything.column_names)
-
-
-def _snapshot(tmp_path):
-    mem = _store(tmp_path, _x())
-    store = SnapshotStore(mem.layout)
-    return mem, store, store.list()[-1]
-
-
-def test_written_digests_are_those_of_the_files_on_disk_also_after_a_patch(tmp_path):
-    mem, store, _ = _snapshot(tmp_path)
-    erasing.erase(mem, X)  # the patch rewrites nodes, contained and the changed buckets
-    for info in store.list():
-        for name, digest in info.files.items():
-            assert hashlib.sha256((Path(info.path) / f"{name}.parquet").read_bytes()).hexdigest() == digest
-
-
-@pytest.mark.parametrize("name", ["nodes", "edges-000", "contained"])
-def test_a_file_changed_after_writing_is_refused(tmp_path, name):
-    _, store, info = _snapshot(tmp_path)
-    assert set(store.read_tables(info, use_threads=False)) == {"nodes", "edges", "edge_rows", "contained"}
-    path = Path(info.path) / f"{name}.parquet"
-    data = bytearray(path.read_bytes())
-    data[len(data) // 2] ^= 0xFF  # one flipped byte: still the same size
-    path.write_bytes(bytes(data))
-    for contained in (True, False):  # the contained ids are checked even when not read
-        with pytest.raises(StoreError, match="does not match its manifest digest"):
-            store.read_tables(info, contained=contained, for_decode=True)
-
-
-@settings(max_examples=60, deadline=None)
-@given(ids=st.lists(st.text(min_size=1, max_size=8), max_size=40, unique=True))
-def test_the_contained_digest_joined_in_arrow_is_the_python_one(ids):
-    arr = snapshots._sorted_ids(ids)  # Arrow's byte order is Python's code point order
-    assert arr.to_pylist() == sorted(ids)
-    assert snapshots._ids_digest(arr) == contained_digest(ids)
-    assert snapshots._ids_digest(snapshots._sorted_ids(pa.chunked_array([sorted(ids)], pa.string()))) == \
-        contained_digest(ids)
-
-
-def test_a_table_read_shared_by_a_worker_equals_a_read_on_one_thread(tmp_path):
-    _, store, info = _snapshot(tmp_path)
-    alone = store.read_tables(info, for_decode=True, use_threads=False)
-    shared = snapshots.TableRead(info, for_decode=True, use_threads=False)
-    snapshots.io_worker().submit(shared.work)
-    together = shared.result()  # this thread takes whatever files the worker has not
-    assert set(together) == set(alone)
-    for name in alone:
-        assert together[name].equals(alone[name])
-    # a file the worker or this thread finds changed fails the read with the digest error
-    path = Path(info.path) / "edges-000.parquet"
-    path.write_bytes(path.read_bytes()[:-8] + b"12345678")
-    broken = snapshots.TableRead(info)
-    snapshots.io_worker().submit(broken.work)
-    with pytest.raises(StoreError, match="edges-000.parquet does not match its manifest digest"):
-        broken.result()
-    closed = snapshots.TableRead(info)
-    closed.close()  # nothing taken: a later result() reads nothing and says so
-    with pytest.raises(StoreError, match="closed before it was done"):
-        closed.result()

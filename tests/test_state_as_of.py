@@ -1,10 +1,13 @@
 """Reads as of a past log position answer from the state tables' time travel (issue #17 item 1,
-docs/fold.md "Reads as of a past position"), on real stores folded with the partitioned engine.
+issue #33; docs/state.md "How far back as_of reads go"), on real stores.
 
 "State as of log seq S" is the newest tagged ``facts`` version at or before S plus the read
-overlay of the events between the tag and S: no graph of the whole store is folded, nothing is
-written, no model is called. Every answer is held to the graph engine's fold of the same log
-prefix (the oracle), with a retraction, a stated fact, roll-ups and valid time in the log.
+overlay of the events between the tag and S (with no version that old: the overlay of the log's
+prefix on an empty state, up to ``Memory.read_overlay_limit`` events, else a one-line refusal
+naming the oldest readable position): no graph of the whole store is folded, nothing is
+written, no model is called. Every answer is held to the reference fold of the same log prefix
+(refold.fold.reference, the oracle), with a retraction, a stated fact, roll-ups and valid time
+in the log.
 """
 
 from __future__ import annotations
@@ -20,9 +23,9 @@ import pytest
 import refold
 from refold import tools
 from refold.fold.merge import node_id
+from refold.fold.errors import ValidationError
 from refold.fold.partition import bucket_of
-from refold.fold.queries import fact_rows, facts_frame
-from tests.fold_helpers import fact_event
+from tests.fold_helpers import fact_event, reference_facts, reference_of
 from tests.test_reads_pure import WRITE, _files
 
 REPO = Path(__file__).resolve().parents[1]
@@ -34,8 +37,8 @@ X = "Quillon Varga"  # the data subject the erasure tests erase ("s-x")
 
 
 def _oracle(mem, as_of, **filters) -> pl.DataFrame:
-    """The graph engine's answer: a fold of the log as it stood at ``as_of``."""
-    return facts_frame(fact_rows(mem.state(as_of=as_of).graph, **filters))
+    """The reference fold's answer: a fold of the log as it stood at ``as_of``."""
+    return reference_facts(reference_of(mem, as_of=as_of), **filters)
 
 
 def _history(root: Path) -> tuple[refold.Memory, list[int]]:
@@ -49,17 +52,17 @@ def _history(root: Path) -> tuple[refold.Memory, list[int]]:
         fact_event(X, "works_at", "Acme", day=2, subjects=["s-x"]),
         fact_event(X, "lives_in", "Quimper", day=3, subjects=["s-x"])])
     versions.append(mem.log_store.version())
-    mem.fold(engine="partitioned")
+    mem.fold()
     mem.append(list(workload(60, seed=8, people=10, start=120)))
     versions.append(mem.log_store.version())
-    mem.fold(engine="partitioned")
+    mem.fold()
     tools.handle("write_memory", {**WRITE, "subject": "Person3"}, ctx)
     victim = mem.facts(subject="Person2", current_only=True)["fact_id"][0]
     tools.handle("retract_memory", {"fact_id": victim, "justification": "wrong", "trace_id": "run-2"}, ctx)
     versions.append(mem.log_store.version())
     mem.append(list(workload(60, seed=9, people=10, start=180)) + [fact_event("the Acme", "located_in", "Oslo", day=40)])
     versions.append(mem.log_store.version())
-    mem.fold(engine="partitioned")
+    mem.fold()
     mem.append(list(workload(40, seed=10, people=10, start=240)))
     versions.append(mem.log_store.version())
     return mem, versions
@@ -97,7 +100,7 @@ def test_a_read_as_of_a_time_resolves_to_the_log_prefix_recorded_by_then(tmp_pat
     at = log.filter(pl.col("table_version") == versions[2])["recorded_at"].max()
     as_of = (at + timedelta(microseconds=1)).isoformat()
     assert mem.log_store.prefix_end(as_of) == log.filter(pl.col("table_version") <= versions[2])["seq"].max()
-    assert mem._state_read_at(mem.current_spec(), as_of) is not None
+    assert mem._state_read_at(mem.current_spec(), as_of)[1].log_seq >= 0  # a tagged state version
     assert mem.facts(as_of=as_of).equals(mem.facts(as_of=versions[2]))
 
 
@@ -124,27 +127,55 @@ def test_a_past_read_of_one_subject_opens_only_its_bucket(tmp_path):
         reader.facts(as_of=versions[1])  # the whole state needs the files just removed
 
 
-def test_without_a_tagged_version_that_old_the_graph_engine_answers(tmp_path):
-    """Before the first fold's tag there is no state version to travel to; the read folds the
-    prefix (the graph engine) and still answers."""
+def test_without_a_tagged_version_that_old_the_prefix_is_overlaid_on_an_empty_state(tmp_path):
+    """Before the first fold's tag there is no state version to travel to: the read overlays the
+    log's prefix on an empty state (the same code as every read) and answers."""
     mem = refold.init(tmp_path / "store")
     mem.append(list(workload(50, seed=1, people=5)))
     early = mem.log_store.version()
     mem.append(list(workload(50, seed=2, people=5, start=50)))
-    mem.fold(engine="partitioned")
-    assert mem._state_read_at(mem.current_spec(), early) is None
+    mem.fold()
+    first = mem.state_store(mem.current_spec()).tags()[0]
+    assert mem.log_store.prefix_end(early) < first.log_seq
+    before = _files(tmp_path / "store")
     got = mem.facts(as_of=early)
     assert got.height > 0 and got.equals(_oracle(mem, early))
     assert mem.facts(as_of=0).height == 0  # the table's creation: nothing recorded yet
+    assert _files(tmp_path / "store") == before
+
+
+def test_a_read_whose_overlay_would_pass_the_limit_is_refused_in_one_line(tmp_path):
+    """``Memory.read_overlay_limit`` bounds the events a read overlays in memory: past it, an
+    ``as_of`` read says which positions are readable, and a read of the head says to fold."""
+    mem = refold.init(tmp_path / "store")
+    mem.append(list(workload(40, seed=1, people=5)))
+    early = mem.log_store.version()
+    mem.append(list(workload(40, seed=2, people=5, start=40)))
+    mem.fold()
+    tag = mem.state_store(mem.current_spec()).tag()
+    mem.append(list(workload(30, seed=3, people=5, start=80)))
+    reader = refold.open(tmp_path / "store")
+    reader.read_overlay_limit = 35  # (the instance's own limit: the default is 50,000)
+    with pytest.raises(ValidationError) as caught:
+        reader.facts(as_of=early)  # 40 events overlaid on an empty state
+    message = str(caught.value)
+    assert "\n" not in message and "oldest readable position" in message and "as_of" in message
+    assert reader.facts(as_of=mem.log_store.version()).equals(_oracle(mem, mem.log_store.version()))  # 30 after the tag
+    reader.read_overlay_limit = 20
+    with pytest.raises(ValidationError, match="fold") as caught:
+        reader.facts()  # the head: 30 events after the tag
+    assert "\n" not in str(caught.value) and str(tag.log_seq) in str(caught.value)
+    reader.fold()
+    assert reader.facts().equals(_oracle(mem, None))
 
 
 def test_an_erasure_leaves_no_older_state_version_to_travel_to(tmp_path):
     """After an erasure only the state it wrote is tagged (older versions held erased data and
-    were vacuumed): a read as of a position before it is the graph engine's fold of the erased
-    log, which shows none of the erased subject's facts."""
+    were vacuumed): a read as of a position before it overlays the erased log's prefix on an
+    empty state, which shows none of the erased subject's facts."""
     mem, versions = _history(tmp_path / "store")
     spec = mem.current_spec()
-    assert mem._state_read_at(spec, versions[1]) is not None
+    assert mem._state_read_at(spec, versions[1])[1].log_seq >= 0
     assert sorted(mem.facts(as_of=versions[1], subject=X)["relation"].to_list()) == ["lives_in", "works_at", "works_in"]
     from refold.state_rollups import _HINTS
 
@@ -156,22 +187,23 @@ def test_an_erasure_leaves_no_older_state_version_to_travel_to(tmp_path):
     assert not any(node_id("default", X) in h[3] for h in _HINTS.values())
     store = mem.state_store(spec)
     assert len(store.tags()) == 1 and store.tags()[0].log_seq == store.tag().log_seq
-    assert mem._state_read_at(spec, versions[1]) is None
+    assert mem._state_read_at(spec, versions[1])[1].log_seq < 0  # (no state version: an empty state)
     assert mem.facts(as_of=versions[1], subject=X).height == 0
+    assert mem.facts(as_of=versions[1]).equals(_oracle(mem, versions[1]))
     head = mem.log_store.version()
-    assert mem._state_read_at(spec, head) is not None
+    assert mem._state_read_at(spec, head)[1] == store.tag()
     assert mem.facts(as_of=head).equals(_oracle(mem, head))
 
 
 def test_a_past_read_is_kept_in_memory_until_an_erasure(tmp_path):
     mem, versions = _history(tmp_path / "store")
     spec = mem.current_spec()
-    first = mem._state_read_at(spec, versions[2])
-    assert mem._state_read_at(spec, versions[2]) is first  # the same log seq: served from memory
+    first = mem._state_read_at(spec, versions[2])[2]  # the overlay of that read
+    assert mem._state_read_at(spec, versions[2])[2] is first  # the same log seq: served from memory
     other = refold.open(tmp_path / "store")
     other.register_subject("s-x", X)
     other.erase("s-x")  # another process's erasure: a new epoch
-    assert mem._state_read_at(spec, versions[2]) is not first
+    assert mem._state_read_at(spec, versions[2])[2] is not first
 
 
 @pytest.mark.parametrize("as_of", [-1, "yesterday", True])
@@ -181,18 +213,18 @@ def test_a_bad_as_of_is_refused_in_one_line(tmp_path, as_of):
         mem.facts(as_of=as_of)
 
 
-def test_why_and_graph_as_of_a_past_version_equal_the_graph_engines(tmp_path):
+def test_why_and_graph_as_of_a_past_version_equal_the_reference_folds(tmp_path):
     """``why`` and ``graph`` (a subject's neighbourhood) as of a past version: the same answer as
-    the graph engine's fold of that prefix (edges with every attribute; entity summaries are
-    not compared: the overlay leaves them as the tag has them, docs/fold.md "Reads")."""
+    the reference fold of that prefix (edges with every attribute; entity summaries are not
+    compared: the overlay leaves them as the tag has them, docs/state.md "Reads")."""
     from refold.fold.queries import why
     from refold.state_queries import neighbourhood
 
     mem, versions = _history(tmp_path / "store")
     reader = refold.open(tmp_path / "store")
     for as_of in (versions[1], versions[2], versions[4]):
-        assert reader._state_read_at(reader.current_spec(), as_of) is not None
-        oracle = mem.state(as_of=as_of).graph
+        assert reader._state_read_at(reader.current_spec(), as_of)[1].log_seq >= 0
+        oracle = reference_of(mem, as_of=as_of).graph
         facts = reader.facts(as_of=as_of)
         assert {"extracted", "employs", "works_in"} <= set(facts["derivation"].to_list())
         for kind in sorted(set(facts["derivation"].to_list())):  # one fact of each derivation
