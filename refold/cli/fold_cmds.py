@@ -7,6 +7,8 @@ import sys
 
 import click
 
+from refold.fold.errors import ValidationError
+
 from .app import emit_json, emit_jsonl, json_option, main, open_store, store_argument
 
 
@@ -78,15 +80,15 @@ def fold(store: str, extractor: str, options: tuple[str, ...], full: bool, use_r
 
 def _removed(value) -> None:
     if value is not None:
-        raise click.UsageError("--engine was removed in refold 0.2: there is one engine, the state tables; "
-                               "drop the flag")
+        raise ValidationError("--engine was removed in refold 0.2: there is one engine, the state tables; "
+                              "drop the flag")
 
 
 @main.command(hidden=True, context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
 def snapshot() -> None:
     """Removed in refold 0.2: every `refold fold` tags a state version (the snapshot)."""
-    raise click.UsageError("`refold snapshot` was removed in refold 0.2: every `refold fold STORE` tags a state "
-                           "version, which is the snapshot; run `refold fold STORE`")
+    raise ValidationError("`refold snapshot` was removed in refold 0.2: every `refold fold STORE` tags a state "
+                          "version, which is the snapshot; run `refold fold STORE`")
 
 
 @main.command("vacuum-state")
