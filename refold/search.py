@@ -40,7 +40,7 @@ import numpy as np
 import polars as pl
 
 from refold.embedders import get_embedder
-from refold.fold.embed import EVENT_SCHEMA, FACT_SCHEMA, Embedder, check_vectors, event_items, fact_items
+from refold.fold.embed import EVENT_SCHEMA, FACT_SCHEMA, Embedder, check_vectors, event_items
 from refold.fold.errors import ValidationError
 from refold.fold.spec import FoldSpec
 from refold.storage.cache import PurgeResult

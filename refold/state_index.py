@@ -38,7 +38,7 @@ __all__ = ["IndexBasis", "IndexDelta", "index_basis", "index_delta", "index_fact
 class IndexBasis:
     """The state tables' share of the index at one tag (no overlay): ``rows`` every stored row
     (both layers, history included), ``rollups`` the current compose roll-ups of those rows (a
-    compose roll-up's closed copies are not indexed: :func:`refold.fold.embed.indexed`),
+    compose roll-up's closed copies are not indexed: :func:`refold.fold.embed.fact_items_of_rows`),
     ``names`` node id → display name of every entity."""
 
     rows: pl.DataFrame
@@ -137,7 +137,7 @@ def index_facts(store: StateStore, tag: StateTag, overlay: "StateOverlay | None"
     the current rows: a derived row is open exactly when both its inputs are), subjects and
     objects as node ids; and the names of those nodes. A compose roll-up's closed copies (one per
     change of either input, so an organisation's moves times its staff) are not derived: the
-    index leaves them out on either engine (:func:`refold.fold.embed.indexed`). The basis of
+    index leaves them out on either engine (:func:`refold.fold.embed.fact_items_of_rows`). The basis of
     ``tag`` with ``overlay``'s delta applied (the same path a search's kept basis takes)."""
     basis = index_basis(store, tag)
     if overlay is None:

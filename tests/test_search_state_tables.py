@@ -22,8 +22,8 @@ import pytest
 import refold
 from refold import search as search_mod
 from refold.extractors import get_extractor
-from refold.fold.embed import event_items, fact_items, fact_items_of_rows
-from refold.fold.reference import reference_fold
+from refold.fold.embed import event_items, fact_items_of_rows
+from refold.fold.reference import reference_fold, reference_index_items
 from refold.folding import needs_extraction
 from refold.memory import Memory
 from refold.state_index import index_facts
@@ -38,7 +38,7 @@ def _oracle(mem, as_of=None) -> dict[str, pl.DataFrame]:
     extractions = {x.event_id: x for x in get_extractor("rules").extract([e for e in events if needs_extraction(e)], spec)}
     retractions = {e.event_id: e.principals for e in events if e.kind == "retraction"}
     graph = reference_fold(spec, events, extractions).graph
-    return {"facts": fact_items(graph, retractions), "events": event_items(events)}
+    return {"facts": reference_index_items(graph, retractions), "events": event_items(events)}
 
 
 def _store(tmp_path, seed: int):

@@ -18,7 +18,6 @@ import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
-import networkx as nx
 import numpy as np
 import polars as pl
 
@@ -28,8 +27,8 @@ from .scoping import CLOSER_COLUMNS
 
 __all__ = [
     "EMBEDDED_KINDS", "EVENT_SCHEMA", "Embedder", "FACT_SCHEMA", "ITEM_FACT_COLUMNS", "MAX_TEXT_CHARS",
-    "check_vectors", "event_items", "event_text", "fact_item_frame", "fact_items", "fact_items_of_rows",
-    "fact_sentence", "indexed", "readers_of", "relation_phrase", "stable_id", "text_hash",
+    "check_vectors", "event_items", "event_text", "fact_item_frame", "fact_items_of_rows",
+    "fact_sentence", "readers_of", "relation_phrase", "stable_id", "text_hash",
 ]
 
 #: Event kinds whose text is embedded (what an agent or a person said or wrote).
@@ -136,41 +135,16 @@ ITEM_FACT_COLUMNS = {
 }
 
 
-def fact_items(graph: nx.MultiDiGraph, retraction_principals: Mapping[str, Sequence[str]] | None = None
-               ) -> pl.DataFrame:
-    """One row per fact (edge) of a folded graph that the index embeds (:func:`indexed`: history
-    and derived facts included, a compose roll-up's closed copies not).
-
-    Filtering (current only, valid time, tenant, principal) happens at search time on these
-    columns, so a fact whose ``valid_to`` changes needs new metadata, not a new vector.
-    ``retraction_principals``: the principals of the log's retraction events, by id (who may see
-    a closing; :func:`refold.fold.scoping.closer_readers`).
-    """
-    from .scoping import closer_readers, edge_map
-
-    edges = edge_map(graph)
-    facts = pl.DataFrame({c: [d[c] for d in edges.values() if indexed(d)] for c in ITEM_FACT_COLUMNS},
-                         schema=ITEM_FACT_COLUMNS)
-    names = {n: d["name"] for n, d in graph.nodes(data=True)}
-    closing = [(fid, c[0], sorted(c[1])) for fid, c in closer_readers(edges, retraction_principals or {}).items()
-               if c[0] or c[1]]
-    return fact_item_frame(facts, names, pl.DataFrame(closing, schema=CLOSER_COLUMNS, orient="row"))
-
-
-def indexed(fact: Mapping) -> bool:
-    """Whether the index embeds ``fact``: every fact with its history, except the closed copies
-    of compose roll-ups (two inputs). Each change of either input closes a copy, so they grow
-    with (an organisation's moves × its staff), tens of millions at 1M benchmark events; the
-    state tables derive them when read (``facts(valid_at=...)``) and the index holds the current
-    one, which is what a search without ``history`` or ``valid_at`` finds."""
-    return fact["valid_to"] is None or len(fact["inputs"]) != 2
-
-
 def fact_items_of_rows(rows: pl.DataFrame, names: Mapping[str, str],
                        retraction_principals: Mapping[str, Sequence[str]], *,
                        known: pl.DataFrame | None = None) -> pl.DataFrame:
-    """:func:`fact_items` of a whole state held as fact rows (the state tables' columns, node ids
-    for subjects and objects: :func:`refold.state_index.index_facts`) instead of a graph
+    """One row per fact of a whole state that the index embeds, from fact rows (the state
+    tables' columns, node ids for subjects and objects: :func:`refold.state_index.index_facts`;
+    history and derived facts included, a compose roll-up's closed copies not: each change of
+    either input closes a copy, so they grow with an organisation's moves × its staff, and the
+    index holds the current one, which is what a search without ``history`` or ``valid_at``
+    finds). Filtering (current only, valid time, tenant, principal) happens at search time on
+    these columns, so a fact whose ``valid_to`` changes needs new metadata, not a new vector
     (``known``: see :func:`fact_item_frame`)."""
     from .scoping import closer_frame
 

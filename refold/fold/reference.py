@@ -12,18 +12,21 @@ imports it); the product folds bucket by bucket (:mod:`refold.fold.partition`,
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import networkx as nx
+import polars as pl
 
+from .embed import ITEM_FACT_COLUMNS, fact_item_frame
 from .events import Event
 from .extract import Extraction
 from .merge import GraphBuilder, MergeStats
 from .rollups import apply_rollups
+from .scoping import CLOSER_COLUMNS, closer_readers, edge_map
 from .spec import FoldSpec
 
-__all__ = ["ReferenceState", "reference_fold"]
+__all__ = ["ReferenceState", "reference_fold", "reference_index_items"]
 
 
 @dataclass(frozen=True)
@@ -58,3 +61,19 @@ def reference_fold(spec: FoldSpec, events: Iterable[Event],
         builder.apply(event, extractions.get(event.event_id))
     derived = apply_rollups(builder.graph, spec)
     return ReferenceState(spec=spec, graph=builder.graph, stats=builder.stats, derived=derived)
+
+
+def reference_index_items(graph: nx.MultiDiGraph,
+                          retraction_principals: Mapping[str, Sequence[str]] | None = None) -> pl.DataFrame:
+    """The search index's fact rows of a reference fold's ``graph``, built edge by edge with the
+    dict form of the closing rule (:func:`refold.fold.scoping.closer_readers`): the oracle of
+    :func:`refold.fold.embed.fact_items_of_rows`, which builds them from the state tables' rows.
+    Every fact with its history, except a compose roll-up's (two inputs) closed copies.
+    ``retraction_principals``: the principals of the log's retraction events, by id."""
+    edges = edge_map(graph)
+    kept = [d for d in edges.values() if d["valid_to"] is None or len(d["inputs"]) != 2]
+    facts = pl.DataFrame({c: [d[c] for d in kept] for c in ITEM_FACT_COLUMNS}, schema=ITEM_FACT_COLUMNS)
+    names = {n: d["name"] for n, d in graph.nodes(data=True)}
+    closing = [(fid, c[0], sorted(c[1])) for fid, c in closer_readers(edges, retraction_principals or {}).items()
+               if c[0] or c[1]]
+    return fact_item_frame(facts, names, pl.DataFrame(closing, schema=CLOSER_COLUMNS, orient="row"))
