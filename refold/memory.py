@@ -678,6 +678,31 @@ class Memory:
 
         return open_index(self, embedder=embedder, as_of=as_of, backend=backend)
 
+    # -- Merkle proofs (RFC 9162; refold.proofs, docs/verify.md) ------------------------------------
+
+    def checkpoint(self, size: int | None = None, *, signed: bool = True):
+        """The newest published signed checkpoint (of ``size`` leaves when given), or with
+        ``signed=False`` the unsigned one of the tree of ``size`` leaves (default: the whole log)."""
+        from refold.storage.checkpoints import store_checkpoint
+
+        return store_checkpoint(self.log_store, size, signed=signed)
+
+    def inclusion_proof(self, seq: int, size: int | None = None):
+        """Proof that event ``seq`` is leaf ``seq`` of the tree of ``size`` leaves (default: the
+        whole log): a :class:`refold.proofs.InclusionProof`."""
+        from refold.proofs import InclusionProof
+        from refold.storage.merkle import tree_view
+
+        return InclusionProof.of(tree_view(self.log_store, size, leaf=seq), seq)
+
+    def consistency_proof(self, size1: int, size2: int | None = None):
+        """Proof that the tree of ``size2`` leaves (default: the whole log) extends the tree of
+        ``size1``: a :class:`refold.proofs.ConsistencyProof`."""
+        from refold.proofs import ConsistencyProof
+        from refold.storage.merkle import tree_view
+
+        return ConsistencyProof.of(tree_view(self.log_store, size2, since=size1), size1)
+
 
 def _exists(layout: Layout, storage_options: dict[str, str] | None) -> bool:
     """Whether ``layout`` holds a refold store: its settings file, or (object storage, a store

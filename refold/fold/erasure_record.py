@@ -13,7 +13,11 @@ The record is compact JSON (no personal data: positions, ids and hashes only)::
     {"format": "refold-erasure/v1", "erasure_id": "…",
      "erased": [[seq, event_id, commitment, recorded_at, table_version], …]}
 
-in seq order, ``recorded_at`` as the chain's canonical time (UTC, microseconds).
+in seq order, ``recorded_at`` as the chain's canonical time (UTC, microseconds). A shred-mode
+erasure tombstones nothing: its events keep their rows (their keys are destroyed), and the record
+names them in ``"shredded": [[seq, commitment], …]`` instead (absent when empty, so a record
+without shredded events keeps the bytes it always had): the leaves of the log's Merkle tree that
+the erasure made unreadable (:mod:`refold.proofs`).
 """
 
 from __future__ import annotations
@@ -57,17 +61,23 @@ class ErasureRecord:
 
     erasure_id: str
     erased: tuple[Erased, ...] = ()
+    #: (seq, commitment) of each event the erasure made unreadable without a tombstone (shred mode)
+    shredded: tuple[tuple[int, str], ...] = ()
 
     @classmethod
-    def build(cls, erasure_id: str, erased: Iterable[Erased]) -> "ErasureRecord":
-        return cls(erasure_id, tuple(sorted(erased, key=lambda e: e.seq)))
+    def build(cls, erasure_id: str, erased: Iterable[Erased],
+              shredded: Iterable[tuple[int, str]] = ()) -> "ErasureRecord":
+        return cls(erasure_id, tuple(sorted(erased, key=lambda e: e.seq)),
+                   tuple(sorted((int(s), str(c)) for s, c in shredded)))
 
     def content(self) -> str:
         """The ``erasure`` event's content: deterministic, so a rerun after a crash appends the
         same event (found again by its id) instead of a conflicting one."""
         rows = [[e.seq, e.event_id, e.commitment, e.recorded_at, e.table_version] for e in self.erased]
-        return json.dumps({"format": FORMAT, "erasure_id": self.erasure_id, "erased": rows},
-                          separators=(",", ":"), ensure_ascii=False)
+        value: dict[str, Any] = {"format": FORMAT, "erasure_id": self.erasure_id, "erased": rows}
+        if self.shredded:
+            value["shredded"] = [[s, c] for s, c in self.shredded]
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
     @classmethod
     def parse(cls, content: str | None) -> "ErasureRecord":
@@ -87,9 +97,15 @@ class ErasureRecord:
             erasure_id = value["erasure_id"]
             if not isinstance(erasure_id, str):
                 raise ValueError("erasure_id is not a string")
+            shredded = []
+            for row in value.get("shredded", []):
+                seq, commitment = row
+                if not (isinstance(seq, int) and isinstance(commitment, str)):
+                    raise ValueError(f"malformed shredded entry {row!r}")
+                shredded.append((seq, commitment))
         except (TypeError, KeyError, ValueError) as exc:
             raise ValueError(f"not an erasure record ({exc})") from None
-        return cls(erasure_id, tuple(erased))
+        return cls(erasure_id, tuple(erased), tuple(shredded))
 
 
 def tombstone_problem(tombstone: Event, entry: Erased | None, erasure_seq: int | None) -> str | None:

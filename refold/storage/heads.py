@@ -77,6 +77,9 @@ class HeadLine:
     #: a signed head's Ed25519 signature (hex) and its key's fingerprint (refold.storage.signing)
     signature: str | None = None
     key: str | None = None
+    #: the signed checkpoint of the tree of seq + 1 leaves published with it, a C2SP signed note
+    #: (refold.storage.checkpoints); None on unsigned lines and lines of older refolds
+    checkpoint: str | None = None
 
 
 def _strict_head(value: Any) -> Head:
@@ -114,10 +117,10 @@ def read_head_lines(folder: str | os.PathLike) -> list[HeadLine]:
         try:
             value = json.loads(line)
             head = _strict_head(value)
-            signature, key = value.get("sig"), value.get("key")
-            if not (signature is None or isinstance(signature, str)) or not (key is None or isinstance(key, str)):
-                raise ValueError("sig or key is not a string")
-            out.append(HeadLine(where, head, signature=signature, key=key))
+            signature, key, checkpoint = value.get("sig"), value.get("key"), value.get("checkpoint")
+            if not all(v is None or isinstance(v, str) for v in (signature, key, checkpoint)):
+                raise ValueError("sig, key or checkpoint is not a string")
+            out.append(HeadLine(where, head, signature=signature, key=key, checkpoint=checkpoint))
         except (ValueError, TypeError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
             out.append(HeadLine(where, None, str(exc), torn=_cut_short(line)))
     for path in sorted(folder.glob(_HEAD_GLOB)) if folder.exists() else ():
@@ -142,13 +145,17 @@ def _cut_short(text: bytes) -> bool:
     return text.startswith(_LINE_START) and not text.endswith(b"}")
 
 
-def publish_head(folder: str | os.PathLike, head: Head, *, keep: int = 16, signer=None) -> None:
+def publish_head(folder: str | os.PathLike, head: Head, *, keep: int = 16, signer=None,
+                 extra: dict[str, Any] | None = None) -> None:
     """Append ``head`` to the folder's journal, signed when a ``signer``
-    (:class:`~refold.storage.signing.HeadSigner`) is given. Best effort: the commit already
-    landed, so a failure here warns instead of failing the append."""
+    (:class:`~refold.storage.signing.HeadSigner`) is given, with ``extra`` fields (a signed
+    checkpoint). Best effort: the commit already landed, so a failure here warns instead of
+    failing the append."""
     line = head.as_json()
     if signer is not None:
         line.update(signer.sign(head))
+    if extra:
+        line.update(extra)
     try:
         _journal(Path(folder)).append(line, keep=keep)
     except OSError as exc:
@@ -266,17 +273,20 @@ def _journal_tail(path: Path, *, raw: bool = False) -> list:
 HEADS = "receipts/heads"  # the heads' prefix under the store root
 
 
-def publish_store_head(layout, head: Head, *, keep: int = 16, signer=None) -> None:
+def publish_store_head(layout, head: Head, *, keep: int = 16, signer=None,
+                       extra: dict[str, Any] | None = None) -> None:
     """Publish ``head`` for the store ``layout`` names: the journal of a local store, one
     create-if-absent object per head on object storage. Best effort, like :func:`publish_head`."""
     if layout.is_local:
-        publish_head(layout.heads, head, keep=keep, signer=signer)
+        publish_head(layout.heads, head, keep=keep, signer=signer, extra=extra)
         return
     from refold.fold.errors import StoreError
 
     value = head.as_json()
     if signer is not None:
         value.update(signer.sign(head))
+    if extra:
+        value.update(extra)
     key = f"{HEADS}/{head.table_version:020d}.json"
     try:
         layout.files().create(key, json.dumps(value).encode())
@@ -301,7 +311,9 @@ def store_head_lines(layout) -> list[HeadLine]:
         try:
             value = json.loads(text)
             head = _strict_head(value)
-            out.append(HeadLine(name, head, signature=value.get("sig"), key=value.get("key")))
+            checkpoint = value.get("checkpoint")
+            out.append(HeadLine(name, head, signature=value.get("sig"), key=value.get("key"),
+                                checkpoint=checkpoint if isinstance(checkpoint, str) else None))
         except (ValueError, TypeError) as exc:
             out.append(HeadLine(name, None, str(exc), torn=_cut_short(text)))
     return out

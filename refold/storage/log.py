@@ -67,6 +67,8 @@ from .table_handles import commit_file
 from .schema import EVENTS_SCHEMA, TABLE_CONFIGURATION
 from .sealing import Sealed, seal_rows
 from .signing import signer_from_env
+from .checkpoints import checkpoint_fields  # (Merkle tree: refold/storage/merkle.py, issue 36)
+from .merkle import MerkleTree
 
 #: Once this many data files have been added since the last compaction, the append that added the
 #: last one merges them (0: never). delta-rs's commit cost grows with the number of files: a
@@ -140,6 +142,7 @@ class EventLog(LogReader):
         events = self.layout.events
         self._folder = Path(os.path.abspath(events.removeprefix("file://"))) if self.layout.is_local else None
         self._signer = signer_from_env(self.layout)  # signs published heads (REFOLD_SIGNING_KEY)
+        self.merkle = MerkleTree(self.layout)  # the Merkle tree over the log, grown by each append
 
     def __getstate__(self) -> dict[str, Any]:  # picklable (Ray): caches are rebuilt on arrival
         return {k: self.__dict__[k] for k in ("layout", "storage_options", "protector")}
@@ -241,7 +244,8 @@ class EventLog(LogReader):
                         f"append failed and the batch did not land ({exc}); it is safe to retry"
                     ) from exc
                 self._remember(ids if fresh is unique else [e.event_id for e in fresh], new_head)
-                self._publish_head(new_head)
+                tree = self._grow_tree(new_head, rows)
+                self._publish_head(new_head, tree=tree)
                 if (exclusive and COMPACT_EVERY
                         and len(self._indexed) - self._compacted_files >= COMPACT_EVERY):
                     self._compact_quietly(self._fresh_table())
@@ -446,5 +450,23 @@ class EventLog(LogReader):
 
     # -- published heads ------------------------------------------------------------------------
 
-    def _publish_head(self, head: Head, keep: int = 16) -> None:
-        publish_store_head(self.layout, head, keep=keep, signer=self._signer)
+    def _publish_head(self, head: Head, keep: int = 16, tree=None) -> None:
+        extra = None
+        if self._signer is not None and tree is not None and tree.size == head.seq + 1:
+            extra = checkpoint_fields(self._signer, tree.size, tree.root())  # signed with the head
+        publish_store_head(self.layout, head, keep=keep, signer=self._signer, extra=extra)
+
+    # -- the Merkle tree (refold/storage/merkle.py) -----------------------------------------------
+
+    def _grow_tree(self, head: Head, rows: Sealed):
+        """Add the leaves of the rows that just landed to the Merkle tree; return its new edge.
+        Best effort, like the head: the commit landed, and a tree left behind is caught up from
+        the log by the next append or proof. The chain's bytes are untouched (leaves hash the
+        commitments sealing computed)."""
+        try:
+            return self.merkle.appended(head.seq - rows.table.num_rows + 1,
+                                        rows.table["commitment"].to_pylist(), self)
+        except Exception as exc:  # noqa: BLE001
+            warnings.warn(f"refold: could not extend the Merkle tree of {self.layout.root} ({exc}); the next "
+                          "append or proof catches it up from the log", RuntimeWarning, stacklevel=3)
+            return None

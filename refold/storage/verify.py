@@ -41,6 +41,8 @@ from .schema import EVENTS_SCHEMA, stored_time_texts, table_to_events
 from .signing import (KEY_ENV, PUBLIC_KEY_FILE, HeadSigner, fingerprint, load_private, recorded_public_key,
                       signature_ok)
 from .verify_stats import statistics_problems
+from .checkpoints import CheckpointError, checkpoint_fields, open_checkpoint, parse_checkpoint
+from .merkle import check_tree, tree_view
 
 #: what a field may raise when a stored value has the wrong shape (a null inside a list, a
 #: non-hex hash, a null where the header needs a value)
@@ -259,6 +261,9 @@ def verify(log: EventLog, *, against: Head | None = None, signed_heads: bool = F
     head_problems, head_bad = check_recorded_heads(log, events)
     problems += head_problems
     bad += head_bad
+    if intact:  # the Merkle tree and the published checkpoints, against the chain's commitments
+        _check_checkpoints(log, [by_seq[seq][0].commitment for seq in range(len(by_seq))], problems, bad, notes,
+                           key=public_key, signed=signed_heads or public_key is not None)
     try:
         head = Head(last.seq, last.link, last.recorded_at, log._table().version()) if last else None
     except _MALFORMED:
@@ -329,6 +334,55 @@ def _check_heads(log: EventLog, against: Head | None, by_seq: dict[int, list[Eve
             bad.append(seq)
             return signed
     return signed
+
+
+def _check_checkpoints(log: EventLog, commitments: list[str], problems: list[str], bad: list[int],
+                       notes: list[str], *, key: Ed25519PublicKey | None, signed: bool) -> None:
+    """Every checkpoint published with a head (refold.storage.checkpoints) against the Merkle tree
+    of the log's commitments, and the stored tree (tiles, edge) against the same tree. With
+    ``signed``, each checkpoint's signature must verify with ``key`` (default: the recorded key)."""
+    heads_dir = "receipts/heads"
+    lines = [line for line in store_head_lines(log.layout) if line.head is not None and line.checkpoint]
+    parsed = []
+    for line in lines:
+        note = line.checkpoint or ""
+        split = note.rfind("\n\n")
+        try:
+            checkpoint = parse_checkpoint(note[:split + 1] if split >= 0 else note)
+        except CheckpointError as exc:
+            problems.append(f"{heads_dir}/{line.where}: its checkpoint is not a signed checkpoint ({exc}); neither "
+                            "refold nor a crash writes this")
+            continue
+        parsed.append((line, checkpoint))
+    tree = check_tree(log.layout, commitments, [c.size for _, c in parsed])
+    roots = tree.roots
+    problems += tree.problems
+    notes += tree.notes
+    if tree.truncated_at is not None:
+        bad.append(tree.truncated_at)
+    if signed and key is None:
+        try:
+            key = recorded_public_key(log.layout)
+        except ValidationError:
+            key = None  # reported by the signature check of the heads
+    for line, checkpoint in parsed:
+        where = f"{heads_dir}/{line.where}"
+        if checkpoint.size != line.head.seq + 1:
+            problems.append(f"{where}: its checkpoint is of a tree of {checkpoint.size} leaves, the head it is "
+                            f"published with ends at seq {line.head.seq}: the line was edited")
+        elif checkpoint.size > len(commitments):
+            problems.append(f"{where}: the checkpoint of {checkpoint.size} leaves is past the log's end "
+                            f"({len(commitments)} events): the tail was truncated")
+            bad.append(len(commitments))
+        elif roots.get(checkpoint.size) != checkpoint.root:
+            problems.append(f"{where}: the checkpoint of {checkpoint.size} leaves names another root than the "
+                            "Merkle tree of the log's first events: the log was rewritten before that size, or the "
+                            "checkpoint was edited")
+        if signed and key is not None:
+            try:
+                open_checkpoint(line.checkpoint or "", key)
+            except CheckpointError as exc:
+                problems.append(f"{where}: checkpoint of {checkpoint.size} leaves: {exc}")
 
 
 def _check_signatures(log: EventLog, lines, public_key: Ed25519PublicKey | None, last_seq: int | None,
@@ -471,5 +525,8 @@ def sign_current_head(log, key_path: str | os.PathLike | None = None) -> Head:
         raise IntegrityError(f"the log does not verify, so its head is not signed: {report.problems[0]}",
                              first_bad_seq=report.first_bad_seq)
     head = log.head()
-    publish_store_head(log.layout, head, signer=HeadSigner(private, key))
+    signer = HeadSigner(private, key)
+    size = head.seq + 1  # the checkpoint of the same events rides with the signed head
+    publish_store_head(log.layout, head, signer=signer,
+                       extra=checkpoint_fields(signer, size, tree_view(log, size).root()))
     return head

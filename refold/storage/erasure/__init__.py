@@ -240,7 +240,8 @@ class _Run:
         # by their ids' pseudonyms, as the tombstones will (a caller's id may be personal data)
         record = record_for(self.log, eid, self.plan.tombstone_seqs,
                             {e["seq"]: e["commitment"] for e in self.plan.events},
-                            pseudonym=pseudonyms(self.layout.root, create=True, files=self.layout.files()))
+                            pseudonym=pseudonyms(self.layout.root, create=True, files=self.layout.files()),
+                            shredded=[e["seq"] for e in self.plan.events] if self.plan.mode == "shred" else ())
         (seq,) = system.append([NewEvent(kind="erasure", content=record.content(),
                                          source="refold:erasure", event_id=eid)])
         self._publish_record_head([eid])

@@ -285,7 +285,8 @@ class _BatchRun(_Run):
             if eid in present:
                 continue
             owned = [seq for seq, o in self.owner.items() if o == s]
-            record = record_for(self.log, eid, owned, planned, pseudonym=pseudonym)
+            mine = [int(e["seq"]) for e in self.plans[s].events] if self.plans[s].mode == "shred" else []
+            record = record_for(self.log, eid, owned, planned, pseudonym=pseudonym, shredded=mine)
             fresh.append(NewEvent(kind="erasure", content=record.content(), source="refold:erasure",
                                   event_id=eid))
         seqs = system.append(fresh) if fresh else []

@@ -60,16 +60,21 @@ _KEPT = ["seq", "event_id", "commitment", "recorded_at", "table_version"]
 
 def record_for(log, erasure_id: str, seqs: Iterable[int],
                planned: Mapping[int, str] | None = None, *,
-               pseudonym: Callable[[str], str] | None = None) -> ErasureRecord:
+               pseudonym: Callable[[str], str] | None = None,
+               shredded: Iterable[int] = ()) -> ErasureRecord:
     """The record naming the events at ``seqs`` as they stand now (before their tombstones).
 
     ``planned``: seq → commitment the erasure was planned with; a row that differs (or is gone)
     stops the erasure, as the tombstone commit would. ``pseudonym`` maps an event id to what its
     tombstone will hold (:mod:`refold.storage.erased_ids`); the record then never holds the id.
+    ``shredded``: seqs of events the erasure makes unreadable without a tombstone (shred mode),
+    named by their planned commitments.
     """
     wanted = sorted(set(seqs))
+    gone = [(s, (planned or {}).get(s)) for s in sorted(set(shredded) - set(wanted))]
+    gone = [(s, c) for s, c in gone if c is not None]
     if not wanted:
-        return ErasureRecord(erasure_id)
+        return ErasureRecord.build(erasure_id, (), gone)
     rows = log.arrow(columns=_KEPT, filter=pc.field("seq").isin(wanted)).to_pylist()
     found = {r["seq"]: r for r in rows}
     erased = []
@@ -79,7 +84,7 @@ def record_for(log, erasure_id: str, seqs: Iterable[int],
             raise ErasureError(f"seq {seq} changed since the erasure was planned; run `refold verify`")
         event_id = row["event_id"] if pseudonym is None else pseudonym(row["event_id"])
         erased.append(Erased.of(seq, event_id, row["commitment"], row["recorded_at"], row["table_version"]))
-    return ErasureRecord.build(erasure_id, erased)
+    return ErasureRecord.build(erasure_id, erased, gone)
 
 
 # -- the tombstones --------------------------------------------------------------------------------
