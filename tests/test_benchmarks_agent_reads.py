@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from tests.bench_helpers import assert_timed_steps, run_quick
 
 
+@pytest.mark.slow
 def test_agent_reads_benchmark_quick():
     out = run_quick("agent_reads.py")
     assert "store of 2,000 events, 20 unfolded" in out

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from tests.bench_helpers import run_quick
 
 
+@pytest.mark.slow
 def test_erasure_interleaved_benchmark_quick():
     out = run_quick("erasure_interleaved.py")
     for case in ("interleaved", "contiguous "):

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from tests.bench_helpers import run_quick
 
 
+@pytest.mark.slow
 def test_erasure_backfill_benchmark_quick():
     out = run_quick("erasure_backfill.py")
     assert re.search(r"erase 5 subjects: one batch \d+\.\d+ s, one by one \d+\.\d+ s; ratio \d+\.\dx",

@@ -12,6 +12,7 @@ from tests.bench_helpers import run_quick
 
 
 @pytest.mark.slow
+@pytest.mark.search
 def test_scale_benchmark_quick():
     out = run_quick("scale.py")
     assert "== state tables, local, in-process ==" in out

@@ -10,6 +10,7 @@ from tests.bench_helpers import run_quick
 
 
 @pytest.mark.slow
+@pytest.mark.search
 def test_search_benchmark_quick():
     result = json.loads(run_quick("search.py", "--json").strip().splitlines()[-1])
     assert result["n"] == 10_000

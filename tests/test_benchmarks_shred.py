@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from tests.bench_helpers import assert_timed_steps, run_quick
 
 
+@pytest.mark.slow
 def test_shred_reads_benchmark_quick():
     out = run_quick("shred_reads.py")
     assert "shred-mode store, 2,000 events" in out

@@ -52,6 +52,8 @@ def folded(tmp_path):
     return mem
 
 
+@pytest.mark.search
+@pytest.mark.slow
 def test_lists_are_json_lines_and_single_results_one_document_with_iso_times(folded, tmp_path):
     root = folded.root
     batch = tmp_path / "batch.jsonl"

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from refold.cli import main
@@ -62,6 +63,7 @@ def test_bad_input_exits_2_with_one_clean_line(mem):
     assert result.exit_code == 2 and "no refold store at" in result.output and "refold init" in result.output
 
 
+@pytest.mark.slow
 def test_main_job_runs_end_to_end(tmp_path):
     store = tmp_path / "demo-store"
     out = subprocess.run([sys.executable, "-m", "refold.demo", str(store)], capture_output=True,

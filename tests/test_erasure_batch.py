@@ -68,6 +68,7 @@ def _check(root: Path, result, subjects=(H.X, Z)) -> refold.Memory:
     return mem
 
 
+@pytest.mark.slow
 def test_batch_equals_one_by_one_delete(tmp_path):
     one = build(tmp_path / "one")
     start = one.log_store._table().version()
@@ -87,6 +88,7 @@ def test_batch_equals_one_by_one_delete(tmp_path):
     assert result.summary["totals"]["events"] == len(H.X_EVENT_IDS) - 1 + len(Z_CANARIES)
 
 
+@pytest.mark.slow
 def test_overlapping_subjects_erased_once_listed_in_each(tmp_path):
     build(tmp_path / "s")
     result = refold.open(tmp_path / "s", create=False).erase([H.X, H.Y, H.X], canaries=CANARIES)
@@ -113,6 +115,7 @@ def test_residue_hits_attributed_to_their_subject(tmp_path):
     assert result.summary["totals"]["residue_hits"] == len(x.scan["hits"]) + 1
 
 
+@pytest.mark.slow
 def test_shred_mode_batch(tmp_path):
     build(tmp_path / "s", mode="shred")
     keys = refold.open(tmp_path / "s", create=False).key_store
@@ -190,6 +193,7 @@ def test_job_runs_one_batch_from_a_subjects_file(tmp_path, capsys):
     assert refold.open(tmp_path / "s", create=False).verify().ok
 
 
+@pytest.mark.slow
 def test_cli_erase_subjects_file(tmp_path):
     build(tmp_path / "s")
     subjects, empty = tmp_path / "subjects.txt", tmp_path / "empty.txt"
@@ -208,6 +212,7 @@ def test_cli_erase_subjects_file(tmp_path):
     assert done.returncode == 1 and summary["totals"]["erased"] == 2, done.stderr
 
 
+@pytest.mark.slow
 def test_pending_single_erasure_stops_the_batch(tmp_path):
     root = tmp_path / "s"
     build(root)

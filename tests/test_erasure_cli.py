@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from click.testing import CliRunner
 
 import refold.cli.erasure_cmds  # noqa: F401  (registers the commands until refold.cli imports it)
@@ -15,6 +16,7 @@ def _run(*args):
     return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
 
 
+@pytest.mark.slow
 def test_erasure_commands_end_to_end(tmp_path):
     mem = H.build(tmp_path / "store")
     root = mem.root

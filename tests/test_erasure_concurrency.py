@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import threading
 
+import pytest
+
 import refold
 from refold import erasing
 from refold.storage.scan import scan
 from tests import erasure_helpers as H
 
 
+@pytest.mark.slow
 def test_appends_while_erasing(tmp_path):
     root = tmp_path / "store"
     H.build(root)

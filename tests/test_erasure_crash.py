@@ -67,6 +67,7 @@ def test_shred_mode_resumes_after_kill(tmp_path, point, reference):
     _check_completed(root, reference, mode="shred")
 
 
+@pytest.mark.slow
 def test_uninterrupted_child_run_completes(tmp_path, reference):
     root = tmp_path / "store"
     H.build(root)

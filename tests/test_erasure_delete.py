@@ -33,6 +33,7 @@ def test_before_erasure_the_canaries_are_everywhere(store):
     assert {h.needle for h in hits} >= set(H.CANARIES)
 
 
+@pytest.mark.slow
 def test_erase_leaves_no_residue_and_converges_to_a_log_without_x(store, tmp_path):
     before = store.head()
     x_facts = {f for f in H.facts(store) if set(f[5]) & H.X_EVENT_IDS}
@@ -103,6 +104,7 @@ def test_unknown_subject_is_a_clear_error(store):
         erasing.erase(store, "s-nobody", dry_run=True)
 
 
+@pytest.mark.slow
 def test_erasing_twice_is_a_noop_with_a_receipt(store):
     first = erasing.erase(store, H.X, canaries=H.CANARIES, include_mentions=True)
     head = store.head()
@@ -112,6 +114,7 @@ def test_erasing_twice_is_a_noop_with_a_receipt(store):
     assert erasing.verify_receipt(store, second).ok
 
 
+@pytest.mark.slow
 def test_an_append_after_erasure_works_and_verifies(store):
     erasing.erase(store, H.X, include_mentions=True)
     store.append({"kind": "observation", "content": "a later event", "source": "obs#1"})
@@ -121,6 +124,7 @@ def test_an_append_after_erasure_works_and_verifies(store):
     assert reopened.verify().ok
 
 
+@pytest.mark.slow
 def test_erasing_the_other_subject_afterwards_keeps_both_receipts_valid(store):
     rx = erasing.erase(store, H.X, include_mentions=True)
     ry = erasing.erase(store, H.Y, canaries=[H.Y_NAME])

@@ -32,6 +32,8 @@ def _store(root: Path, mode: str) -> tuple[refold.Memory, int, str]:
 
 
 @pytest.mark.parametrize("mode", ["delete", "shred"])
+@pytest.mark.search
+@pytest.mark.slow
 def test_the_erasing_memory_forgets_what_it_cached(tmp_path, mode):
     mem, version, fact_id = _store(tmp_path / "s", mode)
     assert reads(mem, version, fact_id) == EVERYTHING  # caches filled before the erasure
@@ -42,6 +44,8 @@ def test_the_erasing_memory_forgets_what_it_cached(tmp_path, mode):
 
 
 @pytest.mark.parametrize("mode", ["delete", "shred"])
+@pytest.mark.search
+@pytest.mark.slow
 def test_a_memory_opened_before_the_erasure_forgets_too(tmp_path, mode):
     mem, version, fact_id = _store(tmp_path / "s", mode)
     other = refold.open(tmp_path / "s", create=False)
@@ -53,6 +57,8 @@ def test_a_memory_opened_before_the_erasure_forgets_too(tmp_path, mode):
 
 
 @pytest.mark.parametrize("mode", ["delete", "shred"])
+@pytest.mark.search
+@pytest.mark.slow
 def test_another_process_forgets_at_its_next_read(tmp_path, mode):
     mem, version, fact_id = _store(tmp_path / "s", mode)
     child = subprocess.Popen([sys.executable, "-m", "tests.epoch_reader", str(tmp_path / "s"), str(version), fact_id],
@@ -68,6 +74,7 @@ def test_another_process_forgets_at_its_next_read(tmp_path, mode):
     assert json.loads(out) == NOTHING
 
 
+@pytest.mark.slow
 def test_each_erasure_gives_a_new_epoch(tmp_path):
     mem, _, _ = _store(tmp_path / "s", "delete")
     mem.append({"kind": "chat_turn", "content": "about y", "source": "chat#2", "subjects": ["s-y"]})

@@ -42,6 +42,7 @@ def _reference_answer(graph, ids: set[str]) -> dict:
 
 
 @pytest.mark.parametrize("seed", range(4))
+@pytest.mark.slow
 def test_the_dry_runs_fact_impact_from_the_tables_equals_the_reference_folds(tmp_path, seed):
     rng = random.Random(seed)
     mem = refold.init(tmp_path / "store")

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import refold
 from refold import erasing
 
@@ -43,6 +45,7 @@ def _store(root: Path) -> refold.Memory:
     return mem
 
 
+@pytest.mark.slow
 def test_erasing_tim_leaves_no_false_residue(tmp_path):
     root = _store(tmp_path / "store").root
     before = json.loads(_sh("scan", root, "--needle", "Tim", "--json", code=1).stdout)
@@ -66,6 +69,7 @@ def test_erasing_tim_leaves_no_false_residue(tmp_path):
     assert "FAIL residue scan" in again.stdout
 
 
+@pytest.mark.slow
 def test_erasing_tim_without_mentions_reports_them(tmp_path):
     root = _store(tmp_path / "store").root
     done = json.loads(_sh("erase", root, "--subject", "s-7c1e", "--json", code=1).stdout)

@@ -56,6 +56,7 @@ def _equals_the_reference(root) -> None:
     assert canonical_graph(fresh.graph()) == canonical_graph(reference_of(fresh).graph)
 
 
+@pytest.mark.slow
 def test_the_erasure_refolds_from_cached_extractions_to_the_reference_state(tmp_path):
     mem = _store(tmp_path, _x())
     assert mem.facts(subject="Xavier Quill").height == 5
@@ -106,6 +107,7 @@ def test_a_retraction_that_matched_nothing_ends_the_fact_once_the_superseding_on
     _equals_the_reference(mem.root)
 
 
+@pytest.mark.slow
 def test_shred_mode_refolds_to_the_reference_state(tmp_path):
     mem = _store(tmp_path, _x(), mode="shred")
     receipt = erasing.erase(mem, X)
@@ -115,6 +117,7 @@ def test_shred_mode_refolds_to_the_reference_state(tmp_path):
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.slow
 def test_random_logs_erased_twice_equal_the_reference_fold(tmp_path, seed):
     """Two subjects erased one after the other from a random log of people, organisations and
     places (corroboration, supersession, roll-ups, shared entities, mixed spellings)."""

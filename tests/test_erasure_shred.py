@@ -29,6 +29,7 @@ def test_the_log_holds_only_ciphertext_but_derived_data_is_plain(store):
     assert not any(h.file.startswith("events/") for h in hits)
 
 
+@pytest.mark.slow
 def test_shred_erasure(store, tmp_path):
     copy = tmp_path / "copy-of-events"
     shutil.copytree(store.layout.events, copy)  # e.g. a replica made before the erasure

@@ -51,6 +51,7 @@ def test_the_receipt_digests_the_state_tables(tmp_path):
     assert {p["store"] for p in receipt.purged} == {"extractions", "state"}  # nothing else is derived
 
 
+@pytest.mark.slow
 def test_the_state_digest_follows_the_state_not_its_files(tmp_path):
     mem = _store(tmp_path)
     receipt = mem.erase(X)
@@ -74,6 +75,7 @@ def _rewritten(mem, receipt, digest: str):
 
 
 @pytest.mark.parametrize("old", ["cols1:" + "ab" * 32, "cd" * 32], ids=["columnar", "json"])
+@pytest.mark.slow
 def test_a_receipt_of_a_retired_digest_scheme_verifies_everything_else(tmp_path, monkeypatch, old):
     mem = _store(tmp_path)
     receipt = mem.erase(X, canaries=[CANARY])
@@ -98,6 +100,7 @@ def test_a_receipt_of_a_retired_digest_scheme_verifies_everything_else(tmp_path,
     assert not fresh.verify_receipt(tampered).ok
 
 
+@pytest.mark.slow
 def test_a_digest_of_no_scheme_refold_wrote_fails(tmp_path):
     mem = _store(tmp_path)
     receipt = mem.erase(X)

@@ -43,6 +43,7 @@ def _register(args):
     SubjectRegistry(path).register(f"s-{i}", f"Person {i}")
 
 
+@pytest.mark.slow
 def test_concurrent_registrations_are_not_lost(tmp_path):
     path = str(tmp_path / "subjects.json")
     with mp.get_context("spawn").Pool(4) as pool:

@@ -121,6 +121,7 @@ def test_a_rewrite_keeps_every_row_where_it_was(tmp_path):
         assert np.all(np.diff(seqs) > 0), path
 
 
+@pytest.mark.slow
 def test_a_rewrite_keeps_the_logs_file_layout(tmp_path, monkeypatch):
     """The files an erasure rewrites are written back in runs of about the log's file size, in
     seq order: the log keeps files over disjoint seq ranges (a read of a few seqs still opens

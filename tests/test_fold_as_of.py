@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -32,6 +33,7 @@ def _append(mem, batch):
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(batches=batches, fold_after=st.integers(min_value=0, max_value=4))
+@pytest.mark.slow
 def test_as_of_version_equals_fold_of_prefix(tmp_path_factory, batches, fold_after):
     mem = refold.init(tmp_path_factory.mktemp("asof") / "store")
     for number, batch in enumerate(batches):

@@ -130,6 +130,7 @@ def test_fold_twice_gives_the_same_graph_and_counts(mem):
     assert (first.facts, first.derived_facts) == (second.facts, second.derived_facts)
 
 
+@pytest.mark.slow
 def test_fold_is_deterministic_in_a_fresh_process(mem):
     from refold.demo import sample_lines
 

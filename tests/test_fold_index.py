@@ -6,12 +6,14 @@ packaged MiniLM model is exercised in tests/test_search_minilm.py.
 
 from __future__ import annotations
 
+import pytest
 from click.testing import CliRunner
 
 from refold.cli import main
 from tests.fold_helpers import fact_event
 
 
+@pytest.mark.search
 def test_fold_with_index_embeds_new_facts(mem):
     mem.append([fact_event("Maria", "lives_in", "Berlin", day=0),
                 fact_event("Tom", "works_at", "Initech", day=1)])

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from datetime import datetime, timedelta, timezone
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -157,6 +158,7 @@ def test_the_search_for_a_derived_id_finds_the_inputs_of_every_compose_row(raw):
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(raw=st.lists(event_st, min_size=0, max_size=25), cut=st.integers(0, 25))
+@pytest.mark.slow
 def test_advancing_the_open_rows_of_a_prefix_gives_the_fold_of_the_whole_log(raw, cut):
     """An incremental fold hands the merge only the touched subjects' open rows: the merge never
     changes a closed row, so the prefix's closed rows plus the open ones advanced by the rest of

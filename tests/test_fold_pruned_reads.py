@@ -110,6 +110,7 @@ def test_intact_log_folds_as_before(mem):
     assert refold.Memory(mem.root).fold(full=True).events_folded >= 20
 
 
+@pytest.mark.slow
 def test_reading_recorded_specs_refuses_statistics_that_hide_one(mem):
     """The spec event (seq 20, alone in version 5's file) claims seq 0: the second, seq-pruned
     phase of the read by kind would lose it, and the fold would fall back to another spec. A new

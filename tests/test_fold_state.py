@@ -98,6 +98,7 @@ def test_an_incremental_fold_commits_once_per_table_plus_the_tag(mem):
     assert canonical_graph(_state_graph(refold.open(mem.root))) == canonical_graph(_reference(Path(mem.root)))
 
 
+@pytest.mark.slow
 def test_a_refold_from_the_cache_reads_each_cached_extraction_once(mem, monkeypatch):
     """A full refold with an extractor reads the cached extractions of each batch once (for their
     facts), not once more to find which events still need the model."""
@@ -175,6 +176,7 @@ def test_facts_match_the_reference_fold(mem):
     assert rows and mem.facts(current_only=True).equals(reference_facts(reference, current_only=True))
 
 
+@pytest.mark.slow
 def test_erasure_rewrites_the_touched_partitions_and_leaves_no_residue(tmp_path):
     mem = refold.init(tmp_path / "store")
     name = "Quillon Varga"
@@ -203,6 +205,7 @@ def test_erasure_rewrites_the_touched_partitions_and_leaves_no_residue(tmp_path)
     assert after.facts(subject=name).height == 0
 
 
+@pytest.mark.slow
 def test_an_erasure_that_renames_a_node_reads_only_its_referrers_buckets(tmp_path, monkeypatch):
     """A node whose display name came from the erased events is renamed; the summaries naming it
     are refreshed from the buckets of the surviving facts pointing at it, not a scan of every
@@ -263,6 +266,7 @@ def test_a_failing_partition_is_named(mem):
     assert isinstance(caught.value, RefoldError)
 
 
+@pytest.mark.slow
 def test_a_rerun_after_a_killed_full_fold_redoes_only_the_missing_partitions(mem, monkeypatch):
     """(A small ``GROUP_ROWS`` makes this small log fold in several bucket groups.)"""
     from refold import state_fold
@@ -306,6 +310,7 @@ def test_graph_views_and_why_read_the_state_tables(mem):
     assert mem.why(derived)["inputs"]  # down to the extracted facts and their events
 
 
+@pytest.mark.slow
 def test_cli_folds_into_state_tables_and_reads_them(tmp_path):
     mem = refold.init(tmp_path / "store")
     mem.append(_log(120))
@@ -331,6 +336,7 @@ def test_cli_folds_into_state_tables_and_reads_them(tmp_path):
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_many_incremental_folds_then_compaction_then_erasure(tmp_path, monkeypatch):
     """Incremental folds append row versions; reads take the newest; a compaction and an
     erasure (which rewrites buckets) keep the state equal to the reference fold."""
@@ -358,6 +364,7 @@ def test_many_incremental_folds_then_compaction_then_erasure(tmp_path, monkeypat
     assert not scan_report(store.root, ["Person3"]).hits
 
 
+@pytest.mark.slow
 def test_the_refold_and_project_jobs_fold_into_the_state_tables(mem):
     mem.append(_log(80))
     env = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -375,6 +382,7 @@ def test_the_refold_and_project_jobs_fold_into_the_state_tables(mem):
     assert second["fold"]["started_from"] == first["fold"]["last_seq"] and second["fold"]["extraction_calls"] == 10
 
 
+@pytest.mark.slow
 def test_crypto_shredding_refolds_the_state_tables_too(tmp_path):
     mem = refold.init(tmp_path / "store", mode="shred")
     name = "Quillon Varga"
@@ -529,6 +537,7 @@ def _full_refold_digest(root: Path, tmp_path: Path, buckets: int) -> str:
     return store.digest(buckets=buckets, group=group_size(store, buckets))
 
 
+@pytest.mark.slow
 def test_an_erasure_renames_only_the_nodes_whose_first_name_it_erased(tmp_path, monkeypatch):
     """The erased events named "ACME" first (the node's display name), "Oslo" long after others
     did, and "zephyrmarmalade" alone. Only the erased subject and the nodes whose first surface

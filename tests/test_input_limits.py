@@ -170,6 +170,7 @@ def test_python_api_refuses_bad_bytes_and_deep_json(mem, tmp_path, payload, word
     (DEEP, ["line 2", "nested too deeply"]),
 ])
 @pytest.mark.parametrize("via", ["file", "stdin"])
+@pytest.mark.slow
 def test_cli_append_refuses_bad_bytes_and_deep_json_with_one_line(mem, tmp_path, payload, words, via):
     data = json.dumps(GOOD).encode() + b"\n" + payload + b"\n"
     path = tmp_path / "in.jsonl"
@@ -220,6 +221,7 @@ _HOUR = 3_600_000_000
     ((datetime(9999, 12, 31, 23, 59, 59, tzinfo=timezone.utc) - _EPOCH) // timedelta(microseconds=1) + _HOUR,
      "10000-01-01T00:59:59"),
 ])
+@pytest.mark.slow
 def test_a_store_holding_such_a_time_still_reads_folds_and_verifies(mem, micros, printed):
     text = _append_raw_row(mem, micros)
     assert text.startswith(printed)

@@ -99,6 +99,7 @@ def test_pyarrow_reads_s3_with_the_endpoint_region_and_credentials_of_the_storag
 
 # -- a job without a cluster: the same body, the same errors --------------------------------------
 
+@pytest.mark.s3
 def test_a_projection_job_folds_a_store_in_a_bucket(s3, bucket):
     uri = f"s3://{bucket}/store"
     opts = s3.storage_options()
@@ -112,6 +113,7 @@ def test_a_projection_job_folds_a_store_in_a_bucket(s3, bucket):
     assert refold.open(uri, storage_options=opts).facts().height == 20
 
 
+@pytest.mark.s3
 def test_a_job_names_the_missing_bucket(s3):
     uri = f"s3://refold-no-such-bucket-{uuid.uuid4().hex[:8]}/store"
     error = _one_line_error(_run_job("refold.jobs.project", uri, "--no-ray", "--storage-options",
@@ -119,6 +121,7 @@ def test_a_job_names_the_missing_bucket(s3):
     assert uri in error and "the bucket does not exist" in error and "NoSuchBucket" in error
 
 
+@pytest.mark.s3
 def test_a_job_names_an_endpoint_it_cannot_reach(bucket):
     uri = f"s3://{bucket}/store"
     unreachable = {"AWS_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s",
@@ -132,6 +135,7 @@ def test_a_job_names_an_endpoint_it_cannot_reach(bucket):
     assert uri in error and "AWS_ALLOW_HTTP=true" in error
 
 
+@pytest.mark.s3
 def test_a_job_names_refused_credentials():
     with running_moto({"INITIAL_NO_AUTH_ACTION_COUNT": "0"}) as server:  # a server that checks keys
         uri = "s3://refold-locked/store"
@@ -141,6 +145,7 @@ def test_a_job_names_refused_credentials():
     assert uri in error and "credentials were refused" in error  # (a HEAD answer has no S3 error code)
 
 
+@pytest.mark.s3
 def test_an_erase_job_erases_a_subject_of_a_store_in_a_bucket(s3, bucket):
     """The erase job runs against a bucket like against a folder: the subject's events become
     tombstones, the receipt lands in the bucket and verifies, the chain verifies, and the residue
@@ -227,6 +232,7 @@ class _FlakyProxy:
         self.server.server_close()
 
 
+@pytest.mark.s3
 def test_a_job_rides_out_transient_object_store_errors_with_the_default_retries(s3, bucket):
     uri = f"s3://{bucket}/store"
     mem = refold.init(uri, storage_options=s3.storage_options())
@@ -252,6 +258,7 @@ def test_a_job_rides_out_transient_object_store_errors_with_the_default_retries(
 
 @pytest.mark.ray
 @pytest.mark.slow
+@pytest.mark.s3
 def test_project_refold_and_erase_jobs_on_a_head_node_with_the_store_in_a_bucket(head, s3, bucket, tmp_path):
     uri = f"s3://{bucket}/store"
     opts = s3.storage_options()
@@ -312,6 +319,7 @@ def _keys(s3: MotoServer, bucket: str) -> list[str]:
     return [obj["Key"] for page in pages for obj in page.get("Contents", ())]
 
 
+@pytest.mark.s3
 def test_an_extraction_actor_reads_its_batch_from_the_bucket_by_seq(s3, bucket):
     """The actor class behind ``map_batches``, called as Ray Data calls it (no cluster needed)."""
     import pyarrow as pa

@@ -156,6 +156,7 @@ class TestFileKeyStore(KeyStoreContract):
         with pytest.raises(StoreError):
             self.make(tmp_path).get("../../etc/passwd")
 
+    @pytest.mark.slow
     def test_processes_racing_on_one_subject_share_one_key(self, tmp_path):
         root = str(tmp_path / "keys")
         with mp.get_context("spawn").Pool(4) as pool:

@@ -73,6 +73,7 @@ def _inside_package(definitions) -> bool:
 
 # -- static tools ----------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_jedi_resolves_every_refold_import_in_the_package():
     """Each imported name (a module, a class, a function) is found by jedi in a file under
     refold/: what an editor's go-to-definition and completion need."""
@@ -134,6 +135,7 @@ def test_every_refold_module_is_found_without_the_editable_finder():
 
 # -- the wheel -------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_the_wheel_ships_the_subpackages_py_typed_and_data(tmp_path):
     source = _source_copy(tmp_path / "src")
     out = tmp_path / "wheels"

@@ -6,6 +6,7 @@ import json
 from dataclasses import replace
 from datetime import datetime, timezone
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -75,6 +76,7 @@ _fact = st.fixed_dictionaries(
 
 @settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow], deadline=None)
 @given(_json)
+@pytest.mark.slow
 def test_any_json_value_is_parsed_or_rejected_never_raised(value):
     raw = json.dumps(value)
     facts, rejected = _parse(raw)
@@ -83,6 +85,7 @@ def test_any_json_value_is_parsed_or_rejected_never_raised(value):
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.one_of(_fact, _json), max_size=7), st.booleans())
+@pytest.mark.slow
 def test_every_fact_item_ends_up_kept_or_rejected(items, extra_key):
     raw = _out(*items, **({"note": 1} if extra_key else {}))
     facts, rejected = _parse(raw)

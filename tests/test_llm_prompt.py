@@ -122,6 +122,7 @@ sys.stdout.write(build_request(make_event(3, "chat_turn", sys.argv[2], source="c
 """
 
 
+@pytest.mark.slow
 def test_request_bytes_are_identical_in_a_fresh_process():
     content = "Zoë: I live in Malmö — 東京 too. {\"x\": 1}"
     here = build_request(make_event(3, "chat_turn", content, source="chat#3"), SPEC).payload

@@ -173,6 +173,7 @@ def test_same_pipeline_over_http_against_a_real_llama_cpp_server(local_ray, llam
         assert len(facts) + len(rejected) >= 1  # the model answered something the parser judged
 
 
+@pytest.mark.slow
 def test_gpu_benchmark_plans_without_vllm():
     """benchmarks/gpu_extract.py must --help and --dry-run on a machine without vLLM."""
     import subprocess

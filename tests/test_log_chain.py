@@ -83,6 +83,7 @@ def _new_events(draw):
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.lists(_new_events(), min_size=1, max_size=6), min_size=1, max_size=5))
+@pytest.mark.slow
 def test_random_batches_chain_and_verify(batches):
     with tempfile.TemporaryDirectory() as tmp:
         mem = refold.init(Path(tmp) / "store")
@@ -110,6 +111,7 @@ def test_random_batches_chain_and_verify(batches):
 
 @settings(max_examples=200, deadline=None)
 @given(_new_events(), st.integers(0, 10**9), st.integers(0, 10**6), _when, st.booleans())
+@pytest.mark.slow
 def test_fast_header_is_byte_identical_to_json_dumps(new, seq, version, when, cipher):
     event = Event(
         seq=seq, event_id=new.event_id, recorded_at=when, table_version=version, kind=new.kind,

@@ -93,6 +93,7 @@ def _publish_many(folder: str, start: int, count: int) -> None:
         publish_head(Path(folder), _head(version))
 
 
+@pytest.mark.slow
 def test_processes_publishing_at_once_never_mix_their_lines(tmp_path):
     ctx = multiprocessing.get_context("spawn")
     procs = [ctx.Process(target=_publish_many, args=(str(tmp_path), 1000 * p, 200)) for p in range(3)]

@@ -67,6 +67,7 @@ def test_plain_pyarrow_from_the_delta_log_sees_the_same_rows(mem):
     assert_frame_equal(theirs, mem.log())
 
 
+@pytest.mark.slow
 def test_plain_reader_after_a_checkpoint(tmp_path):
     """Past 100 commits delta-rs writes a checkpoint; a reader that knows only the protocol
     (checkpoint parquet + later JSON) still sees every row refold sees."""
@@ -124,6 +125,7 @@ def test_statistics_only_on_declared_columns(mem):
             assert set(stats.get(key, {})) <= set(STATS_COLUMNS), stats
 
 
+@pytest.mark.slow
 def test_no_content_value_anywhere_in_the_delta_log(mem):
     """Not in stats, not in commit metadata, not in checkpoints: erasure can rely on that."""
     for _ in range(100):  # reach a checkpoint too (they copy the stats)

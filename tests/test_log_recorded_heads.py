@@ -108,6 +108,7 @@ def test_a_removed_row_is_refused_by_the_appender(tmp_path):
         refold.Memory(mem.root).append([_event(99)])
 
 
+@pytest.mark.slow
 def test_the_cli_refuses_to_append_in_one_line_and_verify_exits_1(tmp_path):
     mem = _store(tmp_path / "store")
     _edit(_commit(mem, 3), _head_seq_minus_one)

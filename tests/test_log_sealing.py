@@ -73,6 +73,7 @@ def _by_seal(new: list[NewEvent], table, *, first_seq, prev_link, recorded_at, v
 @settings(max_examples=150, deadline=None)
 @given(st.lists(_events(), min_size=1, max_size=8), st.integers(0, 10**12), st.integers(0, 10**6),
        _when, st.sampled_from([GENESIS, "ab" * 32, os.urandom(32).hex()]))
+@pytest.mark.slow
 def test_column_wise_sealing_equals_seal(new, first_seq, version, recorded_at, prev_link):
     table, last = _column_wise(new, first_seq=first_seq, prev_link=prev_link,
                                recorded_at=recorded_at, table_version=version)

@@ -110,12 +110,16 @@ def _check(out: dict, store: Path) -> None:
     assert [(e.tenant, e.trace_id, e.source) for e in events] == [("acme", "run-1", "agent:write_memory")]
 
 
+@pytest.mark.search
+@pytest.mark.slow
 def test_stdio_write_search_refuse_and_tenant_scope(store):
     out = asyncio.run(_scenario(_stdio(store, "--tenant", "acme", "--embedder", "hashing"),
                                 _stdio(store, "--tenant", "globex", "--embedder", "hashing")))
     _check(out, store)
 
 
+@pytest.mark.search
+@pytest.mark.slow
 def test_http_write_search_refuse_and_tenant_scope(store):
     with _http_server(store, "--tenant", "acme", "--embedder", "hashing") as acme, \
             _http_server(store, "--tenant", "globex", "--embedder", "hashing") as globex:
@@ -123,6 +127,8 @@ def test_http_write_search_refuse_and_tenant_scope(store):
     _check(out, store)
 
 
+@pytest.mark.search
+@pytest.mark.slow
 def test_principal_is_fixed_by_the_server_and_retract_and_as_of_work(store):
     mem = refold.open(store)
     mem.append([{"kind": "memory_written", "content": "Bob earns 90k", "source": "hr#1", "tenant": "acme",
@@ -155,6 +161,7 @@ def test_principal_is_fixed_by_the_server_and_retract_and_as_of_work(store):
 
 
 @pytest.mark.slow
+@pytest.mark.search
 def test_minilm_server_stays_warm(store):
     """The packaged MiniLM model loads once, at start: every search through the server reuses it."""
 
@@ -170,6 +177,7 @@ def test_minilm_server_stays_warm(store):
     assert asyncio.run(run()) == ["Berlin", "Berlin"]
 
 
+@pytest.mark.slow
 def test_cli_refuses_a_missing_store_a_busy_port_and_a_port_without_http(store, tmp_path):
     missing = subprocess.run([SCRIPT, "mcp", str(tmp_path / "nope")], capture_output=True, text=True,
                              stdin=subprocess.DEVNULL, timeout=120)

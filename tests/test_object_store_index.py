@@ -4,6 +4,8 @@ erasure purges X's vectors from the objects (no index object holds X's canaries 
 
 from __future__ import annotations
 
+import pytest
+
 import refold
 from refold.storage.scan import scan_report
 from tests.moto_process import moto_process, new_bucket  # noqa: F401
@@ -12,6 +14,7 @@ EMB = "hashing"
 CANARIES = ["Quuxville", "Zorblatt"]
 
 
+@pytest.mark.search
 def test_the_index_lives_in_the_bucket_and_erasure_purges_it(moto_process):
     bucket = new_bucket(moto_process)
     root, opts = f"{bucket.uri}/idx", bucket.storage_options

@@ -24,6 +24,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import polars as pl
+import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
@@ -122,6 +123,7 @@ def _check_reads(mem, versions, events, when, label) -> None:
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(logs=batches, data=st.data())
+@pytest.mark.slow
 def test_reads_of_the_state_tables_equal_the_reference_fold_also_after_an_erasure(logs, data):
     logs = [[_event(s) for s in batch] for batch in logs]
     folds = set(data.draw(st.lists(st.integers(0, len(logs) - 1), min_size=1, max_size=3), label="fold after"))
@@ -148,6 +150,7 @@ def test_reads_of_the_state_tables_equal_the_reference_fold_also_after_an_erasur
 
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(logs=batches, data=st.data())
+@pytest.mark.slow
 def test_a_shred_mode_read_after_a_key_destroyed_outside_an_erasure_equals_the_reference_fold(logs, data):
     logs = [[_event(s) for s in batch] for batch in logs]
     folds = set(data.draw(st.lists(st.integers(0, len(logs) - 1), min_size=1, max_size=2), label="fold after"))

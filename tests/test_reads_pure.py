@@ -83,6 +83,8 @@ def _reads(mem, ctx):
 
 
 @pytest.mark.parametrize("spec", ["rules", "model"])
+@pytest.mark.search
+@pytest.mark.slow
 def test_reads_write_nothing_and_see_the_write(tmp_path, spec):
     mem = _store(tmp_path, spec)
     ctx = tools.ToolContext(memory=mem, tenant="acme", embedder=EMB)
@@ -113,6 +115,7 @@ def _files_unchanged_in_subprocess(root: Path, before) -> None:
 
 
 @pytest.mark.parametrize("spec", ["rules", "model"])
+@pytest.mark.search
 def test_a_retraction_is_read_before_any_fold(tmp_path, spec):
     mem = _store(tmp_path, spec)
     ctx = tools.ToolContext(memory=mem, tenant="acme", embedder=EMB)
@@ -142,6 +145,7 @@ def test_a_model_specs_pending_event_is_extracted_by_the_next_fold(tmp_path):
     assert "Initech" in mem.facts(current_only=True)["object"].to_list()
 
 
+@pytest.mark.slow
 def test_cli_facts_reports_pending_and_writes_nothing(tmp_path):
     mem = _store(tmp_path, "model")
     tools.handle("write_memory", WRITE, tools.ToolContext(memory=mem, tenant="acme", embedder=EMB))

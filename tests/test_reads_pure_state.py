@@ -48,6 +48,8 @@ def _in_process(root: Path, code: str):
 
 
 @pytest.mark.parametrize("spec", ["rules", "model"])
+@pytest.mark.search
+@pytest.mark.slow
 def test_state_table_reads_write_nothing_and_see_the_write(tmp_path, spec):
     mem = _store(tmp_path, spec)
     tag = mem.state_store(mem.current_spec()).tag()
@@ -83,6 +85,7 @@ def test_state_table_reads_write_nothing_and_see_the_write(tmp_path, spec):
 
 
 @pytest.mark.parametrize("spec", ["rules", "model"])
+@pytest.mark.search
 def test_a_retraction_after_the_tag_closes_the_fact_in_the_read(tmp_path, spec):
     mem = _store(tmp_path, spec)
     ctx = tools.ToolContext(memory=mem, tenant="acme", embedder=EMB)
@@ -186,6 +189,7 @@ def test_a_compose_rollup_of_one_subject_is_derived_from_the_overlaid_rows(tmp_p
     assert refold.open(tmp_path / "store").why(bob) == answer
 
 
+@pytest.mark.search
 def test_the_mcp_servers_warm_memory_sees_a_write_in_the_next_search(tmp_path):
     mem = _store(tmp_path, "rules")
     ctx = _warm_context(ServerOptions(store=str(mem.root), tenant="acme", embedder=EMB))
@@ -198,6 +202,7 @@ def test_the_mcp_servers_warm_memory_sees_a_write_in_the_next_search(tmp_path):
     assert _files(tmp_path / "store") == before
 
 
+@pytest.mark.slow
 def test_a_read_of_the_state_tables_in_a_fresh_process_exits_cleanly_every_time(tmp_path):
     """A CLI read of the state tables once aborted at interpreter shutdown after its output was
     complete ("terminate called without an active exception", in about 1 run of 7): the table
@@ -220,6 +225,7 @@ def test_a_read_of_the_state_tables_in_a_fresh_process_exits_cleanly_every_time(
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.slow
 def test_a_warm_reads_overlay_advanced_by_each_append_equals_a_fresh_reads(tmp_path, seed, monkeypatch):
     """Equivalence of the advanced overlay: a warm Memory that read after every append advances
     its kept overlay by the appended events alone (it never reads the tail from the tag again),

@@ -113,6 +113,8 @@ def test_the_most_specific_rule_decides_and_the_longer_keep_breaks_a_tie(tmp_pat
     assert policy.rule_for("tombstone", None) is None
 
 
+@pytest.mark.search
+@pytest.mark.slow
 def test_the_job_erases_expired_events_with_one_receipt_saying_which_rule_expired_which(tmp_path):
     store = tmp_path / "s"
     mem = _store(store)
@@ -149,6 +151,7 @@ def test_the_job_erases_expired_events_with_one_receipt_saying_which_rule_expire
     assert later["by_rule"] == {"*@bank": bank_chat} and later["erased"] == 1
 
 
+@pytest.mark.slow
 def test_a_dry_run_lists_what_would_go_and_writes_nothing(tmp_path):
     store = tmp_path / "s"
     mem = _store(store)
@@ -164,6 +167,7 @@ def test_a_dry_run_lists_what_would_go_and_writes_nothing(tmp_path):
     assert bad_now == 1 and "--now 'next tuesday' is not an ISO-8601 time" in out["error"]
 
 
+@pytest.mark.slow
 def test_retention_skips_events_under_a_legal_hold_until_it_is_released(tmp_path):
     store = tmp_path / "s"
     mem = _store(store)
@@ -220,6 +224,7 @@ def test_erase_refuses_a_held_subject_naming_the_hold_and_writes_nothing(tmp_pat
     assert receipt.status == "erased" and len(receipt.events) == 2
 
 
+@pytest.mark.slow
 def test_a_run_killed_half_way_is_finished_by_the_next_run(tmp_path):
     store = tmp_path / "s"
     mem = _store(store)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import sys
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -161,6 +162,7 @@ def _locomo_texts() -> list[str]:
     return texts
 
 
+@pytest.mark.slow
 def test_every_locomo_turn_gives_the_same_matches():
     texts = _locomo_texts()
     assert len(texts) > 5000

@@ -83,6 +83,7 @@ def test_why_names_nothing_the_reader_may_not_see(store):
     assert store.why(oslo, principal="hr")["superseded_by"] == rome
 
 
+@pytest.mark.search
 def test_search_shows_such_facts_as_current_without_their_closing(store):
     seen = store.search("Zoe lives in", k=10, principal="dave", embedder=EMB)
     assert seen["object"].to_list().count("Oslo") == 1 and "Rome" not in seen["object"].to_list()
@@ -121,6 +122,7 @@ def _cli(*args) -> subprocess.CompletedProcess:
                           cwd=REPO, capture_output=True, text=True, timeout=240)
 
 
+@pytest.mark.slow
 def test_cli_facts_and_why_take_a_principal(store):
     out = _cli("facts", store.root, "--principal", "dave", "--json")
     assert out.returncode == 0, out.stderr

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 import refold
 from refold.search import purge_index
 
@@ -38,6 +40,8 @@ def _nothing_of_x(frame, x_ids: set[str]) -> bool:
     return not set(frame["event_id"].to_list()) & x_ids
 
 
+@pytest.mark.search
+@pytest.mark.slow
 def test_after_erasure_searching_for_the_canaries_returns_nothing_of_x(tmp_path):
     mem = _store(tmp_path / "s")
     x_ids = _x_ids(mem)
@@ -64,6 +68,7 @@ def test_after_erasure_searching_for_the_canaries_returns_nothing_of_x(tmp_path)
     assert not any(c.encode() in index_bytes for c in CANARIES)
 
 
+@pytest.mark.search
 def test_purge_index_removes_vectors_and_drops_cached_views(tmp_path):
     mem = _store(tmp_path / "p")
     view = mem.index(embedder=EMB)
@@ -82,6 +87,7 @@ def test_purge_index_removes_vectors_and_drops_cached_views(tmp_path):
     assert loaded is not None and loaded[0]["link"] == on_disk.head().link
 
 
+@pytest.mark.search
 def test_erasure_preview_counts_index_vectors_and_writes_nothing(tmp_path):
     mem = _store(tmp_path / "v")
     mem.index(embedder=EMB)

@@ -77,6 +77,8 @@ def _visible(d: dict, principal: str | None) -> bool:
     return principal is None or all(not p or principal in p for p in d["source_principals"])
 
 
+@pytest.mark.search
+@pytest.mark.slow
 def test_no_superseded_fact_among_candidates_of_1000_queries(store):
     mem, _ = store
     graph = mem.graph()
@@ -116,6 +118,7 @@ def test_no_superseded_fact_among_candidates_of_1000_queries(store):
     assert reopened > 0  # the store really has public facts closed by restricted ones
 
 
+@pytest.mark.slow
 def test_cross_tenant_probe_returns_nothing_of_the_other_tenant(store):
     mem, _ = store
     view = mem.index(embedder=EMB)
@@ -137,6 +140,7 @@ def test_cross_tenant_probe_returns_nothing_of_the_other_tenant(store):
     assert sum(f["tenant"][0] == "acme" for f in hits) > 40
 
 
+@pytest.mark.search
 def test_principal_sees_only_facts_whose_every_source_it_may_read(tmp_path):
     mem = refold.init(tmp_path / "p")
     mem.append([
@@ -170,6 +174,8 @@ def _as_input(e: Event) -> dict:
     return {k: v for k, v in out.items() if v is not None}
 
 
+@pytest.mark.search
+@pytest.mark.slow
 def test_as_of_search_equals_search_over_a_fold_of_the_log_prefix(store, tmp_path):
     mem, versions = store
     rng = random.Random(3)
@@ -214,6 +220,7 @@ def test_valid_at_and_history(store):
     assert everything["valid_to"].null_count() < everything.height  # superseded facts are back
 
 
+@pytest.mark.search
 def test_incremental_update_embeds_only_what_is_new(store, tmp_path):
     mem = refold.init(tmp_path / "inc")
     mem.append([_fact_event("t", "Ann", "lives_in", "Paris", 1), _fact_event("t", "Ann", "likes", "tea", 2)])

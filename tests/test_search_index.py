@@ -45,6 +45,7 @@ class Counting:
 
 
 @pytest.mark.parametrize("backend", ["flat", "hnsw"])
+@pytest.mark.search
 def test_sync_embeds_only_new_or_reworded_items(backend):
     emb = Counting()
     ix = VectorIndex.empty(DIM, FACT_SCHEMA, backend=backend)
@@ -64,6 +65,7 @@ def test_sync_embeds_only_new_or_reworded_items(backend):
     assert np.allclose(got, emb.embed(["item 7 reworded"])[0], atol=1e-6)
 
 
+@pytest.mark.search
 def test_donor_vectors_are_reused():
     emb = Counting()
     head = VectorIndex.empty(DIM, FACT_SCHEMA)
@@ -92,6 +94,7 @@ def _brute(vecs, q, allowed_rows, k):
 
 
 @pytest.mark.parametrize("backend", ["flat", "hnsw"])
+@pytest.mark.search
 def test_strategies_rank_only_allowed_ids_and_match_brute_force(backend):
     n, k = 3000, 10
     ix, vecs = _random_index(n, backend, tuning=Tuning(exact_max=100, exact_share=0.05))
@@ -113,6 +116,7 @@ def test_strategies_rank_only_allowed_ids_and_match_brute_force(backend):
     assert all(h.strategy == backend and len(h.ids) == k for h in full)
 
 
+@pytest.mark.search
 def test_hnsw_switches_to_exact_under_a_restrictive_filter():
     """1% of 5,000 ids allowed: HNSW with a selector would lose recall; the switch gives exact answers."""
     n, k = 5000, 10
@@ -125,6 +129,7 @@ def test_hnsw_switches_to_exact_under_a_restrictive_filter():
         assert h.ids.tolist() == _brute(vecs, q[j], rows, k)
 
 
+@pytest.mark.search
 def test_empty_candidates_and_empty_index():
     ix = VectorIndex.empty(DIM, FACT_SCHEMA)
     assert ix.search(np.ones((1, DIM), np.float32) / np.sqrt(DIM), 5)[0].ids.size == 0
@@ -133,6 +138,7 @@ def test_empty_candidates_and_empty_index():
 
 
 @pytest.mark.parametrize("backend", ["flat", "hnsw"])
+@pytest.mark.search
 def test_save_load_and_purge_by_source(tmp_path, backend):
     ix, vecs = _random_index(200, backend)
     ix.save(tmp_path, "facts")
@@ -145,6 +151,7 @@ def test_save_load_and_purge_by_source(tmp_path, backend):
     assert stable_id("f3") not in hits.ids.tolist()
 
 
+@pytest.mark.search
 def test_corrupt_files_give_a_clear_error(tmp_path):
     (tmp_path / "facts.faiss").write_bytes(b"junk")
     pl.DataFrame(schema=FACT_SCHEMA).write_parquet(tmp_path / "facts.parquet")
@@ -152,6 +159,7 @@ def test_corrupt_files_give_a_clear_error(tmp_path):
         VectorIndex.load(tmp_path, "facts", backend="flat")
 
 
+@pytest.mark.search
 def test_store_purge_marks_stale_and_deletes_unreadable_folders(tmp_path):
     store = IndexStore(Layout(str(tmp_path)))
     ix, _ = _random_index(30, "flat")
@@ -171,6 +179,7 @@ def test_store_purge_marks_stale_and_deletes_unreadable_folders(tmp_path):
     assert store.load("spec2", "m/1") is None
 
 
+@pytest.mark.search
 def test_store_purge_rewrites_only_the_kinds_that_lost_vectors(tmp_path):
     """A purge loads one kind at a time and writes a kind's files again only when it lost a
     vector: each file holds every vector of its kind (a gigabyte at 1M events)."""
@@ -219,6 +228,7 @@ def test_hashing_embedder_contract_and_bad_embedders():
         get_embedder(object())
 
 
+@pytest.mark.search
 def test_files_from_two_different_indexes_are_refused(tmp_path):
     a, _ = _random_index(20, "flat")
     b = VectorIndex.empty(DIM, FACT_SCHEMA)

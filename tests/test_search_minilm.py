@@ -36,6 +36,7 @@ def mem(tmp_path_factory):
     return mem
 
 
+@pytest.mark.search
 def test_minilm_embedder_contract():
     emb = MiniLMEmbedder()
     a = emb.embed(["Alice lives in Berlin", "Alice lives in Berlin", "The weather is nice"])
@@ -44,6 +45,7 @@ def test_minilm_embedder_contract():
     assert "all-MiniLM-L6-v2" in emb.model_id
 
 
+@pytest.mark.search
 def test_semantic_search_answers_with_current_facts(mem):
     top = mem.search("Which city is Alice's home?", k=1, tenant="acme")
     assert top.select("subject", "relation", "object").row(0) == ("Alice", "lives_in", "Berlin")
@@ -62,6 +64,7 @@ def test_semantic_search_answers_with_current_facts(mem):
     assert doc["source"].to_list() == ["doc#1"]
 
 
+@pytest.mark.search
 def test_cli_search_and_index(mem):
     runner = CliRunner()
     out = runner.invoke(main, ["index", mem.root, "--json"])

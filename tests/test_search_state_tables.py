@@ -80,6 +80,7 @@ def test_fact_items_of_the_state_tables_equal_the_reference_folds(tmp_path, seed
 
 
 @pytest.mark.parametrize("persist", [True, False])
+@pytest.mark.search
 def test_the_head_index_follows_the_log_without_a_graph_fold(tmp_path, monkeypatch, persist):
     mem, rng = _store(tmp_path, 7)
     oracle = _oracle(mem)
@@ -109,6 +110,7 @@ def test_the_head_index_follows_the_log_without_a_graph_fold(tmp_path, monkeypat
     assert hits.height and hits["fact_id"].is_in(oracle["facts"]["key"].implode()).all()
 
 
+@pytest.mark.search
 def test_a_stored_index_whose_position_the_log_no_longer_holds_reads_every_event(tmp_path, monkeypatch):
     mem, rng = _store(tmp_path, 3)
     ix = mem.index(embedder="hashing")
@@ -128,6 +130,7 @@ def test_a_stored_index_whose_position_the_log_no_longer_holds_reads_every_event
     assert moved.indexes["events"].meta.equals(_oracle(mem)["events"])
 
 
+@pytest.mark.search
 def test_a_search_after_an_erasure_holds_nothing_of_the_erased_events(tmp_path, monkeypatch):
     mem, _ = _store(tmp_path, 1)
     mine = [fact_event("Zoe", "lives_in", "Tromso", day=40, event_id="ev-x1", subjects=["s-x"]),
@@ -155,6 +158,7 @@ def test_a_search_after_an_erasure_holds_nothing_of_the_erased_events(tmp_path, 
         assert meta.equals(_oracle(mem)[kind]), kind
 
 
+@pytest.mark.search
 def test_the_index_holds_a_compose_roll_ups_current_copy_not_its_closed_ones(tmp_path):
     mem = refold.init(tmp_path / "store")
     mem.append([fact_event("Zoe", "works_at", "Acme", day=0), fact_event("Acme", "located_in", "Oslo", day=1),
@@ -184,6 +188,7 @@ def test_known_ids_and_hashes_serve_only_for_the_same_key_and_text(tmp_path):
     assert (reused["text_hash"] == "from-index").all() and reused.drop("text_hash").equals(fresh.drop("text_hash"))
 
 
+@pytest.mark.search
 def test_searches_after_appends_advance_their_own_view_and_leave_a_returned_one_alone(tmp_path, monkeypatch):
     from refold.storage.index import IndexStore
 
@@ -213,6 +218,7 @@ def test_searches_after_appends_advance_their_own_view_and_leave_a_returned_one_
     assert len(given.indexes["events"]) == size
 
 
+@pytest.mark.slow
 def test_closer_frame_equals_closer_readers(tmp_path):
     """The polars form of the closing rule (the state tables' index) against the dict form
     (the reference fold's), over the same rows of ten seeded logs: only restricted closers are
@@ -232,6 +238,7 @@ def test_closer_frame_equals_closer_readers(tmp_path):
     assert listed > 20  # (restricted closers of every kind are among them)
 
 
+@pytest.mark.search
 def test_searches_from_threads_share_one_memory(tmp_path):
     """Searches from several threads on one Memory (as an application might) take turns on the
     view they bring up to date in place, while another thread appends: every answer comes back
@@ -270,6 +277,7 @@ def test_searches_from_threads_share_one_memory(tmp_path):
 #: seeds 10, 16, 40 and 52 append a fact that changes who may see the closing of an input of a
 #: closed stored roll-up elsewhere (that roll-up's row itself unchanged)
 @pytest.mark.parametrize("seed", [*range(6), 10, 16, 40, 52])
+@pytest.mark.slow
 def test_a_kept_basis_and_the_overlays_delta_equal_a_whole_read(tmp_path, monkeypatch, seed):
     """While the state tables' tag stays (appends, no fold), a search keeps the tag's basis and
     its items and derives again only what the read overlay touches (refold.state_index): after
@@ -303,6 +311,7 @@ def test_a_kept_basis_and_the_overlays_delta_equal_a_whole_read(tmp_path, monkey
     assert touched_rollups  # (the deltas re-derived compose roll-ups)
 
 
+@pytest.mark.search
 def test_why_of_a_roll_up_a_search_returned_reads_its_subject_not_the_whole_join(tmp_path, monkeypatch):
     """The index holds no roll-up's inputs, so a search notes the subject of each derived fact
     it returns: a ``why`` of one then derives that subject's roll-ups (its buckets) instead of

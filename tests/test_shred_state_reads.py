@@ -130,6 +130,7 @@ def test_a_shred_erasure_leaves_a_state_that_honours_its_marker(mem):
     assert _state_hits(mem) == []
 
 
+@pytest.mark.search
 def test_search_drops_the_events_and_facts_of_a_key_destroyed_outside_an_erasure(mem):
     def hits(m: Memory) -> set[str]:
         facts = m.search(f"Ann likes {CANARY}0", k=50, embedder="hashing")

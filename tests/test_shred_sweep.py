@@ -45,6 +45,8 @@ def _where(mem: Memory, canary: str) -> set[str]:
     return {h.file.split("/")[0] for h in erasing.scan(mem, canaries=[canary]).hits}
 
 
+@pytest.mark.search
+@pytest.mark.slow
 def test_the_next_fold_purges_a_destroyed_owners_residue_and_only_once(mem):
     assert {"extractions", "index", "state"} <= _where(mem, CANARY)
     FileKeyStore(mem.layout.keys).destroy("s-ann")  # not refold's erasure: no receipt, no purge
@@ -61,6 +63,7 @@ def test_the_next_fold_purges_a_destroyed_owners_residue_and_only_once(mem):
     assert not any(CANARY in t for t in hits["text"].to_list())
 
 
+@pytest.mark.search
 def test_a_tenants_destroyed_key_is_swept_by_the_next_fold(mem):
     """A tenant's key encrypts its subject-less events (offboarding a tenant): reads leave them
     out at once, and the next fold sweeps the cache and the index and erases them from the
@@ -73,6 +76,8 @@ def test_a_tenants_destroyed_key_is_swept_by_the_next_fold(mem):
     assert CANARY in str(mem.facts(subject="Ann")["object"].to_list())  # the other keys' events stay
 
 
+@pytest.mark.search
+@pytest.mark.slow
 def test_an_erasure_after_a_destruction_sweeps_both_and_says_so_in_its_receipt(mem, monkeypatch):
     FileKeyStore(mem.layout.keys).destroy("s-ann")  # no fold between this and the erasure
     receipt = erasing.erase(mem, "s-ben", canaries=[OTHER])

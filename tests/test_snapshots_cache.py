@@ -77,6 +77,7 @@ def _writer(root: str, start: int) -> int:
     return inserted
 
 
+@pytest.mark.slow
 def test_writers_in_several_processes_store_each_key_once(tmp_path):
     root = str(tmp_path)
     ExtractionCache(Layout(root)).put([_x(0)])  # the table exists before the race

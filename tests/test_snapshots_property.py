@@ -13,6 +13,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -27,6 +28,7 @@ batches = st.lists(st.lists(fact_step, min_size=1, max_size=5), min_size=2, max_
 
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(batches=batches, fold_after=st.data())
+@pytest.mark.slow
 def test_store_folds_resumed_from_tags_equal_the_reference_fold(batches, fold_after):
     with tempfile.TemporaryDirectory() as tmp:
         mem = refold.init(Path(tmp) / "store")

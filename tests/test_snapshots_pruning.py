@@ -71,6 +71,7 @@ alternative = st.fixed_dictionaries({}, optional={
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(prune=st.lists(alternative, min_size=0, max_size=3),
        extra=st.sampled_from([None, "n_even", "kind_in"]))
+@pytest.mark.slow
 def test_a_pruned_read_returns_the_rows_of_an_unpruned_read(table, prune, extra):
     flt = {None: None, "n_even": pc.equal(pc.bit_wise_and(pc.field("n"), 1), 0),
            "kind_in": pc.field("kind").isin(["tombstone", "chat_turn"])}[extra]

@@ -68,6 +68,7 @@ def _history(root: Path) -> tuple[refold.Memory, list[int]]:
     return mem, versions
 
 
+@pytest.mark.slow
 def test_reads_as_of_every_past_version_equal_the_fold_of_that_prefix(tmp_path):
     mem, versions = _history(tmp_path / "store")
     spec = mem.current_spec()
@@ -169,6 +170,7 @@ def test_a_read_whose_overlay_would_pass_the_limit_is_refused_in_one_line(tmp_pa
     assert reader.facts().equals(_oracle(mem, None))
 
 
+@pytest.mark.slow
 def test_an_erasure_leaves_no_older_state_version_to_travel_to(tmp_path):
     """After an erasure only the state it wrote is tagged (older versions held erased data and
     were vacuumed): a read as of a position before it overlays the erased log's prefix on an
@@ -195,6 +197,7 @@ def test_an_erasure_leaves_no_older_state_version_to_travel_to(tmp_path):
     assert mem.facts(as_of=head).equals(_oracle(mem, head))
 
 
+@pytest.mark.slow
 def test_a_past_read_is_kept_in_memory_until_an_erasure(tmp_path):
     mem, versions = _history(tmp_path / "store")
     spec = mem.current_spec()
@@ -213,6 +216,7 @@ def test_a_bad_as_of_is_refused_in_one_line(tmp_path, as_of):
         mem.facts(as_of=as_of)
 
 
+@pytest.mark.slow
 def test_why_and_graph_as_of_a_past_version_equal_the_reference_folds(tmp_path):
     """``why`` and ``graph`` (a subject's neighbourhood) as of a past version: the same answer as
     the reference fold of that prefix (edges with every attribute; entity summaries are not

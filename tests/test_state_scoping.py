@@ -54,6 +54,7 @@ def _oracle_graph(mem, principal):
 
 
 @pytest.mark.parametrize("seed", range(5))
+@pytest.mark.slow
 def test_a_principals_reads_of_the_state_tables_equal_the_scoped_whole_state(tmp_path, seed):
     rng = random.Random(seed)
     mem = refold.init(tmp_path / "store")

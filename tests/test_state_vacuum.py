@@ -49,6 +49,7 @@ def _whole(store, tag) -> int:
             + store.read("entities", version=tag.entities_version).num_rows)
 
 
+@pytest.mark.slow
 def test_a_vacuum_keeps_what_its_retention_covers_and_past_reads_follow(tmp_path):
     mem, versions = _history(tmp_path / "store")
     mem.fold(full=True)  # a full refold replaces every file: the older versions' files are unused now
@@ -108,6 +109,7 @@ def _run(*args, env=None):
                           env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})})
 
 
+@pytest.mark.slow
 def test_the_cli_and_the_jobs_vacuum_after_a_fold(tmp_path):
     mem, _ = _history(tmp_path / "store")
     spec_hash = mem.current_spec().hash

@@ -54,6 +54,7 @@ def _exercise(mem: refold.Memory) -> None:
 
 
 @pytest.mark.parametrize("mode", ["delete", "shred"])
+@pytest.mark.search
 def test_everything_refold_creates_is_private_to_the_owner(tmp_path, mode):
     old = os.umask(0o022)  # the usual umask, which made files 0644 and folders 0755
     try:
@@ -71,6 +72,8 @@ def test_everything_refold_creates_is_private_to_the_owner(tmp_path, mode):
     assert not wrong, wrong
 
 
+@pytest.mark.search
+@pytest.mark.slow
 def test_a_group_shared_store_gives_the_group_access_and_others_none(tmp_path):
     out = subprocess.run([REFOLD, "init", str(tmp_path / "store"), "--group"], capture_output=True,
                          env=_env(), timeout=120)
@@ -143,6 +146,7 @@ def test_a_stalled_lock_fails_with_an_error_naming_the_holder(tmp_path):
         assert held
 
 
+@pytest.mark.slow
 def test_readers_never_open_the_lock(tmp_path):
     mem = refold.init(tmp_path / "store")
     mem.append([{"kind": "chat_turn", "content": "hi", "source": "chat#1"}])

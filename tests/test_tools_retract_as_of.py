@@ -29,6 +29,7 @@ def _current(ctx):
     return {(r["subject"], r["object"]) for r in ctx.memory.facts(tenant="acme", current_only=True).to_dicts()}
 
 
+@pytest.mark.search
 def test_retract_by_fact_id_closes_the_fact_and_keeps_history(ctx):
     tools.handle("write_memory", WRITE, ctx)
     [fact_id] = ctx.memory.facts(current_only=True)["fact_id"].to_list()

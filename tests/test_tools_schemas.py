@@ -91,6 +91,7 @@ def test_other_bad_calls(ctx):
         tools.handle("write_memory", no_trace, ctx)
 
 
+@pytest.mark.search
 def test_write_fold_search_why_round_trip(ctx):
     out = tools.handle("write_memory", {**GOOD, "valid_from": "2024-05-01T00:00:00+00:00"}, ctx)
     assert out["status"] == "recorded" and "next search_memory" in out["note"] and out["trace_id"] == "run-1"
@@ -116,6 +117,7 @@ def test_write_fold_search_why_round_trip(ctx):
     assert out["trace_id"] == "run-2"
 
 
+@pytest.mark.search
 def test_tenant_and_principal_scoping(ctx):
     mem = ctx.memory
     hr = tools.ToolContext(memory=mem, tenant="acme", readers=("hr",), embedder=EMB)

@@ -39,6 +39,7 @@ def _ctx(mem, tenant="acme"):
     return tools.ToolContext(memory=mem, tenant=tenant, embedder=EMB)
 
 
+@pytest.mark.search
 def test_a_traced_tool_search_replays_what_it_returned_then_after_later_writes_changed_the_answer(tmp_path):
     mem = _store(tmp_path / "s")
     then = tools.handle("search_memory", {"query": "where does Xena live", "k": 2, "trace_id": "run-1"},
@@ -63,6 +64,7 @@ def test_a_traced_tool_search_replays_what_it_returned_then_after_later_writes_c
     assert body["ok"] and body["entries"][0]["replay"]["ids"] == returned
 
 
+@pytest.mark.search
 def test_trace_lists_what_the_trace_wrote_and_read_in_log_order(tmp_path):
     mem = _store(tmp_path / "s")
     ctx = _ctx(mem)
@@ -85,6 +87,7 @@ def test_trace_lists_what_the_trace_wrote_and_read_in_log_order(tmp_path):
     assert missing.exit_code == 2 and "no event carries trace id 'no-such-run'" in missing.output
 
 
+@pytest.mark.search
 def test_a_read_is_never_extracted_and_recording_it_changes_no_answer(tmp_path):
     mem = _store(tmp_path / "s")
     facts_before = mem.facts().sort("fact_id")
@@ -112,6 +115,7 @@ def test_a_read_is_never_extracted_and_recording_it_changes_no_answer(tmp_path):
         mem.append({"kind": READ_KIND, "content": "{}", "source": "me"})
 
 
+@pytest.mark.search
 def test_replay_reports_a_read_whose_record_does_not_match_the_log(tmp_path):
     mem = _store(tmp_path / "s")
     mem.search("where does Bob live", k=1, tenant="acme", embedder=EMB, trace_id="run-1")
@@ -127,6 +131,7 @@ def test_replay_reports_a_read_whose_record_does_not_match_the_log(tmp_path):
     assert out.exit_code == 1 and "DIFFERS" in out.output
 
 
+@pytest.mark.search
 def test_erasing_a_subject_erases_the_reads_that_showed_it_and_keeps_other_tenants_reads(tmp_path):
     mem = _store(tmp_path / "s")
     x_facts = mem.search("does Xena live in Quuxville", k=1, tenant="acme", embedder=EMB, trace_id="run-x")
@@ -145,6 +150,7 @@ def test_erasing_a_subject_erases_the_reads_that_showed_it_and_keeps_other_tenan
     assert other.ok and other.reads[0].read.tenant == "other"
 
 
+@pytest.mark.search
 def test_in_shred_mode_an_erased_subjects_reads_keep_only_their_trace_id(tmp_path):
     mem = refold.init(tmp_path / "s", mode="shred")
     mem.append([
@@ -164,6 +170,7 @@ def test_in_shred_mode_an_erased_subjects_reads_keep_only_their_trace_id(tmp_pat
     assert out.exit_code == 0 and "erased: its key was destroyed" in out.output
 
 
+@pytest.mark.search
 def test_event_searches_and_valid_time_filters_are_recorded_and_replayed(tmp_path):
     mem = _store(tmp_path / "s")
     ctx = _ctx(mem)

@@ -127,6 +127,7 @@ def test_a_replaced_recorded_key_fools_only_a_check_without_a_pinned_key(signed,
     assert "signed by another key" in report.problems[0] and "events 0..25 are not covered" in report.problems[1]
 
 
+@pytest.mark.slow
 def test_an_unsigned_append_is_reported_until_the_operator_signs_the_head(signed, monkeypatch):
     """A process without the key (or a crash before its head was published) leaves a tail no
     signed head covers; `refold sign-head` vouches for it after a full verify."""

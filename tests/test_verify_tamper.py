@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from deltalake import DeltaTable, write_deltalake
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -247,6 +248,7 @@ def test_cli_verify_json_on_malformed_rows_prints_a_report(mem):
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 def test_malformed_heads_lines_are_named_and_do_not_hide_the_rest(mem):
     journal = Path(mem.layout.heads) / "heads.jsonl"
     lines = journal.read_text().split("\n")
@@ -288,6 +290,7 @@ def test_a_head_a_crash_cut_short_is_a_note_not_a_failure(mem):
     assert not mem.verify().ok
 
 
+@pytest.mark.slow
 def test_a_commit_file_that_does_not_parse_is_a_finding_for_verify_and_an_error_elsewhere(mem):
     commit = Path(mem.layout.events) / "_delta_log" / f"{3:020d}.json"
     commit.write_text(commit.read_text() + "garbage\n")
@@ -316,6 +319,7 @@ def _decoded_or_none(row: dict, schema: pa.Schema):
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
+@pytest.mark.slow
 def test_verify_never_raises_on_any_cell_value(tmp_path_factory, data):
     """Any value of the column's type (nulls inside lists, nulls anywhere, any text or time) in
     any cell of any row: verify returns a report, and one that is not ok when the stored event

@@ -1,4 +1,4 @@
-"""Log commands: init, append, log, verify, head, signing-key, sign-head."""
+"""Log commands: init, schema, append, log, verify, head, signing-key, sign-head."""
 
 from __future__ import annotations
 
@@ -105,6 +105,17 @@ def append(store: str, file, ingestion_run: str | None, as_json: bool) -> None:
     else:
         for seq, event in zip(seqs, batch):
             click.echo(f"{seq} {event.event_id}")
+
+
+@main.command()
+def schema() -> None:
+    """Print the JSON Schema of the JSON Lines input that `refold append` takes (docs/log.md).
+
+    The file refold ships (refold/data/event.schema.json), byte for byte: save it with
+    `refold schema > event.schema.json` and check events with any JSON Schema validator."""
+    from refold.fold.events import input_schema_text
+
+    click.echo(input_schema_text(), nl=False)
 
 
 @main.command("log")

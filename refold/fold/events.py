@@ -3,7 +3,9 @@
 An input event names what happened (``kind``), what was said or written (``content``) and where it
 came from (``source``), plus optional provenance. :func:`parse_jsonl` turns JSON Lines into
 :class:`NewEvent` values or raises :class:`EventValidationError` naming the line and field; one bad
-line rejects the whole batch. :class:`Event` is a stored row: a ``NewEvent`` plus its position
+line rejects the whole batch. The format is published as a JSON Schema (:func:`input_schema`,
+``refold schema``); :func:`validate_event` checks what it states, with messages of its own, plus
+the rules a schema cannot state. :class:`Event` is a stored row: a ``NewEvent`` plus its position
 (``seq``), record time, salt and hash chain fields.
 """
 
@@ -233,10 +235,20 @@ def check_times(batch: Sequence["NewEvent"]) -> None:
             raise EventValidationError(message, line=line, field=name)
 
 
+_ID_NOUN = {"subjects": "subject id", "principals": "principal"}
+
+
 def _str_list(value: Any, *, line: int | None, name: str) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
         raise EventValidationError(
             "expected a list of non-empty strings", line=line, field=name
+        )
+    if not all(map(str.strip, value)):  # whitespace only: an id no one can name again (or erase)
+        index, item = next((i, v) for i, v in enumerate(value) if not v.strip())
+        noun = _ID_NOUN.get(name, "item")
+        raise EventValidationError(
+            f"item {index} is blank ({item!r}): a {noun} needs a character that is not whitespace; "
+            f"write the {noun} or drop the item", line=line, field=name,
         )
     return tuple(value)
 
@@ -430,6 +442,21 @@ def _not_utf8(exc: UnicodeDecodeError, *, line: int, approximate: bool = False) 
         f"not UTF-8 text ({where}); JSON Lines input must be UTF-8: convert it, e.g. with "
         "`iconv -f LATIN1 -t UTF-8`", line=line,
     )
+
+
+def input_schema_text() -> str:
+    """The JSON Schema of the JSON Lines input (``refold/data/event.schema.json``, printed by
+    ``refold schema``), as shipped. It states what :func:`validate_event` checks; the rules JSON
+    Schema cannot state (content bytes, the time range, ``valid_to`` after ``valid_from``, lone
+    surrogates, one id with two contents in a batch) are listed in its ``$comment``."""
+    from importlib.resources import files
+
+    return files("refold").joinpath("data", "event.schema.json").read_text(encoding="utf-8")
+
+
+def input_schema() -> dict[str, Any]:
+    """:func:`input_schema_text`, parsed."""
+    return json.loads(input_schema_text())
 
 
 def event_to_json(event: Event) -> dict[str, Any]:
