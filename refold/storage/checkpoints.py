@@ -38,7 +38,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from refold.fold.errors import IntegrityError, NotFoundError, ValidationError
 from .heads import Head, store_head_lines
-from .signing import HeadSigner, fingerprint, recorded_public_key
+from .signing import HeadSigner, fingerprint, load_public_key, recorded_public_key
 
 __all__ = ["Checkpoint", "CheckpointError", "Verifier", "checkpoint_fields", "key_id", "load_verifier",
            "open_checkpoint", "open_note", "origin_for", "parse_verifier_key", "parse_checkpoint", "published_checkpoints", "sign_checkpoint",
@@ -138,13 +138,7 @@ def load_verifier(path: str | os.PathLike) -> Verifier:
     except OSError as exc:
         raise ValidationError(f"cannot read the public key {path}: {exc.strerror or exc}") from None
     if b"-----BEGIN" in data:
-        try:
-            key = serialization.load_pem_public_key(data)
-        except ValueError as exc:
-            raise ValidationError(f"{path} is not a readable PEM public key ({exc})") from None
-        if not isinstance(key, Ed25519PublicKey):
-            raise ValidationError(f"{path} holds a {type(key).__name__}, not an Ed25519 public key")
-        return Verifier(key)
+        return Verifier(load_public_key(path))
     try:
         return parse_verifier_key(data.decode("utf-8"))
     except (UnicodeDecodeError, CheckpointError) as exc:
