@@ -33,21 +33,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from snapshot_workload import events as workload  # noqa: E402
+from snapshot_workload import append_all, events as workload  # noqa: E402
 
 SUBJECT = "Person7"
 ROUNDS = 10
 
 
-def _append(mem, events, size: int = 1000) -> None:
-    batch = []
-    for event in events:
-        batch.append(event)
-        if len(batch) == size:
-            mem.append(batch)
-            batch = []
-    if batch:
-        mem.append(batch)
 
 
 def _timed(fn):
@@ -61,10 +52,10 @@ def run(n: int, unfolded: float, root: Path) -> dict[str, float]:
 
     out: dict[str, float] = {}
     mem = refold.init(root)
-    out["append"], _ = _timed(lambda: _append(mem, workload(n, seed=11)))
+    out["append"], _ = _timed(lambda: append_all(mem, workload(n, seed=11)))
     out["fold"], _ = _timed(lambda: mem.fold())
     tail = max(int(n * unfolded), 1)
-    _append(mem, workload(tail, seed=12, start=10 * n))
+    append_all(mem, workload(tail, seed=12, start=10 * n))
 
     def read(m):
         return m.facts(subject=SUBJECT, current_only=True).sort("fact_id")

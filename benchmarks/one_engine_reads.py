@@ -64,17 +64,6 @@ GIB = 1024 ** 3
 
 # -- the steps (each in a child process) -----------------------------------------------------------
 
-def _append(mem, stream, size: int = 1000) -> int:
-    batch, total = [], 0
-    for event in stream:
-        batch.append(event)
-        if len(batch) == size:
-            mem.append(batch)
-            total, batch = total + len(batch), []
-    if batch:
-        mem.append(batch)
-        total += len(batch)
-    return total
 
 
 def _version_of(mem, seq: int) -> int:
@@ -89,25 +78,25 @@ def _rss() -> int:
 
 def step(name: str, root: Path, n: int, as_of: int | None) -> dict:
     import refold
-    from snapshot_workload import events
+    from snapshot_workload import append_all, events
 
     out: dict = {}
     start, cpu = time.perf_counter(), time.process_time()
     if name == "build":
         mem = refold.init(root)
-        out["events"] = _append(mem, events(n, seed=11))
+        out["events"] = append_all(mem, events(n, seed=11))
         mem.fold(extractor="rules")
         first = mem.state_store(mem.current_spec()).tag()
         out["first_fold_s"] = time.perf_counter() - start
         out.update(first_seq=first.log_seq, as_of=_version_of(mem, first.log_seq))
         t0 = time.perf_counter()
-        out["new"] = _append(mem, events(NEW_EVENTS, seed=12, start=10 * n))
+        out["new"] = append_all(mem, events(NEW_EVENTS, seed=12, start=10 * n))
         mem.fold(extractor="rules")
         out["second_fold_s"] = time.perf_counter() - t0
         out["second_seq"] = mem.state_store(mem.current_spec()).tag().log_seq
     elif name == "build_shred":
         mem = refold.init(root, mode="shred")
-        out["events"] = _append(mem, events(n, seed=11))
+        out["events"] = append_all(mem, events(n, seed=11))
         mem.fold(extractor="rules")
     elif name == "destroy":
         out["keys"] = len(refold.open(root).key_store.destroy(DESTROYED[0]))

@@ -92,17 +92,6 @@ def workload(n: int, *, seed: int, start: int = 0, with_subject: bool = True) ->
             yield event
 
 
-def _append(mem, stream: Iterator, size: int = 1000) -> int:
-    batch, total = [], 0
-    for event in stream:
-        batch.append(event)
-        if len(batch) == size:
-            mem.append(batch)
-            total, batch = total + len(batch), []
-    if batch:
-        mem.append(batch)
-        total += len(batch)
-    return total
 
 
 # -- the steps (each in a child process) -----------------------------------------------------------
@@ -120,13 +109,13 @@ def _fold_options(use_ray: bool) -> dict:
 
 def step(name: str, root: Path, n: int, use_ray: bool) -> dict:
     import refold
-    from snapshot_workload import CountingRules
+    from snapshot_workload import CountingRules, append_all
 
     out: dict = {}
     start = time.perf_counter()
     if name == "append":
         mem = refold.init(root)
-        out["events"] = _append(mem, workload(n, seed=11))
+        out["events"] = append_all(mem, workload(n, seed=11))
     elif name == "fold":
         ext = CountingRules()
         report = refold.open(root).fold(extractor=ext, **_fold_options(use_ray))
@@ -141,7 +130,7 @@ def step(name: str, root: Path, n: int, use_ray: bool) -> dict:
             out["worker_rss"] = opts["merger"].worker_peak_rss
     elif name == "append_new":
         new = max(int(n * NEW_SHARE), 1)
-        out["events"] = _append(refold.open(root), workload(new, seed=12, start=10 * n, with_subject=False))
+        out["events"] = append_all(refold.open(root), workload(new, seed=12, start=10 * n, with_subject=False))
     elif name == "incremental":
         ext = CountingRules()
         opts = _fold_options(use_ray)

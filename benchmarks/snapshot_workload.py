@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 import statistics
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from refold.fold.events import Fact, NewEvent
 from refold.fold.extractors.rules import RulesExtractor
@@ -54,9 +54,19 @@ def events(n: int, *, seed: int = 0, people: int | None = None, start: int = 0,
                            subjects=(sid,), event_id=f"ev-{seed}-{i}")
 
 
-def append_all(mem, batch: list[NewEvent], *, size: int = 1000) -> None:
-    for start in range(0, len(batch), size):
-        mem.append(batch[start:start + size])
+def append_all(mem, events: Iterable[NewEvent | dict], *, size: int = 1000) -> int:
+    """Append ``events`` (any iterable: a generator is never held whole) in batches of ``size``;
+    return how many were appended."""
+    batch, total = [], 0
+    for event in events:
+        batch.append(event)
+        if len(batch) == size:
+            mem.append(batch)
+            total, batch = total + len(batch), []
+    if batch:
+        mem.append(batch)
+        total += len(batch)
+    return total
 
 
 class Seconds(float):
