@@ -360,15 +360,15 @@ class Memory:
         if tag is not None and seen is not None and seen[3] == tag:
             # the same tables, the log moved (an append): the kept overlay is advanced by the
             # events after the position it reached, when the log still holds that position
-            self._check_overlay(self.head().seq - tag.log_seq, tag, as_of=None)
+            self._check_overlay(self.head().seq - tag.log_seq, tag, store, as_of=None)
             tail, base = log_after(self, *seen[2]), seen[1][2]
         if tail is None:
             if tag is not None:
-                self._check_overlay(self.head().seq - tag.log_seq, tag, as_of=None)
+                self._check_overlay(self.head().seq - tag.log_seq, tag, store, as_of=None)
                 tail = tail_after(self, tag)
             if tail is None:  # never folded, or the log no longer holds the tag's position
                 tag = empty_tag(spec)
-                self._check_overlay(self.head().seq + 1, None, as_of=None)
+                self._check_overlay(self.head().seq + 1, None, store, as_of=None)
                 tail = tail_after(self, tag)
             base = self._unhonoured(spec, store, tag, marks)
         if tail:
@@ -391,7 +391,7 @@ class Memory:
 
         return without_events(spec, store, tag, marked_in_log(self.log_store, marks, until=tag.log_seq))
 
-    def _check_overlay(self, events: int, tag, *, as_of) -> None:
+    def _check_overlay(self, events: int, tag, store, *, as_of) -> None:
         """Refuse a read whose overlay would hold more than :attr:`read_overlay_limit` events."""
         if events <= self.read_overlay_limit:
             return
@@ -402,7 +402,7 @@ class Memory:
                 f"{events:,} events await a fold ({where}); reads overlay at most {limit} events in memory: run "
                 "mem.fold() first (or raise Memory.read_overlay_limit)",
                 cli=f"{events:,} events await a fold ({where}); run `refold fold {self.root}` first")
-        oldest = self._oldest_readable()
+        oldest = self._oldest_readable(store)
         raise ValidationError(
             f"as_of={as_of!r} lies {events:,} events past the newest state version at or before it "
             f"(a read overlays at most {limit}); the oldest readable position is {oldest}: state versions are "
@@ -411,14 +411,16 @@ class Memory:
             cli=f"as_of {as_of} lies {events:,} events past the newest state version at or before it; the oldest "
                 f"readable position is {oldest} (state versions are kept by `refold vacuum-state --retain-hours`)")
 
-    def _oldest_readable(self) -> str:
+    def _oldest_readable(self, store) -> str:
         """Which ``as_of`` positions a read answers: those within the overlay limit of the start of
         the log, and those from the oldest state version still whole on (if a fold is older)."""
-        tags = self.state_store(self.current_spec()).tags()
+        tags = store.tags()
         first = min((t.log_seq for t in tags), default=None)
         reach = self.read_overlay_limit - 1
         if first is None or first <= reach:
-            return f"seq {reach}" if first is None else f"seq 0 (every seq from {first} on has a state version)"
+            if first is None:
+                return f"seq 0 (no state version is kept: as_of reads reach seq {reach}, overlaid from the start)"
+            return f"seq 0 (every seq from {first} on has a state version)"
         return f"seq {first} (and seqs 0-{reach}, overlaid from the start of the log)"
 
     @property
@@ -496,11 +498,11 @@ class Memory:
         tag = store.tag_at(end)
         tail = None
         if tag is not None:
-            self._check_overlay(end - tag.log_seq, tag, as_of=as_of)
+            self._check_overlay(end - tag.log_seq, tag, store, as_of=as_of)
             tail = tail_after(self, tag, until=end)
         if tail is None:  # no state version that old, or the log no longer holds its position
             tag = empty_tag(spec)
-            self._check_overlay(end + 1, tag, as_of=as_of)
+            self._check_overlay(end + 1, tag, store, as_of=as_of)
             tail = tail_after(self, tag, until=end) if end >= 0 else []
             if tail is None:
                 raise StoreError(f"the log's data file statistics hide events up to seq {end}; run "
