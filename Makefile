@@ -33,12 +33,16 @@ venv-full: $(VENV)/.full
 demo: $(VENV)/.core
 	$(BIN)/python -m refold.demo ./demo-store
 
+# Two pytest workers (pytest-xdist); the tests of one shared heavy process (a Ray head, moto, the
+# llama.cpp server) stay on one worker (tests/conftest.py groups them), so each starts once.
+PYTEST := $(BIN)/python -m pytest -q -n 2 --dist loadgroup
+
 test: $(VENV)/.full
-	$(BIN)/python -m pytest -q
+	$(PYTEST)
 
 # Markers in pyproject.toml; tests/conftest.py marks the tests using the moto, Ray head and llama.cpp fixtures.
 test-fast: $(VENV)/.full
-	$(BIN)/python -m pytest -q -m "not slow and not ray and not llm and not s3"
+	$(PYTEST) -m "not slow and not ray and not llm and not s3"
 
 bench: $(VENV)/.full
 	for f in benchmarks/*.py; do $(BIN)/python $$f --quick || exit 1; done

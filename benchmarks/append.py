@@ -18,7 +18,7 @@ visible as one unit before the next starts:
   transaction per batch, ``event_id`` UNIQUE as the idempotency key.
 
 A second part measures many concurrent single-event callers in one process (threads): refold
-with a commit per call (threads take turns), refold with :class:`~refold.storage.group.GroupCommit`
+with a commit per call (threads take turns), refold with :class:`~refold.storage.log.group.GroupCommit`
 (calls that arrive while a commit is in flight share the next one), and SQLite with a connection
 and a one-row transaction per call.
 
@@ -58,9 +58,9 @@ import pyarrow.parquet as pq
 import refold
 from refold.fold.chain import DOMAIN, GENESIS, header_bytes
 from refold.fold.events import NewEvent
-from refold.storage.group import GroupCommit
-from refold.storage.schema import table_to_events
-from refold.storage.sealing import seal_rows
+from refold.storage.log.group import GroupCommit
+from refold.storage.log.schema import table_to_events
+from refold.storage.log.sealing import seal_rows
 
 TARGET = 2.5  # refold time / plain Parquet time at >= 1k events per batch
 SINGLE_MEDIAN_MS = 30.0  # median single-event append on a local store

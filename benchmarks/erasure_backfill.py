@@ -26,8 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import refold  # noqa: E402
-from refold import erasing  # noqa: E402
-from refold.storage.scan import scan  # noqa: E402
+from refold.erasure.scan import scan  # noqa: E402
 
 CITIES = ("Lisbon", "Oslo", "Quito", "Hanoi", "Lagos", "Perth", "Tromso", "Cusco", "Recife", "Bergen")
 ORGS = ("Acme", "Globex", "Initech", "Umbrella", "Hooli", "Vehement", "Stark", "Wonka")
@@ -54,7 +53,7 @@ def build(root: Path, subjects: int, per_subject: int) -> refold.Memory:
         mem.append(events[start:start + 500])
     for i in range(subjects):
         first, last = name_of(i).split()
-        erasing.register_subject(mem, f"s-{i:04d}", f"{first} {last}", aliases=[first])
+        mem.register_subject(f"s-{i:04d}", f"{first} {last}", aliases=[first])
     mem.fold()
     return mem
 

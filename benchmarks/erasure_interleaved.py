@@ -3,7 +3,7 @@ the same turns stored contiguously (one speaker's turns first), measured in the 
 
 Each case builds a fresh store (2,000 earlier events, then the conversation appended ``--batch``
 turns at a time, as a chat arrives; the log compacts its small files as usual), then
-erases speaker A at the log level (:func:`refold.storage.erasure.erase`: erasure event,
+erases speaker A at the log level (:func:`refold.erasure.procedure.erase`: erasure event,
 tombstones, vacuum and log cleanup; no derived stores, no refold, no scan), and reports the whole
 erasure and its tombstone commit. Before, the tombstone commit was one overwrite whose predicate
 held an OR term per run of erased seqs (hundreds when they alternate); now it rewrites the data
@@ -23,8 +23,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import refold  # noqa: E402
-from refold.storage import erasure as erasure_mod  # noqa: E402
-from refold.storage.verify import verify  # noqa: E402
+from refold.erasure import procedure as erasure_mod  # noqa: E402
+from refold.storage.log.verify import verify  # noqa: E402
 
 A, B = "s-a11e", "s-b0b0"
 

@@ -42,10 +42,10 @@ from pathlib import Path
 import refold
 from refold import proofs
 from refold.fold.events import NewEvent
-from refold.storage.checkpoints import open_checkpoint
-from refold.storage.log import EventLog
-from refold.storage.signing import recorded_public_key, set_up_signing
-from refold.storage.verify import sign_current_head
+from refold.storage.log.checkpoints import open_checkpoint
+from refold.storage.log.eventlog import EventLog
+from refold.storage.log.signing import recorded_public_key, set_up_signing
+from refold.storage.log.verify import sign_current_head
 
 BATCH = 10_000
 APPEND = 1_000

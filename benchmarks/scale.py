@@ -174,7 +174,7 @@ def step(name: str, root: Path, n: int, use_ray: bool) -> dict:
             t0 = time.perf_counter()
             mem.why(derived[len(derived) // 2])
             out["why_s"] = time.perf_counter() - t0
-            from refold import state_rollups  # again as a process that did not read it: a search
+            from refold.reads import rollups as state_rollups  # again as a process that did not read it: a search
 
             state_rollups.forget_hints()
             t0 = time.perf_counter()
@@ -261,7 +261,7 @@ def _time_state_steps() -> dict[str, float]:
     (``StatePurger.purge``: the refold of the touched buckets from the surviving cached
     extractions, and the vacuum) and ``digest`` (``StateStore.digest``: the outcome the receipt
     records, a read of the whole state)."""
-    from refold.state_fold import StatePurger
+    from refold.engine.purge import StatePurger
     from refold.storage.state import StateStore
 
     timed: dict[str, float] = {}
@@ -312,7 +312,7 @@ def incremental_floor(root: Path) -> dict:
 
     import refold
     from refold.fold.extractors.rules import RulesExtractor
-    from refold.storage.schema import table_to_events
+    from refold.storage.log.schema import table_to_events
 
     mem = refold.open(root)
     spec = mem.current_spec()

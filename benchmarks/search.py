@@ -34,7 +34,7 @@ import numpy as np
 import polars as pl
 
 from refold.fold.embed import FACT_SCHEMA
-from refold.search import filter_expr
+from refold.search.retriever import filter_expr
 from refold.storage.index import Candidates, Tuning, VectorIndex
 
 

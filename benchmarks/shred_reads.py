@@ -13,7 +13,7 @@ extractor; appends of 1,000), in one process:
 * destroy       another subject's keys destroyed with ``KeyStore.destroy``, outside an erasure
                 (no receipt, no refold): the first read after it (the tables predate the
                 marker: the read leaves the marked owner's facts out itself,
-                ``refold.state_overlay.without_events``), the fold that erases the subject's
+                ``refold.reads.overlay.without_events``), the fold that erases the subject's
                 events from the tables (``honour_marks``: cached extractions, no model call) and
                 purges what the extraction cache and other derived stores keep of them (the
                 sweep), then the read again
@@ -107,10 +107,8 @@ def run(n: int, root: Path) -> tuple[dict[str, float], dict[str, bool]]:
     out["destroy: next read (tables)"] = time.perf_counter() - start
     checks["the destroyed subject's facts stay gone after the fold"] = read(DESTROYED[1]).height == 0
 
-    from refold import erasing
-
     start = time.perf_counter()
-    erasing.erase(mem, ERASED[0])
+    mem.erase(ERASED[0])
     out["erase: whole erasure"] = time.perf_counter() - start
     start = time.perf_counter()
     read()

@@ -8,13 +8,13 @@ question answered as of two record times.
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import sys
 from importlib import resources
 from pathlib import Path
 
+import click
 from rich.console import Console
 from rich.table import Table
 
@@ -51,14 +51,30 @@ def _facts_table(console: Console, title: str, frame) -> None:
     console.print(table)
 
 
+@click.command(help=__doc__.splitlines()[0])
+@click.argument("store", default="./demo-store")
+@click.option("--keep", is_flag=True, help="Reuse an existing store instead of starting fresh.")
+def command(store: str, keep: bool) -> None:
+    sys.exit(run(store, keep=keep))
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("store", nargs="?", default="./demo-store")
-    parser.add_argument("--keep", action="store_true", help="Reuse an existing store instead of starting fresh.")
-    args = parser.parse_args(argv)
+    """Run the demo with ``argv`` (default: the command line); return the exit status."""
+    try:
+        command.main(args=argv, prog_name="python -m refold.demo", standalone_mode=False)
+    except SystemExit as done:
+        return int(done.code or 0)
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    return 0
+
+
+def run(store: str, *, keep: bool = False) -> int:
+    """Ingest the sample into ``store`` (a fresh one unless ``keep``), fold, read, verify."""
     console = Console()
-    root = Path(args.store)
-    if root.exists() and not args.keep:
+    root = Path(store)
+    if root.exists() and not keep:
         if not (root / "store.json").exists() and any(root.iterdir()):
             console.print(f"[red]{root} exists and is not a refold store; pick another folder[/]")
             return 2

@@ -1,6 +1,6 @@
 """Merkle tree proofs over the log, as RFC 9162 §2.1 defines them: what an auditor runs, alone.
 
-refold keeps a Merkle tree over its log (:mod:`refold.storage.merkle`). Leaf *i* is the leaf
+refold keeps a Merkle tree over its log (:mod:`refold.storage.log.merkle`). Leaf *i* is the leaf
 hash of event seq *i*'s commitment (its 32 bytes: the ``commitment`` column, hex-decoded), which
 erasure keeps, so an erasure never changes a leaf and old proofs stay valid::
 
@@ -282,7 +282,7 @@ def _unb64(value: Any, what: str, *, size: int | None = HASH_SIZE) -> bytes:
 
 class TreeSource(Protocol):
     """What proofs are generated from: a tree of ``size`` leaves that answers subtree hashes and
-    the leaf entries (:class:`refold.storage.merkle.TreeView` is one)."""
+    the leaf entries (:class:`refold.storage.log.tree_views.TreeView` is one)."""
 
     size: int
 

@@ -1,18 +1,16 @@
 """Shared set-up for erasure tests: a store with two subjects, canaries unique to X, a real fold.
 
 Also runnable as ``python -m tests.erasure_helpers ROOT`` to erase X in a child process (the
-crash tests set ``REFOLD_ERASE_CRASH_AT`` and kill it with SIGKILL at a chosen step).
+crash tests run it under ``tests.fault_driver``, which kills it with SIGKILL at a chosen step).
 """
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import refold
-from refold import erasing
 from tests.fold_helpers import fact_event
 
 X, Y = "s-x", "s-y"
@@ -52,8 +50,8 @@ def build(root: Path, *, mode: str = "delete", include: set[str] | None = None) 
     chosen = [e for e in events() if include is None or e["event_id"] in include]
     mem.append(chosen[:12])
     mem.append(chosen[12:])
-    erasing.register_subject(mem, X, X_NAME, aliases=[X_ALIAS], identifiers=[X_EMAIL])
-    erasing.register_subject(mem, Y, Y_NAME)
+    mem.register_subject(X, X_NAME, aliases=[X_ALIAS], identifiers=[X_EMAIL])
+    mem.register_subject(Y, Y_NAME)
     mem.fold()  # state tables that hold X's facts (erasure must purge them)
     return mem
 
@@ -84,11 +82,10 @@ def reference_facts(tmp: Path) -> set[tuple]:
 
 
 def erase_in_child(root: Path, crash_at: str | None = None, timeout: float = 240) -> int:
-    env = dict(os.environ)
-    env.pop("REFOLD_ERASE_CRASH_AT", None)
-    if crash_at:
-        env["REFOLD_ERASE_CRASH_AT"] = crash_at
-    proc = subprocess.run([sys.executable, "-m", "tests.erasure_helpers", str(root)], cwd=REPO, env=env,
+    """Erase X in a child process; with ``crash_at`` (an erasure step, e.g. ``"purge"``) the child
+    kills itself with SIGKILL at the fault point ``erasure.<crash_at>``. Returns its exit status."""
+    driver = ["-m", "tests.fault_driver", f"erasure.{crash_at}"] if crash_at else []
+    proc = subprocess.run([sys.executable, *driver, "-m", "tests.erasure_helpers", str(root)], cwd=REPO,
                           capture_output=True, text=True, timeout=timeout)
     if proc.returncode not in (0, -9):
         raise AssertionError(f"child failed ({proc.returncode}): {proc.stderr[-2000:]}")
@@ -97,7 +94,7 @@ def erase_in_child(root: Path, crash_at: str | None = None, timeout: float = 240
 
 def erase_x(root: Path):
     mem = refold.open(root, create=False)
-    return erasing.erase(mem, X, canaries=CANARIES, include_mentions=True)
+    return mem.erase(X, canaries=CANARIES, include_mentions=True)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from refold.fold.spec import FoldSpec
 from refold.fold.stated import stated_extraction
 
 T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
-#: the kinds the fold extracts (refold.folding.EXTRACTABLE, restated: the oracle imports no product path)
+#: the kinds the fold extracts (refold.fold.extract.EXTRACTABLE, restated: the oracle imports no product path)
 EXTRACTABLE = frozenset({"observation", "document", "chat_turn", "memory_written", "tool_call"})
 
 

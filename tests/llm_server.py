@@ -31,7 +31,7 @@ def free_port() -> int:
 @pytest.fixture(scope="session")
 def llama_server(tmp_path_factory):
     """Base URL of a real llama.cpp OpenAI-compatible server running the packaged model."""
-    from refold.models import default_gguf_path
+    from refold.extractors.models import default_gguf_path
 
     port = free_port()
     log = tmp_path_factory.mktemp("llama-server") / "server.log"

@@ -14,10 +14,9 @@ import pytest
 from click.testing import CliRunner
 
 import refold
-from refold import erasing
 from refold.cli import main
 from refold.demo import ingest_sample
-from refold.storage.erasure.receipts import list_receipts
+from refold.erasure.receipts import list_receipts
 
 #: str(datetime) — the form the CLI must never print
 SPACE_TIME = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d")
@@ -48,7 +47,7 @@ def folded(tmp_path):
     mem = refold.init(tmp_path / "store")
     ingest_sample(mem)
     mem.fold()
-    erasing.register_subject(mem, "s-maria", "Maria Santos")
+    mem.register_subject("s-maria", "Maria Santos")
     return mem
 
 
@@ -147,7 +146,7 @@ def test_erase_with_a_registered_name_counts_its_needles(folded):
     folded.append([{"kind": "chat_turn", "content": "Zorblatt: I live in Riga.", "source": "chat#50",
                     "subjects": ["s-zed"]},
                    {"kind": "chat_turn", "content": "Ivo: I live in Split.", "source": "chat#51"}])
-    erasing.register_subject(folded, "s-zed", "Zorblatt")
+    folded.register_subject("s-zed", "Zorblatt")
     out = _run("erase", folded.root, "--subject", "s-zed")
     assert "residue scan: 0 hit(s) for 1 needle(s)" in out
     [receipt] = list_receipts(folded.layout)

@@ -1,4 +1,4 @@
-"""Erasure backfill as one batch (refold.storage.erasure.batch): many subjects erased in one pass,
+"""Erasure backfill as one batch (refold.erasure.batch): many subjects erased in one pass,
 one receipt each (verifiable alone) plus a batch summary; resumable after kill -9."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 import refold
-from refold import erasing, retention
+from refold.agent import retention
 from refold.fold.errors import ErasureError, LegalHoldError, RefoldError
-from refold.storage.erasure.batch import summary_path
-from refold.storage.scan import scan
+from refold.erasure.batch import summary_path
+from refold.erasure.scan import scan
 from tests import erasure_helpers as H
 from tests.fold_helpers import fact_event
 
@@ -30,9 +30,9 @@ def build(root: Path, *, mode: str = "delete", **init) -> refold.Memory:
     mem.append(H.events())
     mem.append([fact_event(Z_NAME, "collects", c, day=40 + i, event_id=f"ev-z-{i:02d}", subjects=[Z])
                 for i, c in enumerate(Z_CANARIES)])
-    erasing.register_subject(mem, H.X, H.X_NAME, aliases=[H.X_ALIAS], identifiers=[H.X_EMAIL])
-    erasing.register_subject(mem, H.Y, H.Y_NAME)
-    erasing.register_subject(mem, Z, Z_NAME)
+    mem.register_subject(H.X, H.X_NAME, aliases=[H.X_ALIAS], identifiers=[H.X_EMAIL])
+    mem.register_subject(H.Y, H.Y_NAME)
+    mem.register_subject(Z, Z_NAME)
     mem.fold()
     return mem
 
@@ -52,7 +52,7 @@ def _check(root: Path, result, subjects=(H.X, Z)) -> refold.Memory:
     assert [r.subject_id for r in result.receipts] == list(subjects)
     for r in result.receipts:
         needles = [*CANARIES.get(r.subject_id, ()), {H.X: H.X_NAME, Z: Z_NAME, H.Y: H.Y_NAME}[r.subject_id]]
-        report = erasing.verify_receipt(mem, refold.storage.erasure.receipts.receipt_path(mem.layout, r.erasure_id),
+        report = mem.verify_receipt(refold.erasure.receipts.receipt_path(mem.layout, r.erasure_id),
                                         needles=needles)
         assert report.ok, report.as_json()
         assert r.batch_id == result.batch_id and r.extraction_calls == 0
@@ -71,20 +71,20 @@ def _check(root: Path, result, subjects=(H.X, Z)) -> refold.Memory:
 @pytest.mark.slow
 def test_batch_equals_one_by_one_delete(tmp_path):
     one = build(tmp_path / "one")
-    start = one.log_store._table().version()
+    start = one.log_store.table().version()
     one.erase(H.X, canaries=H.CANARIES)
     one.erase(Z, canaries=Z_CANARIES)
     build(tmp_path / "batch")
-    before = refold.open(tmp_path / "batch", create=False).log_store._table().version()
+    before = refold.open(tmp_path / "batch", create=False).log_store.table().version()
 
     result = erase_batch(tmp_path / "batch")
 
     mem = _check(tmp_path / "batch", result)
     # the batch commits to the log what ONE erasure does (records, tombstones, maintenance)
     one = refold.open(tmp_path / "one", create=False)
-    assert 2 * (mem.log_store._table().version() - before) == one.log_store._table().version() - start
+    assert 2 * (mem.log_store.table().version() - before) == one.log_store.table().version() - start
     assert H.facts(mem) == H.facts(one)
-    assert [s.subject_id for s in erasing.subjects(mem)] == [H.Y]
+    assert [s.subject_id for s in mem.subjects()] == [H.Y]
     assert result.summary["totals"]["events"] == len(H.X_EVENT_IDS) - 1 + len(Z_CANARIES)
 
 
@@ -136,7 +136,7 @@ def test_shred_mode_batch_with_kms(tmp_path, aws_env, kms_key):
 
 def test_bad_input_writes_nothing(tmp_path):
     mem = build(tmp_path / "s")
-    before = mem.log_store._table().version()
+    before = mem.log_store.table().version()
     with pytest.raises(ErasureError, match="'s-nobody'"):
         mem.erase([H.X, "s-nobody"])
     with pytest.raises(RefoldError, match="no subject"):
@@ -144,7 +144,7 @@ def test_bad_input_writes_nothing(tmp_path):
     retention.place_hold(mem, subject=Z, reason="case 12")
     with pytest.raises(LegalHoldError, match="'s-z'"):
         mem.erase([H.X, Z])
-    assert mem.log_store._table().version() == before
+    assert mem.log_store.table().version() == before
     assert not list(Path(mem.layout.receipts).glob("*.json"))
 
 
@@ -157,11 +157,11 @@ def test_dry_run_plans_each_subject(tmp_path):
 
 
 def _child(root: Path, crash_at: str) -> int:
-    env = {**os.environ, "REFOLD_ERASE_CRASH_AT": crash_at}
+    """Erase the batch in a child process that SIGKILLs itself at the step ``crash_at``."""
     code = (f"import refold, sys; sys.path.insert(0, {str(REPO)!r}); from tests.test_erasure_batch import erase_batch; "
             f"from pathlib import Path; erase_batch(Path({str(root)!r}))")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=240)
+    proc = subprocess.run([sys.executable, "-m", "tests.fault_driver", f"erasure.{crash_at}", "-c", code], cwd=REPO,
+                          capture_output=True, text=True, timeout=240)
     assert proc.returncode in (0, -9), proc.stderr[-2000:]
     return proc.returncode
 
@@ -178,14 +178,17 @@ def test_batch_resumes_after_kill(tmp_path, point):
     assert len(list((root / "receipts").glob("*.json"))) == 2
 
 
-def test_job_runs_one_batch_from_a_subjects_file(tmp_path, capsys):
-    from refold.jobs import erase as erase_job
+def test_job_runs_one_batch_from_a_subjects_file(tmp_path):
+    from click.testing import CliRunner
+
+    from refold.cli import main
 
     build(tmp_path / "s")
     subjects = tmp_path / "subjects.txt"
     subjects.write_text(f"# backfill\n{H.X}\n\n{Z}\n{H.X}\nnobody\n")
-    status = erase_job.main([str(tmp_path / "s"), "--subjects-file", str(subjects), "--no-ray", "--no-progress"])
-    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    result = CliRunner().invoke(main, ["job", "erase", str(tmp_path / "s"), "--subjects-file", str(subjects),
+                                       "--no-ray", "--no-progress"])
+    status, summary = result.exit_code, json.loads(result.stdout.strip().splitlines()[-1])
     assert status == 1 and summary["failed"] == ["nobody"]  # unknown: reported, the others erased
     assert [s["status"] for s in summary["subjects"] if s["ok"]] == ["erased", "erased"]
     batch = json.loads(Path(summary["summary"]).read_text())
@@ -237,10 +240,10 @@ def test_a_receipt_cannot_claim_another_erasures_tombstone(tmp_path):
     build(tmp_path / "s")
     mem = refold.open(tmp_path / "s", create=False)
     x, y = mem.erase([H.X, H.Y]).receipts
-    path = refold.storage.erasure.receipts.receipt_path(mem.layout, y.erasure_id)
+    path = refold.erasure.receipts.receipt_path(mem.layout, y.erasure_id)
     forged = json.loads(path.read_text())
     for e in forged["events"]:
         e.pop("erasure_id", None)
     path.write_text(json.dumps(forged))
-    report = erasing.verify_receipt(mem, path, refold=False)
+    report = mem.verify_receipt(path, refold=False)
     assert not report.ok and "not a tombstone of this erasure" in json.dumps(report.as_json())

@@ -8,7 +8,7 @@ in tmp_path."""
 from __future__ import annotations
 
 from refold.fold.extract import ExtractedFact, Extraction, ModelRequest, Rejection
-from refold.storage.cache import ExtractionCache
+from refold.storage.cache.table import ExtractionCache
 from refold.storage.layout import Layout
 
 
@@ -47,7 +47,7 @@ def test_the_merge_read_returns_what_get_does_pruned_or_not_and_after_a_purge(tm
 
 
 def test_the_plan_counts_and_the_purge_removes_cache_rows_by_key_or_by_request(tmp_path):
-    from refold.storage.erasure.planning import _cache_impact
+    from refold.erasure.planning import _cache_impact
 
     layout = Layout(str(tmp_path))
     assert _cache_impact(layout, {"ev-001"}) == (0, ())  # no cache table yet

@@ -7,8 +7,7 @@ import threading
 import pytest
 
 import refold
-from refold import erasing
-from refold.storage.scan import scan
+from refold.erasure.scan import scan
 from tests import erasure_helpers as H
 
 
@@ -36,7 +35,7 @@ def test_appends_while_erasing(tmp_path):
 
     thread = threading.Thread(target=writer)
     thread.start()
-    receipt = erasing.erase(refold.open(root, create=False), H.X, canaries=H.CANARIES, include_mentions=True)
+    receipt = refold.open(root, create=False).erase(H.X, canaries=H.CANARIES, include_mentions=True)
     stop.set()
     thread.join(timeout=120)
     assert not errors, errors
@@ -46,7 +45,7 @@ def test_appends_while_erasing(tmp_path):
     assert len(acknowledged) >= 5
     assert mem.verify().ok
     assert scan(root, H.NEEDLES) == []
-    assert erasing.verify_receipt(mem, receipt, refold=False).ok
+    assert mem.verify_receipt(receipt, refold=False).ok
 
 
 def test_shred_appends_racing_the_erasure_never_stay_readable(tmp_path):
@@ -81,7 +80,7 @@ def test_shred_appends_racing_the_erasure_never_stay_readable(tmp_path):
 
     thread = threading.Thread(target=writer)
     thread.start()
-    receipt = erasing.erase(refold.open(root, create=False), H.X, canaries=H.CANARIES)
+    receipt = refold.open(root, create=False).erase(H.X, canaries=H.CANARIES)
     stop.set()
     thread.join(timeout=240)
     assert not errors, errors
@@ -92,4 +91,4 @@ def test_shred_appends_racing_the_erasure_never_stay_readable(tmp_path):
     assert {e.event_id for e in about_x} >= set(landed)
     assert all(e.content is None for e in about_x), [e.event_id for e in about_x if e.content is not None]
     assert mem.verify().ok
-    assert erasing.verify_receipt(mem, receipt, refold=False).ok
+    assert mem.verify_receipt(receipt, refold=False).ok

@@ -8,9 +8,8 @@ from pathlib import Path
 import pytest
 
 import refold
-from refold import erasing
-from refold.storage.erasure import STEPS
-from refold.storage.scan import scan
+from refold.erasure.procedure import STEPS
+from refold.erasure.scan import scan
 from tests import erasure_helpers as H
 
 DELETE_POINTS = ["erasure_event", "tombstones", "scrub_log:vacuumed", "scrub_log", "purge", "refold",
@@ -32,13 +31,13 @@ def _check_completed(root: Path, reference: set, *, mode: str) -> None:
     assert scan(root, H.NEEDLES) == []
     assert mem.verify().ok
     assert H.facts(mem) == reference
-    report = erasing.verify_receipt(mem, receipts[0], needles=H.NEEDLES)
+    report = mem.verify_receipt(receipts[0], needles=H.NEEDLES)
     assert report.ok, report.as_json()
     rows = {e.event_id: e for e in mem.log_store.events()}
     assert sum(1 for e in rows.values() if e.kind == "erasure") == 1
     if mode == "delete":
         assert all(rows[H.erased_id(mem, i)].is_tombstone and i not in rows for i in H.X_EVENT_IDS)
-    assert [s.subject_id for s in erasing.subjects(mem)] == [H.Y]
+    assert [s.subject_id for s in mem.subjects()] == [H.Y]
 
 
 def test_crash_points_are_real_steps():

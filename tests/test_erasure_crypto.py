@@ -10,8 +10,8 @@ import refold
 from refold.fold.errors import IntegrityError
 from refold.fold.events import Event, Fact, NewEvent
 from refold.storage.erased_ids import pseudonyms
-from refold.storage.crypto import CIPHER, encrypt_event, open_event
-from refold.storage.keys import FileKeyStore, KeyOwner, MemoryKeyStore
+from refold.storage.keys.crypto import CIPHER, encrypt_event, open_event
+from refold.storage.keys.port import FileKeyStore, KeyOwner, MemoryKeyStore
 
 
 def _stored(new: NewEvent, overrides: dict) -> Event:

@@ -10,9 +10,8 @@ import pytest
 from deltalake import DeltaTable
 
 import refold
-from refold import erasing
 from refold.fold.errors import ErasureError
-from refold.storage.scan import scan
+from refold.erasure.scan import scan
 from tests import erasure_helpers as H
 
 
@@ -38,7 +37,7 @@ def test_erase_leaves_no_residue_and_converges_to_a_log_without_x(store, tmp_pat
     before = store.head()
     x_facts = {f for f in H.facts(store) if set(f[5]) & H.X_EVENT_IDS}
     assert len(x_facts) >= len(H.CANARIES)
-    receipt = erasing.erase(store, H.X, canaries=H.CANARIES, include_mentions=True)
+    receipt = store.erase(H.X, canaries=H.CANARIES, include_mentions=True)
 
     assert receipt.status == "erased" and receipt.mode == "delete"
     # the receipt and the tombstones name the erased events by their ids' pseudonyms
@@ -67,12 +66,12 @@ def test_erase_leaves_no_residue_and_converges_to_a_log_without_x(store, tmp_pat
     with pytest.raises(Exception):
         DeltaTable(store.layout.events, version=before.table_version)
     # registry entry gone, the other subject kept
-    assert [s.subject_id for s in erasing.subjects(store)] == [H.Y]
-    assert erasing.verify_receipt(store, receipt, needles=H.NEEDLES).ok
+    assert [s.subject_id for s in store.subjects()] == [H.Y]
+    assert store.verify_receipt(receipt, needles=H.NEEDLES).ok
 
 
 def test_receipt_holds_no_personal_data_and_names_what_is_out_of_scope(store):
-    receipt = erasing.erase(store, H.X, canaries=H.CANARIES, include_mentions=True)
+    receipt = store.erase(H.X, canaries=H.CANARIES, include_mentions=True)
     text = Path(store.layout.receipts, f"{receipt.erasure_id}.json").read_text()
     for needle in H.NEEDLES:
         assert needle.lower() not in text.lower()
@@ -89,7 +88,7 @@ def test_receipt_holds_no_personal_data_and_names_what_is_out_of_scope(store):
 
 def test_dry_run_writes_nothing(store):
     files = _files(store.root)
-    plan = erasing.erase(store, H.X, dry_run=True, include_mentions=True)
+    plan = store.erase(H.X, dry_run=True, include_mentions=True)
     assert _files(store.root) == files
     assert set(plan.event_ids) == H.X_EVENT_IDS and plan.untagged == 1
     assert plan.cache_rows == len(H.X_EVENT_IDS) and plan.registered
@@ -99,24 +98,24 @@ def test_dry_run_writes_nothing(store):
 
 def test_unknown_subject_is_a_clear_error(store):
     with pytest.raises(ErasureError, match="unknown subject 's-nobody'"):
-        erasing.erase(store, "s-nobody")
+        store.erase("s-nobody")
     with pytest.raises(ErasureError):
-        erasing.erase(store, "s-nobody", dry_run=True)
+        store.erase("s-nobody", dry_run=True)
 
 
 @pytest.mark.slow
 def test_erasing_twice_is_a_noop_with_a_receipt(store):
-    first = erasing.erase(store, H.X, canaries=H.CANARIES, include_mentions=True)
+    first = store.erase(H.X, canaries=H.CANARIES, include_mentions=True)
     head = store.head()
-    second = erasing.erase(store, H.X, include_mentions=True)
+    second = store.erase(H.X, include_mentions=True)
     assert second.status == "noop" and second.previous_erasure_id == first.erasure_id
     assert store.head() == head
-    assert erasing.verify_receipt(store, second).ok
+    assert store.verify_receipt(second).ok
 
 
 @pytest.mark.slow
 def test_an_append_after_erasure_works_and_verifies(store):
-    erasing.erase(store, H.X, include_mentions=True)
+    store.erase(H.X, include_mentions=True)
     store.append({"kind": "observation", "content": "a later event", "source": "obs#1"})
     report = store.verify()
     assert report.ok and report.events == 27
@@ -126,9 +125,9 @@ def test_an_append_after_erasure_works_and_verifies(store):
 
 @pytest.mark.slow
 def test_erasing_the_other_subject_afterwards_keeps_both_receipts_valid(store):
-    rx = erasing.erase(store, H.X, include_mentions=True)
-    ry = erasing.erase(store, H.Y, canaries=[H.Y_NAME])
+    rx = store.erase(H.X, include_mentions=True)
+    ry = store.erase(H.Y, canaries=[H.Y_NAME])
     assert ry.scan["hits"] == []
     assert store.verify().ok
-    assert erasing.verify_receipt(store, rx).ok and erasing.verify_receipt(store, ry).ok
+    assert store.verify_receipt(rx).ok and store.verify_receipt(ry).ok
     assert H.facts(store) == set()

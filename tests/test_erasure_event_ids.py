@@ -15,11 +15,10 @@ import pytest
 from deltalake import DeltaTable
 
 import refold
-from refold import erasing
 from refold.fold.errors import EventValidationError
 from refold.fold.events import parse_jsonl
 from refold.storage.erased_ids import KEY_FILE, is_pseudonym, pseudonyms
-from refold.storage.scan import scan
+from refold.erasure.scan import scan
 from tests.fold_helpers import fact_event
 
 ANN, BOB = "s-a4n1", "s-b0b2"
@@ -37,7 +36,7 @@ def _store(root: Path) -> refold.Memory:
     batch.insert(5, {"kind": "chat_turn", "content": "Ann: I like tea.", "source": "chat#1",
                      "subjects": [ANN], "event_id": LAST})
     mem.append(batch)
-    erasing.register_subject(mem, ANN, "Ann Smith")
+    mem.register_subject(ANN, "Ann Smith")
     mem.fold()
     return mem
 
@@ -52,7 +51,7 @@ def test_an_erased_event_id_survives_nowhere_and_retries_stay_deduplicated(tmp_p
     assert {FIRST, LAST} <= _stats_ids(DeltaTable(mem.layout.events))  # what used to leak
     tagged = {e.event_id: e.seq for e in mem.events() if ANN in e.subjects}
 
-    receipt = erasing.erase(mem, ANN, canaries=[TRACE])
+    receipt = mem.erase(ANN, canaries=[TRACE])
     assert receipt.scan["hits"] == []
     # every file under the store: tombstones, receipts, _delta_log JSON and checkpoints, caches
     assert scan(mem.root, canaries=[TRACE]) == []
@@ -66,7 +65,7 @@ def test_an_erased_event_id_survives_nowhere_and_retries_stay_deduplicated(tmp_p
     tombs = {e.event_id: e for e in mem.events() if e.is_tombstone}
     assert set(tombs) == {key(FIRST), key(LAST)} and all(is_pseudonym(i) for i in receipt.event_ids)
     assert set(receipt.event_ids) == set(tombs)
-    assert mem.verify().ok and erasing.verify_receipt(mem, receipt, needles=["Ann Smith"]).ok
+    assert mem.verify().ok and mem.verify_receipt(receipt, needles=["Ann Smith"]).ok
 
     # a caller retrying the erased event gets its (tombstoned) seq back: nothing is resurrected
     count = len(mem.events())
@@ -80,7 +79,7 @@ def test_an_erased_event_id_survives_nowhere_and_retries_stay_deduplicated(tmp_p
     assert again.append([fresh, *retry]) == [count, tagged[FIRST]] and len(again.events()) == count + 1
 
     # an operator naming the erased event again (--include) finds it already done
-    plan = erasing.erase(mem, BOB, dry_run=True, include=[LAST])
+    plan = mem.erase(BOB, dry_run=True, include=[LAST])
     assert LAST not in plan.event_ids and len(plan.event_ids) == 6
 
 
@@ -90,7 +89,7 @@ def test_a_state_read_before_another_process_erased_the_subject_is_not_served(tm
                            subjects=[ANN])])
     assert ("default/ann smith", "default/porto") in _facts(mem)  # this process's read holds it
     other = refold.open(mem.root)  # another process erases her
-    erasing.erase(other, ANN)
+    other.erase(ANN)
     # what this process kept of its read holds the erased id, which the log now names only by
     # its pseudonym: its next read answers from the erased state
     assert not any("ann" in u for u, _ in _facts(mem)) and _facts(mem) == _facts(other)

@@ -22,7 +22,6 @@ from pathlib import Path
 import pytest
 
 import refold
-from refold import erasing
 from refold.storage.state import StateStore, state_specs
 from tests.fold_helpers import fact_event
 
@@ -71,10 +70,9 @@ RUNNER = textwrap.dedent('''
     DeltaTable.create = classmethod(counted("DeltaTable.create", DeltaTable.create.__func__))
 
     import refold
-    from refold import erasing
-
+    from refold.erasure import verbs as erasing
     mem = refold.open(root, create=False)
-    erasing.erase(mem, SUBJECT, canaries=CANARIES)
+    mem.erase(SUBJECT, canaries=CANARIES)
     with open(out, "w") as f:
         f.write("\\n".join(made))
 ''').replace("SUBJECT", repr(X)).replace("CANARIES", repr(list(CANARIES)))
@@ -106,8 +104,8 @@ def _build(root: Path, mode: str) -> None:
     events = _events()
     mem.append(events[:20])
     mem.append(events[20:])
-    erasing.register_subject(mem, X, X_NAME, aliases=[X_ALIAS], identifiers=[X_EMAIL])
-    erasing.register_subject(mem, Y, Y_NAME)
+    mem.register_subject(X, X_NAME, aliases=[X_ALIAS], identifiers=[X_EMAIL])
+    mem.register_subject(Y, Y_NAME)
     mem.fold()
 
 
@@ -151,7 +149,7 @@ def _x_rows(root: Path) -> list[str]:
 
 def _check_finished(root: Path, mode: str, point: str) -> None:
     mem = refold.open(root, create=False)
-    receipt = erasing.erase(mem, X, canaries=CANARIES)  # the one rerun
+    receipt = mem.erase(X, canaries=CANARIES)  # the one rerun
     assert receipt.status == "erased", f"{point}: the rerun answered {receipt.status}"
     after = refold.open(root, create=False)
     assert after.facts(subject=X_NAME).height == 0, point

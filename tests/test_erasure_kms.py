@@ -14,9 +14,8 @@ from pathlib import Path
 import pytest
 
 import refold
-from refold import erasing
 from refold.fold.errors import StoreError
-from refold.storage.kms_keys import KmsKeyStore
+from refold.storage.keys.kms import KmsKeyStore
 from tests import erasure_helpers as H
 
 REPO = Path(__file__).resolve().parents[1]
@@ -25,8 +24,8 @@ REPO = Path(__file__).resolve().parents[1]
 def _build(root: Path, server, **kms) -> refold.Memory:
     mem = refold.init(root, mode="shred", kms_endpoint=server.endpoint, **kms)
     mem.append(H.events())
-    erasing.register_subject(mem, H.X, H.X_NAME, aliases=[H.X_ALIAS], identifiers=[H.X_EMAIL])
-    erasing.register_subject(mem, H.Y, H.Y_NAME)
+    mem.register_subject(H.X, H.X_NAME, aliases=[H.X_ALIAS], identifiers=[H.X_EMAIL])
+    mem.register_subject(H.Y, H.Y_NAME)
     mem.fold()
     return mem
 
@@ -43,7 +42,7 @@ def _assert_x_shredded_and_y_readable(root: Path, receipt, x_keys: list[str]) ->
     assert sorted(receipt.destroyed_key_ids) == sorted(x_keys)
     assert not any((root / "keys" / "ids" / k).exists() for k in x_keys)
     assert fresh.verify().ok
-    assert erasing.verify_receipt(fresh, receipt, needles=H.NEEDLES).ok
+    assert fresh.verify_receipt(receipt, needles=H.NEEDLES).ok
 
 
 def test_one_kms_key_for_the_store(tmp_path, aws_env, kms_key):
@@ -55,7 +54,7 @@ def test_one_kms_key_for_the_store(tmp_path, aws_env, kms_key):
         assert set(json.loads(path.read_bytes())) == {"format", "kms_key_id", "wrapped"}
     x_keys = mem.key_store.key_ids(H.X)
 
-    receipt = erasing.erase(mem, H.X, canaries=H.CANARIES)
+    receipt = mem.erase(H.X, canaries=H.CANARIES)
 
     assert receipt.key_store["key_store"] == "kms" and receipt.key_store["kms_key_id"] == kms_key
     assert receipt.key_store["how"] == "wrapped data keys deleted"
@@ -73,7 +72,7 @@ def test_a_kms_key_per_subject_is_scheduled_for_deletion(tmp_path, aws_env):
     y_kms = {json.loads((root / "keys" / "ids" / k).read_bytes())["kms_key_id"] for k in mem.key_store.key_ids(H.Y)}
     assert len(x_kms) == 1 and x_kms.isdisjoint(y_kms)
 
-    receipt = erasing.erase(mem, H.X, canaries=H.CANARIES)
+    receipt = mem.erase(H.X, canaries=H.CANARIES)
 
     (deletion,) = receipt.key_store["kms_key_deletions"]
     assert deletion["kms_key_id"] in x_kms and deletion["pending_window_days"] == 9
@@ -84,11 +83,11 @@ def test_a_kms_key_per_subject_is_scheduled_for_deletion(tmp_path, aws_env):
     (y_key,) = y_kms
     assert kms.describe_key(KeyId=y_key.split("/")[-1])["KeyMetadata"]["KeyState"] == "Enabled"
     _assert_x_shredded_and_y_readable(root, receipt, x_keys)
-    checked = erasing.verify_receipt(refold.open(root, create=False), receipt, refold=False)
+    checked = refold.open(root, create=False).verify_receipt(receipt, refold=False)
     assert checked.ok and "KMS key deletions" in [c.name for c in checked.checks]
     # a cancelled deletion would bring the key (and every backup's copy of X's events) back
     kms.cancel_key_deletion(KeyId=deletion["kms_key_id"].split("/")[-1])
-    report = erasing.verify_receipt(refold.open(root, create=False), receipt, refold=False)
+    report = refold.open(root, create=False).verify_receipt(receipt, refold=False)
     (check,) = [c for c in report.checks if c.name == "KMS key deletions"]
     assert not report.ok and not check.ok and deletion["kms_key_id"] in check.detail
 

@@ -11,8 +11,7 @@ import re
 import pytest
 
 import refold
-from refold import erasing
-from refold.storage.scan import scan
+from refold.erasure.scan import scan
 from tests.locomo_helpers import conversations
 
 def _conversation() -> dict:
@@ -52,8 +51,8 @@ def test_locomo_erase_one_speaker(tmp_path):
     mem.append([{"kind": "chat_turn", "content": f"{t['speaker']}: {t['text']}",
                  "source": f"locomo:{t.get('dia_id', i)}", "subjects": [ids[t["speaker"]]],
                  "event_id": f"locomo-{i:05d}"} for i, t in enumerate(turns)])
-    erasing.register_subject(mem, ids[a], a)
-    erasing.register_subject(mem, ids[b], b)
+    mem.register_subject(ids[a], a)
+    mem.register_subject(ids[b], b)
     mem.fold()
 
     by_speaker = {a: [t["text"] for t in turns if t["speaker"] == a],
@@ -69,7 +68,7 @@ def test_locomo_erase_one_speaker(tmp_path):
                 if set(d["sources"]) & b_events}
 
     before = b_facts()
-    receipt = erasing.erase(mem, ids[a], canaries=phrases)
+    receipt = mem.erase(ids[a], canaries=phrases)
     assert scan(mem.root, phrases) == []
     # the receipt's scan also looked for the registered name: the other speaker's turns still
     # say it (untagged mentions, kept unless the operator adds --include-mentions), nothing else

@@ -13,8 +13,6 @@ from pathlib import Path
 import pytest
 
 import refold
-from refold import erasing
-
 SCRIPT = str(Path(sys.executable).parent / "refold")
 
 
@@ -39,8 +37,8 @@ def _store(root: Path) -> refold.Memory:
         {"kind": "chat_turn", "content": "Ann: I bought zephyrmarmalade too.", "source": "chat#1",
          "subjects": ["s-4d2a"], "event_id": "a-3"},
     ])
-    erasing.register_subject(mem, "s-7c1e", "Tim")
-    erasing.register_subject(mem, "s-4d2a", "Ann")
+    mem.register_subject("s-7c1e", "Tim")
+    mem.register_subject("s-4d2a", "Ann")
     mem.fold()
     return mem
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 
 import refold
-from refold import erasing
 from tests import erasure_helpers as H
 from tests.fold_helpers import fact_event
 
@@ -21,7 +20,7 @@ def _by_store(entries) -> dict[str, dict]:
 def test_delete_receipt_names_the_item_rows_the_state_purge_removed(tmp_path):
     mem = H.build(tmp_path / "s")
     spec = mem.current_spec().hash
-    plan = _by_store(erasing.erase(mem, H.X, dry_run=True).derived)
+    plan = _by_store(mem.erase(H.X, dry_run=True).derived)
     receipt = mem.erase(H.X)
     steps = _by_store(receipt.purged)
     assert set(steps) == {"extractions", "state"}
@@ -37,7 +36,7 @@ def test_events_no_fold_reached_are_counted_by_the_plan_and_removed_by_none(tmp_
     mem.append([fact_event("Yolanda", "visited", "Oslo", day=1, subjects=["s-y"])])
     mem.fold()
     mem.append([fact_event("Quillon", "likes", "tea", day=2, subjects=["s-x"])])  # after the tag
-    plan = _by_store(erasing.erase(mem, "s-x", dry_run=True).derived)
+    plan = _by_store(mem.erase("s-x", dry_run=True).derived)
     assert plan["state"]["detail"][0] == "1 fact(s) removed: 1 current, 0 historical"
     receipt = mem.erase("s-x")
     steps = _by_store(receipt.purged)

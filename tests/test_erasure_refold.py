@@ -15,7 +15,6 @@ import pytest
 from click.testing import CliRunner
 
 import refold
-from refold import erasing
 from tests.fold_helpers import canonical_graph, fact_event, reference_of
 from tests.snapshot_helpers import CountingRules
 
@@ -60,7 +59,7 @@ def _equals_the_reference(root) -> None:
 def test_the_erasure_refolds_from_cached_extractions_to_the_reference_state(tmp_path):
     mem = _store(tmp_path, _x())
     assert mem.facts(subject="Xavier Quill").height == 5
-    receipt = erasing.erase(mem, X)
+    receipt = mem.erase(X)
     assert receipt.extraction_calls == 0
     stores = {p["store"]: p for p in receipt.purged}
     assert set(stores) == {"extractions", "state"}
@@ -83,7 +82,7 @@ def test_a_subject_that_named_an_entity_first_renames_it_and_roll_ups_follow(tmp
                 fact_event("Ann", "works_at", "Globex", day=4)] + _others(12))
     mem.fold()
     assert mem.graph().nodes["default/globex"]["name"] == "globex"
-    erasing.erase(mem, X)
+    mem.erase(X)
     graph = refold.open(mem.root, create=False).graph()
     assert graph.nodes["default/globex"]["name"] == "Globex"
     assert graph.nodes["default/ann"]["summary"]["works_at"] == ["Globex"]
@@ -100,7 +99,7 @@ def test_a_retraction_that_matched_nothing_ends_the_fact_once_the_superseding_on
     mem.append([fact_event("Person9", "works_at", "Org1", day=32, event_id="r", kind="retraction")])
     mem.append(_others(9, start=20))
     mem.fold()
-    erasing.erase(mem, X)
+    mem.erase(X)
     graph = refold.open(mem.root, create=False).graph(subject="Person9")
     works = [d for *_, d in graph.out_edges("default/person9", data=True) if d["relation"] == "works_at"]
     assert [(d["object"], d["ended_by"], d["superseded_by"]) for d in works] == [("default/org1", "r", None)]
@@ -110,7 +109,7 @@ def test_a_retraction_that_matched_nothing_ends_the_fact_once_the_superseding_on
 @pytest.mark.slow
 def test_shred_mode_refolds_to_the_reference_state(tmp_path):
     mem = _store(tmp_path, _x(), mode="shred")
-    receipt = erasing.erase(mem, X)
+    receipt = mem.erase(X)
     assert {p["store"] for p in receipt.purged} == {"extractions", "state", "keys destroyed outside an erasure"}
     assert refold.open(mem.root, create=False).facts(subject="Xavier Quill").height == 0
     _equals_the_reference(mem.root)
@@ -145,7 +144,7 @@ def test_random_logs_erased_twice_equal_the_reference_fold(tmp_path, seed):
             mem.fold(buckets=4)  # few buckets: erased and surviving facts share them
     mem.fold()
     for subject in ("s-a", "s-b"):
-        receipt = erasing.erase(mem, subject)
+        receipt = mem.erase(subject)
         assert receipt.status == "erased" and receipt.extraction_calls == 0
         _equals_the_reference(mem.root)
         mem = refold.open(mem.root, create=False)
@@ -159,7 +158,7 @@ def test_the_dry_run_reads_the_state_tables_only(tmp_path, monkeypatch):
 
     monkeypatch.setattr(refold.Memory, "state", whole_store)
     monkeypatch.setattr(refold.Memory, "graph", whole_store)
-    plan = erasing.erase(refold.open(mem.root, create=False), X, dry_run=True)
+    plan = refold.open(mem.root, create=False).erase(X, dry_run=True)
     impact = next(d for d in plan.derived if d["store"] == "state")
     assert impact["rows"] == 5  # Xavier's four likes and his move; Person1's corroborated fact stays
     assert impact["detail"][:2] == ["5 fact(s) removed: 5 current, 0 historical",
@@ -168,12 +167,11 @@ def test_the_dry_run_reads_the_state_tables_only(tmp_path, monkeypatch):
 
 def test_the_removed_decremental_options_name_their_replacement(tmp_path):
     from refold.cli import main
-    from refold.jobs.erase import main as job
 
     mem = _store(tmp_path, _x())
-    for flag in ("--no-decremental", "--decremental"):
-        out = CliRunner().invoke(main, ["erase", str(mem.root), "--subject", X, flag])
-        assert out.exit_code != 0
-        assert "removed in refold 0.2: erasure always refolds the touched buckets of the state tables" in out.output
-    assert job([str(mem.root), "--subject", X, "--no-decremental"]) == 1
+    for command in (["erase"], ["job", "erase"]):  # `refold erase` and the erase job
+        for flag in ("--no-decremental", "--decremental"):
+            out = CliRunner().invoke(main, [*command, str(mem.root), "--subject", X, flag])
+            assert out.exit_code == 2, out.output
+            assert "removed in refold 0.2: erasure always refolds the touched buckets of the state tables" in out.output
     assert refold.open(mem.root, create=False).facts(subject="Xavier Quill").height == 5  # nothing was erased

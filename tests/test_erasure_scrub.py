@@ -8,8 +8,8 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from refold.storage.erasure.planning import seq_predicate, seq_ranges
-from refold.storage.erasure.scrub import delta_tables, scrub_table
+from refold.erasure.planning import seq_predicate, seq_ranges
+from refold.erasure.scrub import delta_tables, scrub_table
 
 
 def _table(tmp_path):

@@ -1,4 +1,5 @@
-"""The receipt's state digest is of the state tables ("state1:"): the erasure's refold brings them
+"""The receipt's state digest is of the state tables ("state2:", a hash of per-bucket hashes; refold
+0.2's "state1:" receipts still verify): the erasure's refold brings them
 up to date and digests them, no whole-store graph is built beside them. The digest is of the
 state a read sees, so a full refold of the same log, with other files and row versions, digests
 equal; the receipt verifies from a fresh Memory and a wrong digest does not. Receipts of refold
@@ -14,9 +15,9 @@ import json
 import pytest
 
 import refold
-from refold import erasing
-from refold.state_fold import group_size
-from refold.storage.erasure.receipts import load_receipt, receipt_path
+from refold.erasure import verbs as erasing
+from refold.engine.merge import group_size
+from refold.erasure.receipts import load_receipt, receipt_path
 from tests.fold_helpers import fact_event
 from tests.test_fold_state import _log
 
@@ -32,14 +33,53 @@ def _store(tmp_path):
     mem.fold(full=True, buckets=8)
     mem.append(_log(20, start=160))
     mem.fold()  # an incremental fold: the state holds appended row versions
-    erasing.register_subject(mem, X, NAME)
+    mem.register_subject(X, NAME)
     return mem
 
 
-def _digest(mem) -> str:
+def _digest(mem, *, kept: bool = False) -> str:
     store = mem.state_store(mem.current_spec())
     buckets = store.tag().buckets
-    return erasing.STATE_SCHEME + store.digest(buckets=buckets, group=group_size(store, buckets))
+    return erasing.STATE_SCHEME + store.bucket_digest(buckets=buckets, group=group_size(store, buckets), kept=kept)
+
+
+def _digest1(mem) -> str:
+    store = mem.state_store(mem.current_spec())
+    buckets = store.tag().buckets
+    return erasing.STATE1_SCHEME + store.digest(buckets=buckets, group=group_size(store, buckets))
+
+
+def test_kept_bucket_hashes_serve_only_buckets_whose_files_are_unchanged(tmp_path):
+    """The per-bucket hashes kept beside the tables are reused for a bucket exactly while its data
+    files are the ones they were computed from: a kept digest after an erasure equals a full
+    recomputation, a tampered hash of an unchanged bucket is served as kept (so unchanged buckets
+    are not read), and a garbled file of kept hashes is recomputed, never trusted."""
+    mem = _store(tmp_path)
+    assert _digest(mem, kept=True) == _digest(mem)  # (the first one computes and keeps them all)
+    kept_file = tmp_path / "store" / "state" / mem.current_spec().hash / "bucket_digests.json"
+    assert kept_file.is_file()
+    receipt = mem.erase(X)  # rewrites the erased subject's buckets
+    assert receipt.state_digest == _digest(refold.open(mem.root))
+    entries = json.loads(kept_file.read_text())
+    first = sorted(entries)[0]
+    entries[first][1] = "0" * 64  # a wrong hash under the bucket's true file set
+    kept_file.write_text(json.dumps(entries))
+    assert _digest(refold.open(mem.root), kept=True) != _digest(refold.open(mem.root))  # served as kept
+    entries[first][0] = "f" * 64  # the file set it claims is not the bucket's: recomputed
+    kept_file.write_text(json.dumps(entries))
+    assert _digest(refold.open(mem.root), kept=True) == _digest(refold.open(mem.root))
+    kept_file.write_text("{not json")
+    assert _digest(refold.open(mem.root), kept=True) == _digest(refold.open(mem.root))
+
+
+def test_a_receipt_of_refold_0_2_state1_scheme_is_recomputed(tmp_path):
+    mem = _store(tmp_path)
+    receipt = mem.erase(X)
+    old = _rewritten(mem, receipt, _digest1(refold.open(mem.root)))
+    checks = {c.name: c for c in refold.open(mem.root).verify_receipt(old).checks}
+    assert checks["state digest"].ok and checks["state digest"].detail == "refolded state matches"
+    wrong = _rewritten(mem, receipt, erasing.STATE1_SCHEME + "0" * 64)
+    assert not {c.name: c for c in refold.open(mem.root).verify_receipt(wrong).checks}["state digest"].ok
 
 
 def test_the_receipt_digests_the_state_tables(tmp_path):
@@ -58,10 +98,10 @@ def test_the_state_digest_follows_the_state_not_its_files(tmp_path):
     again = refold.open(mem.root)
     again.fold(full=True, buckets=8)  # other files, one version per row
     assert _digest(again) == receipt.state_digest
-    checks = {c.name: c for c in erasing.verify_receipt(refold.open(mem.root), receipt).checks}
+    checks = {c.name: c for c in refold.open(mem.root).verify_receipt(receipt).checks}
     assert checks["state digest"].ok and checks["state digest"].detail == "refolded state matches"
     wrong = dataclasses.replace(receipt, state_digest=erasing.STATE_SCHEME + "0" * 64)
-    checks = {c.name: c for c in erasing.verify_receipt(refold.open(mem.root), wrong).checks}
+    checks = {c.name: c for c in refold.open(mem.root).verify_receipt(wrong).checks}
     assert not checks["state digest"].ok
 
 

@@ -12,10 +12,10 @@ from deltalake import CommitProperties, DeltaTable
 from deltalake.exceptions import CommitFailedError
 
 import refold
-from refold.storage import erasure
+from refold.erasure import procedure as erasure
 from refold.storage.erased_ids import pseudonyms
-from refold.storage.schema import EVENTS_SCHEMA
-from refold.storage.erasure.log_rewrite import stage
+from refold.storage.log.schema import EVENTS_SCHEMA
+from refold.erasure.log_rewrite import stage
 
 A, B = "s-a11e", "s-b0b0"
 
@@ -46,9 +46,9 @@ def test_alternating_seqs_are_tombstoned_in_one_commit_touching_only_their_files
     original = erasure._Run._commit_tombstones
 
     def counted(self, seqs, expected):
-        start = self.log._table().version()
+        start = self.log.table().version()
         result = original(self, seqs, expected)
-        versions.append(self.log._table().version() - start)
+        versions.append(self.log.table().version() - start)
         return result
 
     erasure._Run._commit_tombstones = counted
@@ -100,7 +100,7 @@ def test_a_rewrite_keeps_every_row_where_it_was(tmp_path):
     import numpy as np
     import pyarrow.parquet as pq
 
-    from refold.storage.erasure.log_rewrite import _spliced
+    from refold.erasure.log_rewrite import _spliced
 
     mem = refold.init(tmp_path / "store")
     _conversation(mem)
@@ -128,9 +128,9 @@ def test_a_rewrite_keeps_the_logs_file_layout(tmp_path, monkeypatch):
     only their files), and small files are still written back as one."""
     import os
 
-    monkeypatch.setattr("refold.storage.log.COMPACT_EVERY", 5)
-    monkeypatch.setattr("refold.storage.log.FILE_TARGET_BYTES", 50_000)
-    monkeypatch.setattr("refold.storage.erasure.log_rewrite.FILE_TARGET_BYTES", 50_000)
+    monkeypatch.setattr("refold.storage.log.eventlog.COMPACT_EVERY", 5)
+    monkeypatch.setattr("refold.storage.log.eventlog.FILE_TARGET_BYTES", 50_000)
+    monkeypatch.setattr("refold.erasure.log_rewrite.FILE_TARGET_BYTES", 50_000)
     mem = refold.init(tmp_path / "store")
     for i in range(30):
         mem.append([{"kind": "chat_turn", "content": os.urandom(300).hex(), "source": "chat#1",

@@ -4,14 +4,17 @@ tmp_path; the "other writer" is a second store handle committing from inside the
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import polars as pl
 import pytest
+from deltalake import DeltaTable
 
 import refold
 from refold.extractors import get_extractor
 from refold.fold.extract import ExtractedFact, Extraction
-from refold.storage.cache import ExtractionCache
-
+from refold.storage.cache.table import ExtractionCache
+from tests.test_state_scoping import UNREADABLE
 
 NAMES = [f"{first} {last}" for last in ("Smith", "Jones", "Brown", "Lopez", "Khan", "Novak", "Ito", "Berg")
          for first in ("Alice", "Bruno", "Chen", "Dara", "Emil")]
@@ -62,21 +65,29 @@ def test_a_key_another_writer_cached_first_is_folded_as_cached(mem):
 
 
 def test_a_fold_does_not_read_back_what_it_just_cached(mem, monkeypatch):
-    """An incremental partitioned fold looks its new events up in the cache once (finding none)
-    and folds the extractions it made: no second read of the rows it has just written."""
+    """An incremental partitioned fold folds the extractions it made as it made them, not as
+    read back from the cache: each file its cache write adds is garbled the moment the write
+    returns (so a read of those rows fails, as the refold at the end shows), and the fold still
+    holds every new event's facts."""
     mem.append(_says(30))
     mem.fold(full=True)
     mem.append(_says(10, start=30))
-    looked = []
-    original = ExtractionCache.facts
+    cache = mem.layout.extractions.removeprefix("file://")
+    garbled = []
+    real_insert = ExtractionCache.insert
 
-    def counted(self, spec_hash, event_ids, **kw):
-        ids = list(event_ids)
-        looked.append(len(ids))
-        return original(self, spec_hash, ids, **kw)
+    def insert_then_garble(self, extractions, **kw):
+        before = set(DeltaTable(cache).file_uris())
+        landed = real_insert(self, extractions, **kw)
+        for uri in sorted(set(DeltaTable(cache).file_uris()) - before):
+            Path(uri.removeprefix("file://")).write_bytes(b"not parquet: the fold read back its own rows")
+            garbled.append(uri)
+        return landed
 
-    monkeypatch.setattr(ExtractionCache, "facts", counted)
+    monkeypatch.setattr(ExtractionCache, "insert", insert_then_garble)
     report = mem.fold(extractor=get_extractor("rules"))
     monkeypatch.undo()
-    assert report.extraction_calls == 10 and looked == [10]
+    assert garbled and report.extraction_calls == 10
     assert sorted(mem.facts(relation="works_at", current_only=True)["subject"].to_list()) == sorted(NAMES)
+    with pytest.raises(UNREADABLE):
+        refold.open(mem.root).fold(full=True)  # (a refold reads the cache: the garbled rows fail it)

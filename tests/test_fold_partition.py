@@ -141,11 +141,11 @@ def test_compose_rows_of_one_subject_equal_the_full_join(raw):
 @given(raw=st.lists(event_st, min_size=0, max_size=25))
 def test_the_search_for_a_derived_id_finds_the_inputs_of_every_compose_row(raw):
     """``why`` of a compose-derived id finds its inputs with an interval join
-    (refold.state_rollups.pairs_deriving): exactly the pairs of the full join's rows."""
+    (refold.reads.rollups.pairs_deriving): exactly the pairs of the full join's rows."""
     import polars as pl
 
     from refold.fold.partition import derive_frame, read_time_rules
-    from refold.state_rollups import pairs_deriving
+    from refold.reads.rollups import pairs_deriving
 
     merged, _, _ = fold_pairs(SPEC, build_log(raw), buckets=7)
     for rule in read_time_rules(SPEC.rollups):

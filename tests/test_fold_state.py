@@ -22,15 +22,15 @@ import pytest
 from deltalake import DeltaTable
 
 import refold
-from refold import erasing
 from refold.fold.errors import RefoldError
 from refold.fold.partition import FACT_SCHEMA, bucket_of, stored_rules
 from refold.fold.merge import node_id
-from refold.state_fold import PartitionError
-from refold.state_queries import graph_view
-from refold.storage.scan import scan_report
+from refold.engine.merge import PartitionError
+from refold.reads.queries import graph_view
+from refold.erasure.scan import scan_report
 from refold.storage.state import StateStore
 from tests.fold_helpers import canonical_graph, fact_event, reference_facts, reference_of
+from tests.test_state_scoping import UNREADABLE, garble_buckets, restore_files
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
@@ -101,19 +101,38 @@ def test_an_incremental_fold_commits_once_per_table_plus_the_tag(mem):
 @pytest.mark.slow
 def test_a_refold_from_the_cache_reads_each_cached_extraction_once(mem, monkeypatch):
     """A full refold with an extractor reads the cached extractions of each batch once (for their
-    facts), not once more to find which events still need the model."""
+    facts), not once more to find which events still need the model.
+
+    A second look-up returns what the first did, so no answer shows it: a spy records the event
+    ids asked of every read of the extraction cache (the methods of ``ExtractionCache``, the
+    class of ``Store.cache``, which the fold reads through), and every extractable event must
+    be asked about exactly once; a read of every row (``keys``, ``frame``) is refused."""
     from refold.extractors import get_extractor
-    from refold.storage.cache import ExtractionCache
+    from refold.fold.extract import needs_extraction
+    from refold.storage.cache.table import ExtractionCache
 
     mem.append(_log(120))
     mem.fold(full=True)
     mem.append(_log(5, start=120))
-    asked = []
-    original = ExtractionCache.missing
-    monkeypatch.setattr(ExtractionCache, "missing", lambda self, *a, **kw: asked.append(1) or original(self, *a, **kw))
+    asked: list[str] = []
+
+    def asking(real):
+        def read(self, spec_hash, event_ids=None, *args, **kw):
+            if event_ids is None:
+                pytest.fail("the refold read every cached row of the spec")
+            ids = list(event_ids)
+            asked.extend(ids)
+            return real(self, spec_hash, ids, *args, **kw)
+        return read
+
+    for method in ("missing", "get", "facts"):
+        monkeypatch.setattr(ExtractionCache, method, asking(getattr(ExtractionCache, method)))
+    for method in ("keys", "frame"):
+        monkeypatch.setattr(ExtractionCache, method, lambda self, *a, **kw: pytest.fail("every cached row read"))
     report = refold.open(mem.root).fold(full=True, extractor=get_extractor("rules"))
-    assert asked == [] and report.extraction_calls == 5
     monkeypatch.undo()
+    assert sorted(asked) == sorted(e.event_id for e in mem.events() if needs_extraction(e))
+    assert report.extraction_calls == 5
     assert canonical_graph(_state_graph(refold.open(mem.root))) == canonical_graph(_reference(Path(mem.root)))
 
 
@@ -162,7 +181,7 @@ def test_facts_match_the_reference_fold(mem):
     mem.append(_log(300))
     mem.append(_extras(5))
     mem.fold(full=True)
-    from refold.folding import parse_time_or_none
+    from refold.fold.timeutil import parse_time_or_none
 
     reference = _reference(Path(mem.root))
     rows = 0
@@ -184,7 +203,7 @@ def test_erasure_rewrites_the_touched_partitions_and_leaves_no_residue(tmp_path)
     x.append(fact_event(name, "works_at", "Acme", day=6, subjects=["s-x"]))
     mem.append(_log(200) + x)
     mem.fold(full=True)
-    erasing.register_subject(mem, "s-x", name)
+    mem.register_subject("s-x", name)
     store = mem.state_store(mem.current_spec())
     before = store.tag()
     assert scan_report(store.root, [name, "zephyrmarmalade"]).hits
@@ -206,11 +225,14 @@ def test_erasure_rewrites_the_touched_partitions_and_leaves_no_residue(tmp_path)
 
 
 @pytest.mark.slow
-def test_an_erasure_that_renames_a_node_reads_only_its_referrers_buckets(tmp_path, monkeypatch):
+def test_an_erasure_that_renames_a_node_reads_only_its_referrers_buckets(tmp_path):
     """A node whose display name came from the erased events is renamed; the summaries naming it
     are refreshed from the buckets of the surviving facts pointing at it, not a scan of every
-    bucket (no ``facts`` read without buckets), and the state equals the reference fold's."""
-    from refold.storage.state import StateStore
+    bucket: with the ``facts`` files of every bucket but the erased subject's, those of the
+    nodes only its events named and the referrer's garbled, the erasure succeeds (its receipt's
+    state digest reuses the per-bucket hashes kept beforehand for the buckets it did not change),
+    and the state equals the reference fold's."""
+    from refold.engine.merge import group_size
 
     mem = refold.init(tmp_path / "store")
     name = "Quillon Varga"
@@ -218,15 +240,16 @@ def test_an_erasure_that_renames_a_node_reads_only_its_referrers_buckets(tmp_pat
     others = [fact_event("Person1", "knows", "quillon varga", day=9)]  # the same node, another surface
     mem.append(_log(200) + x + others)
     mem.fold(full=True)
-    erasing.register_subject(mem, "s-x", name)
-    unpruned = []
-    original = StateStore.read
-    monkeypatch.setattr(StateStore, "read", lambda self, table, **kw: (
-        unpruned.append(table) if kw.get("buckets") is None and table == "facts" else None)
-        or original(self, table, **kw))
+    mem.register_subject("s-x", name)
+    store = mem.state_store(mem.current_spec())
+    tag = store.tag()
+    store.bucket_digest(buckets=tag.buckets, group=group_size(store, tag.buckets))  # (kept beside the tables)
+    needed = [name, "Person1", *(f"zephyrmarmalade{i}" for i in range(3))]
+    garbled = garble_buckets(store.path("facts"), {bucket_of(node_id("default", n), tag.buckets) for n in needed})
+    with pytest.raises(UNREADABLE):
+        refold.open(mem.root).facts()  # (a scan of every bucket fails on the garbled files)
     mem.erase("s-x")
-    monkeypatch.undo()
-    assert unpruned == []
+    restore_files(garbled)
     after = refold.open(mem.root)
     assert canonical_graph(_state_graph(after)) == canonical_graph(_reference(Path(mem.root)))
     assert after.facts(subject="Person1", relation="knows").height == 1
@@ -259,7 +282,7 @@ def test_a_failing_partition_is_named(mem):
     victim = next(p for p in Path(store.path("items")).rglob("*.parquet"))
     bucket = int(victim.parent.name.split("=")[1])
     victim.write_bytes(b"not parquet")
-    from refold.state_fold import merge_buckets
+    from refold.engine.merge import merge_buckets
 
     with pytest.raises(PartitionError, match=f"bucket={bucket}") as caught:
         merge_buckets(store, mem.current_spec(), [bucket], buckets=store.tag().buckets)
@@ -269,14 +292,15 @@ def test_a_failing_partition_is_named(mem):
 @pytest.mark.slow
 def test_a_rerun_after_a_killed_full_fold_redoes_only_the_missing_partitions(mem, monkeypatch):
     """(A small ``GROUP_ROWS`` makes this small log fold in several bucket groups.)"""
-    from refold import state_fold
-
+    from refold.engine import merge as state_fold
     mem.append(_log(300))
     mem.fold(full=True)  # the extraction cache, and a first state
     mem.append(_log(30, start=300))
-    code = ("import sys, refold; m = refold.open(sys.argv[1]); m.fold(full=True)")
-    env = {**os.environ, "REFOLD_FOLD_CRASH_AT": "merged:1", "PYTHONPATH": str(REPO), "REFOLD_STATE_GROUP_ROWS": "20"}
-    done = subprocess.run([sys.executable, "-c", code, mem.root], env=env, capture_output=True, text=True)
+    code = ("import sys, refold; from refold.engine import merge; merge.GROUP_ROWS = 20; "
+            "m = refold.open(sys.argv[1]); m.fold(full=True)")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-m", "tests.fault_driver", "fold.merged:1", "-c", code, mem.root],
+                          env=env, capture_output=True, text=True)
     assert done.returncode == -signal.SIGKILL, done.stderr
     store = mem.state_store(mem.current_spec())
     assert store.tag() is None  # a half-written state is never taken for a complete one
@@ -294,7 +318,7 @@ def test_graph_views_and_why_read_the_state_tables(mem):
     mem.append(_extras(5))
     reference = _reference(Path(mem.root))
     mem.fold(full=True)
-    from refold.state_queries import neighbourhood
+    from refold.reads.queries import neighbourhood
 
     for subject, depth in (("Person1", 1), ("Person2", 2), ("acme", 1)):
         view = mem.graph(subject=subject, depth=depth)
@@ -340,8 +364,7 @@ def test_cli_folds_into_state_tables_and_reads_them(tmp_path):
 def test_many_incremental_folds_then_compaction_then_erasure(tmp_path, monkeypatch):
     """Incremental folds append row versions; reads take the newest; a compaction and an
     erasure (which rewrites buckets) keep the state equal to the reference fold."""
-    from refold import state_fold
-
+    from refold.engine import fold as state_fold
     monkeypatch.setattr(state_fold, "COMPACT_FILES", 3)  # compact after a few folds, not after dozens
     mem = refold.init(tmp_path / "store")
     mem.append(_log(150))
@@ -357,7 +380,7 @@ def test_many_incremental_folds_then_compaction_then_erasure(tmp_path, monkeypat
             sum(1 for *_, d in reference.edges(data=True) if d["derivation"] == "extracted"),
             sum(1 for *_, d in reference.edges(data=True) if d["derivation"] in stored))
     assert any(info.get("refold.compacted") for info in DeltaTable(store.path("facts")).history())
-    erasing.register_subject(mem, "s-person3", "Person3")
+    mem.register_subject("s-person3", "Person3")
     mem.erase("s-person3")
     after = refold.open(mem.root)
     assert canonical_graph(_state_graph(after)) == canonical_graph(_reference(Path(mem.root)))
@@ -390,7 +413,7 @@ def test_crypto_shredding_refolds_the_state_tables_too(tmp_path):
                             fact_event(name, "works_at", "Acme", day=4, subjects=["s-x"])])
     mem.fold(full=True)
     store = mem.state_store(mem.current_spec())
-    erasing.register_subject(mem, "s-x", name)
+    mem.register_subject("s-x", name)
     mem.erase("s-x")
     assert not scan_report(store.root, [name, "zephyrmarmalade"]).hits
     purged = store.tag()
@@ -405,8 +428,13 @@ def test_crypto_shredding_refolds_the_state_tables_too(tmp_path):
 def test_the_merge_stage_runs_as_ray_tasks_that_write_their_own_partitions(mem, monkeypatch):
     """Each bucket group is a Ray task that reads its items from the store and commits its merged
     partitions there itself: the driver gets a row count per group and writes no merged row,
-    and the state equals the local merger's."""
-    from refold import state_fold
+    and the state equals the local merger's.
+
+    Which process commits a partition leaves no trace in the table, so the driver is made
+    unable to: ``StateStore.write`` refuses merged rows in this process (the Ray workers are
+    other processes), and a local fold of a copy of the store shows the refusal stops the
+    driver's own merge; the Ray fold still lands whole."""
+    from refold.engine import merge as state_fold
     from refold.jobs.ray_merge import ray_merger
     from refold.storage.state import StateStore
 
@@ -416,16 +444,22 @@ def test_the_merge_stage_runs_as_ray_tasks_that_write_their_own_partitions(mem, 
     local = mem.fold(full=True)
     expected = canonical_graph(_state_graph(mem))
     store = mem.state_store(mem.current_spec())
-    groups = len(state_fold._groups(64, state_fold.group_size(store, 64)))
+    groups = len(state_fold.groups_of(64, state_fold.group_size(store, 64)))
     assert groups > 2
-    driver_writes = []
     original = StateStore.write
-    monkeypatch.setattr(StateStore, "write", lambda self, name, rows, **kw: driver_writes.append(
-        (name, kw.get("layer"))) or original(self, name, rows, **kw))
+
+    def driver_write(self, name, rows, **kw):
+        if name == "facts" and kw.get("layer") == "merged":
+            raise AssertionError("the driver wrote merged rows")
+        return original(self, name, rows, **kw)
+
+    monkeypatch.setattr(StateStore, "write", driver_write)
+    shutil.copytree(mem.root, Path(mem.root).parent / "copy")
+    with pytest.raises(AssertionError, match="the driver wrote merged rows"):
+        refold.open(Path(mem.root).parent / "copy").fold(full=True)  # (the local merger: refused)
     merger = ray_merger()
     remote = refold.open(mem.root).fold(full=True, merger=merger)
     monkeypatch.undo()
-    assert ("facts", "merged") not in driver_writes
     assert merger.worker_peak_rss > 50 * 2**20  # (the workers' own high-water mark, reported back)
     assert (remote.facts, remote.derived_facts) == (local.facts, local.derived_facts)
     assert canonical_graph(_state_graph(refold.open(mem.root))) == expected
@@ -443,7 +477,7 @@ def test_merge_groups_committed_at_once_land_whole(mem):
     replace only their own partitions: the result equals the groups committed one by one."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from refold.state_fold import _groups, merge_group
+    from refold.engine.merge import groups_of as _groups, merge_group
     from refold.storage.state import StateStore
 
     mem.append(_log(200))
@@ -464,7 +498,7 @@ def test_a_merge_task_refuses_to_create_the_facts_table(mem):
     """A merge task given a store without a facts table refuses (one line) instead of creating
     it: its whole-table write would replace the partitions concurrent groups committed."""
     from refold.fold.errors import StoreError
-    from refold.state_fold import merge_group
+    from refold.engine.merge import merge_group
 
     mem.append(_log(20))
     mem.fold(full=True, buckets=4)
@@ -481,7 +515,7 @@ def test_merge_groups_commit_their_partitions_on_object_storage(mem, s3_bucket):
     layer equals the local store's."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from refold.state_fold import _groups, merge_group
+    from refold.engine.merge import groups_of as _groups, merge_group
     from refold.storage.layout import Layout
     from refold.storage.state import StateStore
 
@@ -503,31 +537,32 @@ def test_merge_groups_commit_their_partitions_on_object_storage(mem, s3_bucket):
     assert any(k.startswith(f"state/{spec.hash}/facts/layer=merged/") for k in s3_bucket.keys())
 
 
-def test_events_without_facts_only_move_the_tag(mem, monkeypatch):
+def test_events_without_facts_only_move_the_tag(mem):
     """An incremental fold of events that state no fact (here a chat turn no rule matches; an
-    erasure's own record is another) tags the new position and reads no state table."""
-    from refold.storage.state import StateStore
-
+    erasure's own record is another) tags the new position and reads no state table: with
+    every data file of the state tables garbled it still succeeds."""
     mem.append(_log(60))
     mem.fold(full=True, buckets=4)
     store = mem.state_store(mem.current_spec())
     before = store.tag()
     mem.append([{"kind": "chat_turn", "content": "nothing to remember here", "source": "chat#1"}])
-    reads = []
-    original = StateStore.read
-    monkeypatch.setattr(StateStore, "read", lambda self, name, **kw: reads.append(name) or original(self, name, **kw))
+    garbled = {}
+    for table in ("items", "facts", "entities"):
+        garbled.update(garble_buckets(store.path(table)))
+    with pytest.raises(UNREADABLE):
+        refold.open(mem.root).facts()  # (a read of the state fails on the garbled files)
     report = mem.fold()
+    restore_files(garbled)
     after = store.tag()
-    assert reads == [] and report.extraction_calls == 1
+    assert report.extraction_calls == 1
     assert after.log_seq == before.log_seq + 1 and (after.facts, after.derived) == (before.facts, before.derived)
     assert after.entities_version == before.entities_version
-    monkeypatch.undo()
     assert canonical_graph(_state_graph(refold.open(mem.root))) == canonical_graph(_reference(Path(mem.root)))
 
 
 def _full_refold_digest(root: Path, tmp_path: Path, buckets: int) -> str:
     """The state digest of a full refold of a copy of the store at ``root`` (one version per row)."""
-    from refold.state_fold import group_size
+    from refold.engine.merge import group_size
 
     copy = tmp_path / "copy"
     shutil.copytree(root, copy)
@@ -544,8 +579,7 @@ def test_an_erasure_renames_only_the_nodes_whose_first_name_it_erased(tmp_path, 
     went are refreshed: "Acme" becomes the name, the node only the erased events named goes, and
     "Oslo" (its first name kept) is left alone; the state equals a full refold's, names' seqs
     included."""
-    from refold import state_fold
-
+    from refold.engine import purge as state_fold
     name = "Quillon Varga"
     mem = refold.init(tmp_path / "store")
     mine = [fact_event(name, "works_at", "ACME", day=1, subjects=["s-x"]),
@@ -554,10 +588,10 @@ def test_an_erasure_renames_only_the_nodes_whose_first_name_it_erased(tmp_path, 
               fact_event("Person3", "lives_in", "Oslo", day=5)]
     mem.append(others[2:] + mine + others[:2] + [fact_event(name, "lives_in", "Oslo", day=6, subjects=["s-x"])])
     mem.fold(full=True, buckets=4)
-    erasing.register_subject(mem, "s-x", name)
+    mem.register_subject("s-x", name)
     refreshed = []
-    original = state_fold._refresh_entities
-    monkeypatch.setattr(state_fold, "_refresh_entities", lambda spec, store, buckets, nodes, renamed, **kw: (
+    original = state_fold.refresh_entities
+    monkeypatch.setattr(state_fold, "refresh_entities", lambda spec, store, buckets, nodes, renamed, **kw: (
         refreshed.append((set(nodes), set(renamed))) or original(spec, store, buckets, nodes, renamed, **kw)))
     mem.erase("s-x")
     acme, oslo, x = (node_id("default", n) for n in ("Acme", "Oslo", name))

@@ -14,11 +14,11 @@ from hypothesis import strategies as st
 
 import refold
 from refold.fold.extract import ExtractedFact
-from refold.storage.cache_rows import CACHE_SCHEMA, _facts_from_json, _facts_json, _meta_json
-from refold.storage.delta_io import read_arrow
-from refold.storage.log_range import events_from
-from refold.storage.schema import EVENTS_SCHEMA, table_to_events
-from refold.storage.table_handles import shared_table
+from refold.storage.cache.rows import CACHE_SCHEMA, _facts_from_json, _facts_json, _meta_json
+from refold.storage.delta.io import read_arrow
+from refold.storage.log.ranges import events_from
+from refold.storage.log.schema import EVENTS_SCHEMA, table_to_events
+from refold.storage.delta.handles import shared_table
 from tests.fold_helpers import fact_event
 from tests.snapshot_helpers import CountingRules
 

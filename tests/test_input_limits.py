@@ -21,12 +21,12 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 import refold
-from refold import tools
+from refold.agent import tools
 from refold.fold.chain import canonical_header, commitment_from, link_of, new_salt
 from refold.fold.errors import EventValidationError, ValidationError
 from refold.fold.events import NewEvent
-from refold.storage.group import GroupCommit
-from refold.storage.schema import EVENTS_SCHEMA
+from refold.storage.log.group import GroupCommit
+from refold.storage.log.schema import EVENTS_SCHEMA
 
 GOOD = {"kind": "chat_turn", "content": "Alice lives in Paris", "source": "chat#1"}
 #: each is inside Python's datetime as written, and outside it once converted to UTC

@@ -21,9 +21,8 @@ import polars as pl
 import pytest
 
 import refold
-from refold import erasing
 from refold.fold.spec import FoldSpec
-from refold.storage.cache import ExtractionCache
+from refold.storage.cache.table import ExtractionCache
 from refold.storage.layout import Layout
 
 from tests.ray_head import REPO, Head, api, chat_events, head, ray_cli, submit  # noqa: F401 - head: the fixture
@@ -65,7 +64,7 @@ def test_jobs_on_a_head_node(head, tmp_path):
     store = tmp_path / "store"  # absolute: the job runs in a copy of the working dir
     mem = refold.init(store)
     mem.append(_events())
-    erasing.register_subject(mem, "s-ana", "Ana")
+    mem.register_subject("s-ana", "Ana")
     reference = refold.init(tmp_path / "reference")
     reference.append(_events())
     reference.fold()

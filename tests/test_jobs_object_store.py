@@ -29,7 +29,7 @@ import pytest
 
 import refold
 from refold.fold.spec import FoldSpec
-from refold.storage.store_options import RETRY_DEFAULTS, arrow_filesystem, with_defaults
+from refold.storage.files.options import RETRY_DEFAULTS, arrow_filesystem, with_defaults
 from tests.moto_process import running_moto
 from tests.object_store import MotoServer
 from tests.ray_head import REPO, chat_events, head, submit, summary  # noqa: F401 - head: the fixture
@@ -150,7 +150,7 @@ def test_an_erase_job_erases_a_subject_of_a_store_in_a_bucket(s3, bucket):
     """The erase job runs against a bucket like against a folder: the subject's events become
     tombstones, the receipt lands in the bucket and verifies, the chain verifies, and the residue
     scan of every object under the prefix finds nothing (no local store folder anywhere)."""
-    from refold.storage.erasure.receipts import list_receipts
+    from refold.erasure.receipts import list_receipts
 
     uri = f"s3://{bucket}/store"
     opts = s3.storage_options()

@@ -9,8 +9,8 @@ import stat
 import pytest
 
 from refold.fold.errors import ErasedSubjectError, StoreError
-from refold.storage.keys import KEY_BYTES, FileKeyStore, KeyOwner, KeyStore, MemoryKeyStore
-from refold.storage.kms_keys import KmsKeyStore, KmsSettings
+from refold.storage.keys.port import KEY_BYTES, FileKeyStore, KeyOwner, KeyStore, MemoryKeyStore
+from refold.storage.keys.kms import KmsKeyStore, KmsSettings
 
 
 class KeyStoreContract:

@@ -17,7 +17,7 @@ from refold.fold.events import Fact
 from refold.fold.parse import parse_output
 from refold.fold.prompts import build_request, default_model_spec, fact_schema
 from refold.fold.spec import FoldSpec
-from refold.models import DEFAULT_MODEL_ID, default_gguf_path, file_sha256
+from refold.extractors.models import DEFAULT_MODEL_ID, default_gguf_path, file_sha256
 from tests.test_extractor_contract import ExtractorContract, make_event
 
 EVENTS = [

@@ -18,8 +18,8 @@ from refold.extractors.openai import OpenAIExtractor, postprocess, preprocess
 from refold.fold.errors import ExtractionError
 from refold.fold.parse import parse_output
 from refold.fold.prompts import build_request
-from refold.models import DEFAULT_MODEL_ID, default_gguf_path, file_sha256
-from refold.storage.cache import ExtractionCache
+from refold.extractors.models import DEFAULT_MODEL_ID, default_gguf_path, file_sha256
+from refold.storage.cache.table import ExtractionCache
 from refold.storage.layout import Layout
 from tests.llm_server import free_port, llama_server, stub_server  # noqa: F401 - fixtures
 from tests.test_extractor_contract import ExtractorContract, make_event

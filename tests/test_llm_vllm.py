@@ -26,7 +26,7 @@ from refold.fold.errors import ExtractionError
 from refold.fold.parse import parse_output
 from refold.fold.prompts import build_request, canonical_json, default_model_spec, fact_schema
 from refold.fold.spec import FoldSpec
-from refold.models import DEFAULT_MODEL_ID, default_gguf_path, file_sha256
+from refold.extractors.models import DEFAULT_MODEL_ID, default_gguf_path, file_sha256
 from tests.llm_server import llama_server  # noqa: F401 - fixture
 from tests.test_extractor_contract import make_event
 

@@ -26,8 +26,8 @@ from refold.fold.chain import (
     GENESIS, commitment_of, header_bytes, link_of, reference_header_bytes, seal,
 )
 from refold.fold.events import Event, Fact, NewEvent
-from refold.storage.log import Head
-from refold.storage.schema import EVENTS_SCHEMA, events_to_table
+from refold.storage.log.eventlog import Head
+from refold.storage.log.schema import EVENTS_SCHEMA, events_to_table
 from tests.log_helpers import _actions, _bad, _event, _file_of, _flip, _rewrite, _row, _store, mem  # noqa: F401
 
 

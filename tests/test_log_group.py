@@ -14,7 +14,7 @@ from deltalake import DeltaTable
 import refold
 from refold.fold.errors import ConflictError
 from refold.fold.events import NewEvent
-from refold.storage.group import GroupCommit
+from refold.storage.log.group import GroupCommit
 
 
 def _ev(name: str, content: str | None = None) -> NewEvent:

@@ -16,8 +16,8 @@ import pytest
 
 import refold
 from refold.fold.events import NewEvent
-from refold.storage import heads
-from refold.storage.heads import JOURNAL, Head, publish_head, read_published_head
+from refold.storage.log import heads
+from refold.storage.log.heads import JOURNAL, Head, publish_head, read_published_head
 
 NOW = datetime(2026, 12, 2, tzinfo=timezone.utc)
 
@@ -128,7 +128,7 @@ def test_a_new_log_carries_its_empty_head_in_the_create_commit(tmp_path):
     from deltalake import DeltaTable
 
     from refold.fold.chain import GENESIS
-    from refold.storage.log_reader import HEAD_KEY
+    from refold.storage.log.reader import HEAD_KEY
 
     mem = refold.init(tmp_path / "store")
     entry = DeltaTable(mem.layout.events).history(1)[0]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from contextlib import nullcontext
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -112,7 +113,7 @@ def test_long_lived_writer_survives_a_cleaned_up_log(tmp_path):
 
 def test_compaction_keeps_rows_chain_head_and_ids(tmp_path, monkeypatch):
     """Appends compact every COMPACT_EVERY files (Delta OPTIMIZE): files change, rows do not."""
-    monkeypatch.setattr("refold.storage.log.COMPACT_EVERY", 5)
+    monkeypatch.setattr("refold.storage.log.eventlog.COMPACT_EVERY", 5)
     mem = refold.init(tmp_path / "store")
     for i in range(12):
         mem.append(_event(i, event_id=f"c{i}"))
@@ -145,8 +146,8 @@ def test_compaction_merges_only_small_files_so_files_hold_disjoint_seq_ranges(tm
     order: at 1M events 4 files each spanning every seq)."""
     import os
 
-    monkeypatch.setattr("refold.storage.log.COMPACT_EVERY", 5)
-    monkeypatch.setattr("refold.storage.log.FILE_TARGET_BYTES", 50_000)
+    monkeypatch.setattr("refold.storage.log.eventlog.COMPACT_EVERY", 5)
+    monkeypatch.setattr("refold.storage.log.eventlog.FILE_TARGET_BYTES", 50_000)
     mem = refold.init(tmp_path / "store")
     for i in range(30):
         mem.append([{**_event(10 * i + j, event_id=f"c{i}-{j}"), "content": os.urandom(300).hex()}
@@ -178,8 +179,8 @@ def test_head_metadata_of_a_rebased_optimize_is_not_trusted(tmp_path):
 
 
 def test_compaction_needs_the_host_lock(tmp_path, monkeypatch):
-    monkeypatch.setattr("refold.storage.log.COMPACT_EVERY", 2)
-    monkeypatch.setattr("refold.storage.hostlock.fcntl", None)  # as on an object store
+    monkeypatch.setattr("refold.storage.log.eventlog.COMPACT_EVERY", 2)
+    monkeypatch.setattr("refold.storage.log.eventlog.host_turn", lambda root: nullcontext(False))  # as on an object store
     mem = refold.init(tmp_path / "store")
     for i in range(5):
         mem.append(_event(i))

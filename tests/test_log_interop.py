@@ -15,7 +15,7 @@ from deltalake import DeltaTable
 from polars.testing import assert_frame_equal
 
 import refold
-from refold.storage.schema import STATS_COLUMNS
+from refold.storage.log.schema import STATS_COLUMNS
 from tests.log_helpers import _plain_delta_files
 
 MARKERS = {

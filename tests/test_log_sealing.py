@@ -21,9 +21,9 @@ from hypothesis import strategies as st
 
 from refold.fold.chain import DOMAIN, GENESIS, HEADER_FIELDS, reference_header_bytes, seal
 from refold.fold.events import Event, Fact, NewEvent
-from refold.storage import sealing
-from refold.storage.schema import EVENTS_SCHEMA, events_to_table, table_to_events
-from refold.storage.sealing import COLUMN_WISE_FROM, _seal_plain, chain_links, commit_digests, seal_rows
+from refold.storage.log import sealing
+from refold.storage.log.schema import EVENTS_SCHEMA, events_to_table, table_to_events
+from refold.storage.log.sealing import COLUMN_WISE_FROM, _seal_plain, chain_links, commit_digests, seal_rows
 
 _NASTY = st.sampled_from(['"', "\\", "\\\"", "\u2028", "\u2029", "\x7f", "é", "日本", "🦜", "\n\r\t\b\f",
                           "</script>", "null", "{\"a\":1}", " "] + [chr(c) for c in range(0x20)])

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from contextlib import nullcontext
 import sys
 import threading
 import time
@@ -22,18 +23,19 @@ from deltalake import DeltaTable
 import refold
 from refold.fold.errors import StoreError
 from refold.fold.events import NewEvent
-from refold.storage.log import EventLog
+from refold.storage.log.eventlog import EventLog
 
 WORKER = r"""
 import json, sys, time
 from pathlib import Path
 import refold
-import refold.storage.hostlock
+import refold.storage.log.eventlog
+from contextlib import nullcontext
 
 root, name, mode, count, size, go = sys.argv[1:7]
 count, size = int(count), int(size)
 if mode == "nolock":  # no host lock: writers race through the compare-and-append alone
-    refold.storage.hostlock.fcntl = None
+    refold.storage.log.eventlog.host_turn = lambda root: nullcontext(False)
 mem = refold.Memory(root)
 lost = []  # commits this process lost to another writer (each retried)
 write = mem.log_store._write
@@ -192,7 +194,7 @@ def test_threads_share_one_memory(tmp_path):
 
 
 def test_threads_with_own_memory_race_through_compare_and_append(tmp_path, monkeypatch):
-    monkeypatch.setattr("refold.storage.hostlock.fcntl", None)  # no host lock: race for real
+    monkeypatch.setattr("refold.storage.log.eventlog.host_turn", lambda root: nullcontext(False))  # no host lock: race for real
     root = tmp_path / "store"
     refold.init(root)
     mems = [refold.Memory(root) for _ in range(4)]

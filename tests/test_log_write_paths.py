@@ -27,13 +27,13 @@ from polars.testing import assert_frame_equal
 import refold
 from refold.fold.chain import GENESIS
 from refold.fold.events import NewEvent
-from refold.storage import log as log_module
-from refold.storage.datafiles import write_rows
-from refold.storage.heads import Head
-from refold.storage.log import EventLog
-from refold.storage.log_reader import HEAD_KEY
-from refold.storage.schema import EVENTS_SCHEMA, STATS_COLUMNS, TABLE_CONFIGURATION
-from refold.storage.sealing import seal_rows
+from refold.storage.log import eventlog as log_module
+from refold.storage.log.datafiles import write_rows
+from refold.storage.log.heads import Head
+from refold.storage.log.eventlog import EventLog
+from refold.storage.log.reader import HEAD_KEY
+from refold.storage.log.schema import EVENTS_SCHEMA, STATS_COLUMNS, TABLE_CONFIGURATION
+from refold.storage.log.sealing import seal_rows
 
 
 def _events(prefix: str, n: int) -> list[NewEvent]:

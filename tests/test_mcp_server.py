@@ -2,7 +2,7 @@
 server subprocesses: over stdio (the client launches ``refold mcp STORE``) and over streamable
 HTTP (a server on a free 127.0.0.1 port). Write, then search finds it; a missing justification is
 refused with nothing written; another tenant's server sees nothing; the tool listing is
-``refold.tools.mcp_tools()``. The hashing embedder keeps the servers fast; one test loads the
+``refold.agent.tools.mcp_tools()``. The hashing embedder keeps the servers fast; one test loads the
 packaged MiniLM model to show it stays warm between calls.
 """
 
@@ -21,8 +21,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 
 import refold
-from refold import tools
-
+from refold.agent import tools
 SCRIPT = str(Path(sys.executable).parent / "refold")
 WRITE = {"subject": "Alice", "relation": "lives_in", "object": "Berlin", "trace_id": "run-1",
          "justification": "Alice said so in chat #7"}

@@ -17,8 +17,8 @@ import sys
 import pytest
 
 import refold
-from refold import erasing
-from refold.storage.scan import scan_report
+from refold.erasure import verbs as erasing
+from refold.erasure.scan import scan_report
 from tests import erasure_helpers as H
 from tests.locomo_helpers import conversations
 from tests.moto_process import moto_process, new_bucket  # noqa: F401
@@ -46,8 +46,8 @@ def store(bucket):
     mem = refold.init(root, storage_options=bucket.storage_options)
     mem.append(H.events()[:12])
     mem.append([*H.events()[12:], *_locomo_events()])
-    erasing.register_subject(mem, H.X, H.X_NAME, aliases=[H.X_ALIAS], identifiers=[H.X_EMAIL])
-    erasing.register_subject(mem, H.Y, H.Y_NAME)
+    mem.register_subject(H.X, H.X_NAME, aliases=[H.X_ALIAS], identifiers=[H.X_EMAIL])
+    mem.register_subject(H.Y, H.Y_NAME)
     mem.fold()
     return mem
 
@@ -70,7 +70,7 @@ def test_the_side_files_live_in_the_bucket(store, bucket):
     assert json.loads(bucket.server.client("s3").get_object(
         Bucket=bucket.name, Key="memory/store.json")["Body"].read())["mode"] == "delete"
     again = refold.open(store.root, storage_options=bucket.storage_options)
-    assert again.mode == "delete" and [s.subject_id for s in erasing.subjects(again)] == [H.X, H.Y]
+    assert again.mode == "delete" and [s.subject_id for s in again.subjects()] == [H.X, H.Y]
 
 
 def test_before_the_erasure_the_canaries_are_in_objects_and_old_versions(store, bucket):
@@ -82,7 +82,7 @@ def test_before_the_erasure_the_canaries_are_in_objects_and_old_versions(store, 
 
 @pytest.fixture(scope="module")
 def receipt(store):
-    return erasing.erase(store, H.X, canaries=H.CANARIES, include_mentions=True)
+    return store.erase(H.X, canaries=H.CANARIES, include_mentions=True)
 
 
 def test_delete_mode_erasure_leaves_no_residue_in_objects_or_old_versions(store, bucket, receipt):
@@ -95,8 +95,8 @@ def test_delete_mode_erasure_leaves_no_residue_in_objects_or_old_versions(store,
     # what is left of old versions was written after the scan: the journal's removal
     assert all("receipts/" in k for k in _old_versions(bucket))
     assert store.verify().ok
-    assert erasing.verify_receipt(store, receipt, needles=H.NEEDLES).ok
-    assert [s.subject_id for s in erasing.subjects(store)] == [H.Y]
+    assert store.verify_receipt(receipt, needles=H.NEEDLES).ok
+    assert [s.subject_id for s in store.subjects()] == [H.Y]
     assert f"memory/receipts/{receipt.erasure_id}.json" in bucket.keys()
     facts = H.facts(store)
     assert facts and not any(H.X_NAME in f[0] for f in facts)
@@ -121,17 +121,17 @@ def test_shred_mode_erasure_in_a_bucket_deletes_the_key_objects(moto_process):
     bucket = new_bucket(moto_process)
     mem = refold.init(f"{bucket.uri}/shred", mode="shred", storage_options=bucket.storage_options)
     mem.append(H.events())
-    erasing.register_subject(mem, H.X, H.X_NAME, aliases=[H.X_ALIAS], identifiers=[H.X_EMAIL])
+    mem.register_subject(H.X, H.X_NAME, aliases=[H.X_ALIAS], identifiers=[H.X_EMAIL])
     mem.fold()
     keys_before = {k for k in bucket.keys() if k.startswith("shred/keys/ids/")}
     assert keys_before
-    receipt = erasing.erase(mem, H.X, canaries=H.CANARIES, include_mentions=True)
+    receipt = mem.erase(H.X, canaries=H.CANARIES, include_mentions=True)
     assert receipt.status == "erased" and receipt.destroyed_key_ids
     assert receipt.scan["hits"] == [] and "old_versions" not in receipt.scan  # (no versioning here)
     gone = {f"shred/keys/ids/{k}" for k in receipt.destroyed_key_ids}
     assert gone <= keys_before and not gone & set(bucket.keys())
     assert mem.verify().ok
-    assert erasing.verify_receipt(mem, receipt, needles=H.NEEDLES).ok
+    assert mem.verify_receipt(receipt, needles=H.NEEDLES).ok
 
 
 def test_a_batch_erasure_runs_on_a_bucket(moto_process):  # noqa: F811
@@ -140,8 +140,8 @@ def test_a_batch_erasure_runs_on_a_bucket(moto_process):  # noqa: F811
     bucket = new_bucket(moto_process)
     mem = refold.init(f"{bucket.uri}/memory", storage_options=bucket.storage_options)
     mem.append(H.events())
-    erasing.register_subject(mem, H.X, H.X_NAME)
-    erasing.register_subject(mem, H.Y, H.Y_NAME)
+    mem.register_subject(H.X, H.X_NAME)
+    mem.register_subject(H.Y, H.Y_NAME)
     mem.fold()
     batch = mem.erase([H.X, H.Y])
     assert [r.subject_id for r in batch.receipts] == [H.X, H.Y]
@@ -159,19 +159,19 @@ def test_an_erasure_refolds_the_state_tables_in_a_bucket(moto_process):  # noqa:
     bucket = new_bucket(moto_process, versioned=True)
     mem = refold.init(f"{bucket.uri}/memory", storage_options=bucket.storage_options)
     mem.append(H.events())
-    erasing.register_subject(mem, H.X, H.X_NAME, aliases=[H.X_ALIAS], identifiers=[H.X_EMAIL])
+    mem.register_subject(H.X, H.X_NAME, aliases=[H.X_ALIAS], identifiers=[H.X_EMAIL])
     mem.fold()
     assert any(k.startswith("memory/state/") for k in bucket.keys())
     before = scan_report(mem.root, H.NEEDLES, storage_options=bucket.storage_options)
     assert any(h.file.startswith("state/") for h in before.hits), "X is in the state tables first"
-    receipt = erasing.erase(mem, H.X, canaries=H.CANARIES, include_mentions=True)
+    receipt = mem.erase(H.X, canaries=H.CANARIES, include_mentions=True)
     assert receipt.status == "erased" and receipt.scan["hits"] == [] and receipt.scan["errors"] == []
     assert scan_report(mem.root, H.NEEDLES, storage_options=bucket.storage_options).hits == ()
     assert any(k.startswith("memory/state/") for k in bucket.keys()), "refolded, not dropped"
     again = refold.open(mem.root, storage_options=bucket.storage_options)
     facts = again.facts(subject=H.Y_NAME)
     assert facts.height and again.state_store(again.current_spec()).tag() is not None
-    assert mem.verify().ok and erasing.verify_receipt(mem, receipt, needles=H.NEEDLES).ok
+    assert mem.verify().ok and mem.verify_receipt(receipt, needles=H.NEEDLES).ok
 
 
 def test_a_key_destroyed_outside_an_erasure_is_swept_from_a_bucket(moto_process):  # noqa: F811
@@ -182,9 +182,9 @@ def test_a_key_destroyed_outside_an_erasure_is_swept_from_a_bucket(moto_process)
     mem = refold.init(f"{bucket.uri}/shred", mode="shred", storage_options=bucket.storage_options)
     mem.append(H.events())
     mem.fold()
-    before = {h.file.split("/")[0] for h in erasing.scan(mem, [H.Y_NAME]).hits}
+    before = {h.file.split("/")[0] for h in mem.scan([H.Y_NAME]).hits}
     assert {"extractions", "state"} <= before
-    erasing.keystore(mem).destroy(H.Y)
+    erasing.keystore(mem.store).destroy(H.Y)
     mem.fold()
-    assert not erasing.scan(mem, [H.Y_NAME]).hits
+    assert not mem.scan([H.Y_NAME]).hits
     assert "shred/erasure.swept" in bucket.keys()

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 import refold
-from refold.storage.scan import scan_report
+from refold.erasure.scan import scan_report
 from tests.moto_process import moto_process, new_bucket  # noqa: F401
 
 EMB = "hashing"

@@ -1,4 +1,4 @@
-"""Shred-mode keys as objects in a bucket (refold.storage.object_keys) keep the key-store
+"""Shred-mode keys as objects in a bucket (refold.storage.keys.objects) keep the key-store
 contract every adapter passes (tests/test_keys.py), on the local S3 API."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from refold.fold.errors import ErasedSubjectError
-from refold.storage.object_keys import ObjectKeyStore
-from refold.storage.objects import store_files
+from refold.storage.keys.objects import ObjectKeyStore
+from refold.storage.files.objects import store_files
 from tests.test_keys import KeyStoreContract
 
 

@@ -14,8 +14,7 @@ import sys
 import pytest
 
 import refold
-from refold import erasing
-from refold.storage.kms_keys import ObjectKmsKeyStore
+from refold.storage.keys.kms import ObjectKmsKeyStore
 from tests import erasure_helpers as H
 from tests.moto_process import moto_process, new_bucket  # noqa: F401
 
@@ -32,8 +31,8 @@ def _build(bucket, root: str, **kms) -> refold.Memory:
     mem = refold.init(root, mode="shred", storage_options=bucket.storage_options,
                       kms_endpoint=bucket.server.endpoint, **kms)
     mem.append(H.events())
-    erasing.register_subject(mem, H.X, H.X_NAME, aliases=[H.X_ALIAS], identifiers=[H.X_EMAIL])
-    erasing.register_subject(mem, H.Y, H.Y_NAME)
+    mem.register_subject(H.X, H.X_NAME, aliases=[H.X_ALIAS], identifiers=[H.X_EMAIL])
+    mem.register_subject(H.Y, H.Y_NAME)
     mem.fold()
     return mem
 
@@ -54,7 +53,7 @@ def _assert_x_shredded_and_y_readable(bucket, root: str, prefix: str, receipt, x
     assert not {f"{prefix}/keys/ids/{k}" for k in x_keys} & set(bucket.keys())
     assert receipt.scan["hits"] == []
     assert fresh.verify().ok
-    assert erasing.verify_receipt(fresh, receipt, needles=H.NEEDLES).ok
+    assert fresh.verify_receipt(receipt, needles=H.NEEDLES).ok
 
 
 def test_one_kms_key_for_a_store_in_a_bucket(aws):
@@ -71,7 +70,7 @@ def test_one_kms_key_for_a_store_in_a_bucket(aws):
         assert set(record) == {"format", "kms_key_id", "wrapped"} and record["kms_key_id"] == kms_key
     assert any(e.content for e in mem.events() if H.X in e.subjects)  # decrypted through KMS
 
-    receipt = erasing.erase(mem, H.X, canaries=H.CANARIES)
+    receipt = mem.erase(H.X, canaries=H.CANARIES)
 
     assert receipt.status == "erased"
     assert receipt.key_store["key_store"] == "kms" and receipt.key_store["kms_key_id"] == kms_key
@@ -91,7 +90,7 @@ def test_a_kms_key_per_subject_on_a_versioned_bucket(aws):
     y_kms = {_wrapped(bucket, "memory", k)["kms_key_id"] for k in mem.key_store.key_ids(H.Y)}
     assert len(x_kms) == 1 and x_kms.isdisjoint(y_kms)
 
-    receipt = erasing.erase(mem, H.X, canaries=H.CANARIES)
+    receipt = mem.erase(H.X, canaries=H.CANARIES)
 
     (deletion,) = receipt.key_store["kms_key_deletions"]
     assert deletion["kms_key_id"] in x_kms and deletion["pending_window_days"] == 8

@@ -18,6 +18,7 @@ import sys
 import pytest
 
 import refold
+from refold.reads.tables import read_tables
 from tests import erasure_helpers as H
 from tests.fold_helpers import canonical_graph, fact_event, reference_facts, reference_of
 from tests.moto_process import moto_process, new_bucket  # noqa: F401
@@ -70,7 +71,7 @@ def test_a_read_as_of_the_first_fold_travels_to_that_version_in_the_bucket(store
     mem, first, version = store
     fresh = _fresh(mem, bucket)
     spec = fresh.current_spec()
-    assert fresh._state_read_at(spec, version)[1].log_seq == first.last_seq  # that tagged version, no overlay
+    assert read_tables(fresh.store, version, spec)[1].log_seq == first.last_seq  # that tagged version, no overlay
     got = fresh.facts(as_of=version)
     assert got.height and got.equals(reference_facts(reference_of(fresh, as_of=version)))
     assert got.height < fresh.facts().height  # (the later events' facts are not in it)

@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 import refold
-from refold.storage.heads import store_head_lines
+from refold.storage.log.heads import store_head_lines
 from tests.moto_process import moto_process, new_bucket  # noqa: F401
 
 WRITERS, BATCHES = 4, 4
@@ -65,7 +65,7 @@ def test_concurrent_writers_on_a_bucket_lose_nothing_and_overwrite_no_head(moto_
 def test_signed_heads_on_a_bucket(moto_process, tmp_path, monkeypatch):
     """Signing set up for a store in a bucket: appends publish signed head objects, and verify
     checks their signatures against the public key recorded in the bucket."""
-    from refold.storage.signing import KEY_ENV, PUBLIC_KEY_FILE, set_up_signing
+    from refold.storage.log.signing import KEY_ENV, PUBLIC_KEY_FILE, set_up_signing
 
     bucket = new_bucket(moto_process)
     root, options = f"{bucket.uri}/signed", bucket.storage_options

@@ -1,4 +1,4 @@
-"""Checkpoints as C2SP signed notes (refold.storage.checkpoints, issue #36).
+"""Checkpoints as C2SP signed notes (refold.storage.log.checkpoints, issue #36).
 
 The note format is checked against the example of the signed-note spec itself (c2sp.org/signed-note:
 its verifier key and the note it verifies), then refold's own checkpoints: signed and opened with a
@@ -17,10 +17,10 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from refold.fold.errors import IntegrityError, ValidationError
-from refold.storage.checkpoints import (Checkpoint, CheckpointError, Verifier, key_id, load_verifier, open_checkpoint,
+from refold.storage.log.checkpoints import (Checkpoint, CheckpointError, Verifier, key_id, load_verifier, open_checkpoint,
                                         open_note, origin_for, parse_checkpoint, parse_verifier_key, sign_checkpoint,
                                         verifier_key)
-from refold.storage.signing import fingerprint
+from refold.storage.log.signing import fingerprint
 
 # c2sp.org/signed-note, "Verifier keys", Example (C2SP/C2SP signed-note.md)
 SPEC_VKEY = "example.com/foo+530d903a+AekyeRrm56hApGFkyQR4ZCbV54Id2LKaANYcrnKv3U2k"

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 import refold
 from refold.cli import main
-from refold.storage.signing import KEY_ENV
+from refold.storage.log.signing import KEY_ENV
 from tests.log_helpers import _event
 
 

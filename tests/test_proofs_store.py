@@ -1,5 +1,5 @@
-"""The Merkle tree a store keeps, its proofs and checkpoints (issue #36; refold.storage.merkle,
-refold.storage.checkpoints, Memory.inclusion_proof / consistency_proof / checkpoint).
+"""The Merkle tree a store keeps, its proofs and checkpoints (issue #36; refold.storage.log.merkle,
+refold.storage.log.checkpoints, Memory.inclusion_proof / consistency_proof / checkpoint).
 
 Real stores; the tree's tiles are made 4 leaves high (``small_tiles``) so that a log of a few
 hundred events has stored tiles at several levels, edges that lag, and tiles complete at one size
@@ -22,10 +22,10 @@ import refold
 from refold import proofs
 from refold.fold.errors import IntegrityError, NotFoundError, ValidationError
 from refold.fold.erasure_record import ErasureRecord
-from refold.storage import merkle
-from refold.storage.checkpoints import open_checkpoint, published_checkpoints
-from refold.storage.signing import KEY_ENV, recorded_public_key, set_up_signing
-from refold.storage.verify import sign_current_head
+from refold.storage.log import merkle
+from refold.storage.log.checkpoints import open_checkpoint, published_checkpoints
+from refold.storage.log.signing import KEY_ENV, recorded_public_key, set_up_signing
+from refold.storage.log.verify import sign_current_head
 from tests.log_helpers import _event
 from tests.moto_process import moto_process, new_bucket  # noqa: F401
 
@@ -35,7 +35,7 @@ def small_tiles(monkeypatch):
     """Tiles of 4 hashes (height 2), and an edge saved every 8 leaves."""
     monkeypatch.setattr(merkle, "TILE_HEIGHT", 2)
     monkeypatch.setattr(merkle, "TILE", 4)
-    monkeypatch.setattr(merkle, "_MASK", 3)
+    monkeypatch.setattr(merkle, "MASK", 3)
     monkeypatch.setattr(merkle, "SAVE_EVERY", 8)
 
 

@@ -18,7 +18,7 @@ from refold.extractors.openai import OpenAIExtractor
 from refold.fold.parse import parse_output
 from refold.fold.prompts import build_request
 from refold.jobs.ray_llm import http_processor, http_runner
-from refold.models import DEFAULT_MODEL_ID, default_gguf_path, file_sha256
+from refold.extractors.models import DEFAULT_MODEL_ID, default_gguf_path, file_sha256
 from tests.llm_server import llama_server  # noqa: F401 - fixture
 
 pytestmark = [pytest.mark.ray, pytest.mark.llm, pytest.mark.slow]

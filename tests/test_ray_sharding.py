@@ -177,7 +177,7 @@ def test_killed_actor_is_restarted_and_the_result_is_unchanged(ray_session, tmp_
 
 
 def _count_rows(path: Path) -> int:
-    from refold.storage.cache import ExtractionCache
+    from refold.storage.cache.table import ExtractionCache
     from refold.storage.layout import Layout
 
     return len(ExtractionCache(Layout(str(path))).keys(FoldSpec().hash))

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 import refold
-from refold import tools
+from refold.agent import tools
 from refold.fold.extract import ExtractedFact, Extraction
 from refold.fold.spec import FoldSpec
 from refold.fold.stated import stated_extraction
@@ -35,11 +35,14 @@ WRITE = {"subject": "Alice", "relation": "lives_in", "object": "Berlin", "trace_
 
 
 class TinyModel:
-    """A stand-in for a model extractor (the mock: no model here). Counts its calls."""
+    """A stand-in for a model extractor (the mock: no model here). ``only``: the texts it may be
+    asked about; any other raises (an event whose extraction must come from the cache).
+    ``calls``: the texts it answered (tests/test_reads_pure_state.py reads it)."""
 
     name = "tiny"
 
-    def __init__(self) -> None:
+    def __init__(self, only: set[str] | None = None) -> None:
+        self.only = only
         self.calls = 0
 
     def default_spec(self) -> FoldSpec:
@@ -52,6 +55,8 @@ class TinyModel:
             if stated is not None:
                 out.append(stated)
                 continue
+            if self.only is not None and e.content not in self.only:
+                raise AssertionError(f"the model was asked about {e.content!r}, which it had answered")
             self.calls += 1
             facts = (ExtractedFact("Bob", "works_at", e.content.split()[-1]),) if e.content else ()
             out.append(Extraction(event_id=e.event_id, spec_hash=spec.hash, engine="tiny", facts=facts))
@@ -103,7 +108,7 @@ def test_reads_write_nothing_and_see_the_write(tmp_path, spec):
 
 
 def _files_unchanged_in_subprocess(root: Path, before) -> None:
-    code = ("import json, refold; from refold import tools; m = refold.open(%r); "
+    code = ("import json, refold; from refold.agent import tools; m = refold.open(%r); "
             "c = tools.ToolContext(memory=m, tenant='acme', embedder='hashing'); "
             "f = m.facts(current_only=True); s = tools.handle('search_memory', {'query': 'Alice'}, c); "
             "print(json.dumps([sorted(f['object'].to_list()), [r['object'] for r in s['results']], "
@@ -139,9 +144,9 @@ def test_a_model_specs_pending_event_is_extracted_by_the_next_fold(tmp_path):
     mem.append({"kind": "chat_turn", "content": "Bob: I work at Initech", "tenant": "acme", "source": "chat"})
     assert mem.pending() == 1
     assert "Initech" not in mem.facts()["object"].to_list()  # a read calls no model
-    model = TinyModel()
-    mem.fold(extractor=model, spec=model.default_spec())
-    assert model.calls == 1 and mem.pending() == 0
+    model = TinyModel(only={"Bob: I work at Initech"})  # (the first chat turn's facts are cached)
+    report = mem.fold(extractor=model, spec=model.default_spec())
+    assert report.extraction_calls == 1 and mem.pending() == 0
     assert "Initech" in mem.facts(current_only=True)["object"].to_list()
 
 

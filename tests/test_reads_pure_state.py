@@ -2,7 +2,7 @@
 docs/state.md "Reads"), on real stores.
 
 A read answers from the tables at their tag plus the read overlay of the newer events
-(refold.state_overlay): it writes nothing (every file under the store keeps its name, size and
+(refold.reads.overlay): it writes nothing (every file under the store keeps its name, size and
 mtime) and calls no model. The only mock is the model: :class:`~tests.test_reads_pure.TinyModel`,
 an in-test extractor under a non-rules spec (no model can run here).
 """
@@ -19,8 +19,9 @@ import polars as pl
 import pytest
 
 import refold
-from refold import tools
-from refold.mcp_server import ServerOptions, _warm_context
+from refold.agent import tools
+from refold.agent.mcp_server import ServerOptions, _warm_context
+from refold.reads.tables import read_tables
 from tests.test_reads_pure import WRITE, TinyModel, _files
 
 REPO = Path(__file__).resolve().parents[1]
@@ -40,7 +41,7 @@ def _store(tmp_path, spec: str):
 
 def _in_process(root: Path, code: str):
     """Run ``code`` (``m``: the store opened afresh) in another process; its last printed JSON."""
-    prog = ("import json, refold; from refold import tools; m = refold.open(%r); "
+    prog = ("import json, refold; from refold.agent import tools; m = refold.open(%r); "
             "c = tools.ToolContext(memory=m, tenant='acme', embedder='hashing'); " % str(root)) + code
     out = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, env=os.environ)
     assert out.returncode == 0, out.stderr
@@ -143,7 +144,7 @@ def test_the_overlay_answers_what_the_next_fold_does(tmp_path):
     before = _files(tmp_path / "store")
     read = mem.facts()
     assert _files(tmp_path / "store") == before
-    overlay = mem._state_read(mem.current_spec())[2]  # the read answered from the tables' overlay
+    overlay = read_tables(mem.store, None, mem.current_spec())[2]  # the read answered from the tables' overlay
     assert overlay.overlaid == 62 and overlay.rows.height and overlay.pending == 0
     assert victim in read.filter(~pl.col("current"))["fact_id"].to_list()
     assert read.filter(pl.col("derivation") != "extracted").height  # roll-ups are in the comparison
@@ -152,7 +153,7 @@ def test_the_overlay_answers_what_the_next_fold_does(tmp_path):
 
 
 def test_a_compose_rollup_of_one_subject_is_derived_from_the_overlaid_rows(tmp_path):
-    """Compose roll-ups are derived by the read (refold.state_rollups) from the rows as the
+    """Compose roll-ups are derived by the read (refold.reads.rollups) from the rows as the
     overlay has them: an organisation that moved after the tag moves its staff's works_in in a
     one-subject read, and a new member's works_in appears, as the next fold has them."""
     mem = refold.init(tmp_path / "store")
@@ -177,8 +178,7 @@ def test_a_compose_rollup_of_one_subject_is_derived_from_the_overlaid_rows(tmp_p
     assert read == {"Alice": ["Oslo"], "Bob": ["Oslo"]}
     # why of a roll-up only the overlaid rows derive: after the read that returned it (its inputs
     # remembered) and as a process that did not read it (a search of the overlaid inputs' join)
-    from refold import state_rollups
-
+    from refold.reads import rollups as state_rollups
     bob = mem.facts(subject="Bob", relation="works_in", current_only=True)["fact_id"][0]
     assert mem.why(bob)["derivation"] == "works_in"
     state_rollups.forget_hints()
@@ -234,8 +234,7 @@ def test_a_warm_reads_overlay_advanced_by_each_append_equals_a_fresh_reads(tmp_p
     process (new tables: the overlay is made again). Each step writes nothing."""
     import random
 
-    from refold import state_overlay
-
+    from refold.reads import tables as read_path  # (the module whose reads call tail_after)
     root = tmp_path / "store"
     mem = refold.init(root)
     mem.append(list(workload(120, seed=seed, people=8)))
@@ -243,8 +242,10 @@ def test_a_warm_reads_overlay_advanced_by_each_append_equals_a_fresh_reads(tmp_p
     ctx = tools.ToolContext(memory=mem, embedder=EMB)
     rng = random.Random(seed)
     whole_tails = []
-    real_tail_after = state_overlay.tail_after
-    monkeypatch.setattr(state_overlay, "tail_after", lambda *a, **k: whole_tails.append(1) or real_tail_after(*a, **k))
+    # a spy, on purpose: reading the whole tail again returns the same answer, so only a count
+    # shows whether the warm read advanced its overlay by the appended events alone
+    real_tail_after = read_path.tail_after
+    monkeypatch.setattr(read_path, "tail_after", lambda *a, **k: whole_tails.append(1) or real_tail_after(*a, **k))
     assert mem.facts().height  # the first read overlays the (empty) tail from the tag
     start, tables_moved = 1000, False
     for step in range(12):

@@ -18,9 +18,9 @@ from click.testing import CliRunner
 
 import refold
 from refold.storage.erased_ids import pseudonyms
-from refold import retention
+from refold.agent import retention
 from refold.cli import main
-from refold.storage.erasure.receipts import load_receipt
+from refold.erasure.receipts import load_receipt
 
 LATER = (datetime.now(timezone.utc) + timedelta(days=120)).isoformat()  # past 90d, before 1y
 MUCH_LATER = (datetime.now(timezone.utc) + timedelta(days=800)).isoformat()  # past 2y
@@ -230,8 +230,9 @@ def test_a_run_killed_half_way_is_finished_by_the_next_run(tmp_path):
     mem = _store(store)
     retention.set_rule(mem, kind="chat_turn", keep="90d")
     expired = _ids(mem, "Quuxville") + _ids(mem, "Rome") + _ids(mem, "Zorbton")
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "REFOLD_ERASE_CRASH_AT": "purge"}
-    killed = subprocess.run([sys.executable, "-m", "refold.jobs.retain", str(store), "--no-progress", "--now", LATER],
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    killed = subprocess.run([sys.executable, "-m", "tests.fault_driver", "erasure.purge",
+                             "-m", "refold.jobs.retain", str(store), "--no-progress", "--now", LATER],
                             capture_output=True, text=True, env=env, timeout=300)
     assert killed.returncode != 0 and not killed.stdout  # SIGKILLed after the purge step
 

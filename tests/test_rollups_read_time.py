@@ -17,8 +17,8 @@ from deltalake import DeltaTable
 
 import refold
 from refold.fold.queries import why
-from refold.folding import parse_time_or_none
-from refold.state_queries import graph_view
+from refold.fold.timeutil import parse_time_or_none
+from refold.reads.queries import graph_view
 from tests.fold_helpers import canonical_graph, fact_event, reference_facts, reference_of
 
 
@@ -64,7 +64,7 @@ def test_compose_rollups_are_not_stored_and_every_read_derives_them(mem):
     store = mem.state_store(mem.current_spec())
     tag = store.tag()
     for subject, depth in (("Person1", 1), ("Person0", 2)):
-        from refold.state_queries import neighbourhood
+        from refold.reads.queries import neighbourhood
 
         expected = neighbourhood(ref, subject=subject, depth=depth)
         assert canonical_graph(mem.graph(subject=subject, depth=depth)) == canonical_graph(expected)
@@ -92,8 +92,7 @@ def test_a_moved_organisation_writes_no_row_per_member(mem):
 def test_why_explains_a_rollup_derived_at_read_time(mem, monkeypatch, hinted):
     """``why`` of an id a read of this process derived (its inputs remembered), and of one it
     did not (a search of the inputs' join): the same answer as the reference fold's."""
-    from refold import state_rollups
-
+    from refold.reads import rollups as state_rollups
     mem.append(_staff_log())
     ref = _reference(Path(mem.root))
     mem.fold(full=True)

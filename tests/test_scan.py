@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from refold.fold.errors import ValidationError
-from refold.storage.scan import scan, scan_report
+from refold.erasure.scan import scan, scan_report
 
 NEEDLE = "Quillon Varga"
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import refold
-from refold import tools
+from refold.agent import tools
 from refold.fold.errors import NotFoundError, ValidationError
 from tests.fold_helpers import T0, fact_event
 

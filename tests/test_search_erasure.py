@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import refold
-from refold.search import purge_index
+from refold.search.retriever import purge_index
 
 EMB = "hashing"
 CANARIES = ["Quuxville", "Zorblatt"]
@@ -73,7 +73,7 @@ def test_purge_index_removes_vectors_and_drops_cached_views(tmp_path):
     mem = _store(tmp_path / "p")
     view = mem.index(embedder=EMB)
     x_ids = _x_ids(mem)
-    result = purge_index(mem, sorted(x_ids))
+    result = purge_index(mem.store, sorted(x_ids))
     # fact vectors: Xena lives_in, works_at, the derived "Zorblatt employs Xena", and Bob's Rome
     # fact (X's event is one of its sources); event vectors: X's three texts
     assert result.store == "index" and result.rows == 4 + 3

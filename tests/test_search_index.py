@@ -7,7 +7,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from refold.embedders import HashingEmbedder, get_embedder
+from refold.search.embedders import HashingEmbedder, get_embedder
 from refold.fold.embed import FACT_SCHEMA, check_vectors, fact_sentence, readers_of, stable_id, text_hash
 from refold.fold.errors import StoreError, ValidationError
 from refold.storage.index import Candidates, Tuning, VectorIndex

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 import refold
 from refold.cli import main
-from refold.embedders import MiniLMEmbedder
+from refold.search.embedders import MiniLMEmbedder
 
 pytestmark = pytest.mark.slow
 

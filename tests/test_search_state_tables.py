@@ -1,6 +1,6 @@
 """The search index kept in step from the state tables (issue #17: a read must not fold the whole
 state as one graph). Where reads answer from the state tables, the index's fact items are built
-from their rows in polars (:func:`refold.state_index.index_facts`,
+from their rows in polars (:func:`refold.search.rows.index_facts`,
 :func:`refold.fold.embed.fact_items_of_rows`) and its event items from the events after the
 position the index reflects; the items of the reference fold of the same log
 (:mod:`refold.fold.reference`, every event extracted by the rules extractor) are the oracle.
@@ -15,20 +15,26 @@ from __future__ import annotations
 
 import json
 import random
+import sys
+from pathlib import Path
 
 import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
+from deltalake import DeltaTable
 
 import refold
-from refold import search as search_mod
+from refold.search import retriever as search_mod
 from refold.extractors import get_extractor
 from refold.fold.embed import event_items, fact_items_of_rows
 from refold.fold.reference import reference_fold, reference_index_items
-from refold.folding import needs_extraction
-from refold.memory import Memory
-from refold.state_index import index_facts
+from refold.fold.extract import needs_extraction
+from refold.reads.queries import graph_view
+from refold.search.rows import index_facts
+from refold.reads.tables import read_tables
 from tests.fold_helpers import fact_event
-from tests.test_state_scoping import _events
+from tests.test_state_scoping import UNREADABLE, _events, restore_files
 
 
 def _oracle(mem, as_of=None) -> dict[str, pl.DataFrame]:
@@ -50,19 +56,56 @@ def _store(tmp_path, seed: int):
     return mem, rng
 
 
-def _no_graph_fold(monkeypatch):
-    def refuse(self, **kw):
+def _no_graph_fold(monkeypatch, mem):
+    """Refuse, until ``monkeypatch.undo()``, every fold of the state as one graph: the state
+    tables' graph view (behind ``Memory.state`` and ``Memory.graph``) and the reference fold of the
+    log, wherever a refold module imported them. The index reads every fact row either way, so no
+    data tells the two apart: the cost is guarded by refusing the calls, and ``mem.state()`` is
+    asked under the refusal to show that it intercepts the whole-state fold."""
+    def refuse(*args, **kw):
         raise AssertionError("the index folded the whole state as a graph")
-    monkeypatch.setattr(Memory, "state", refuse)
+    for name, module in list(sys.modules.items()):
+        if name == "refold" or name.startswith("refold."):
+            for attr, real in (("graph_view", graph_view), ("reference_fold", reference_fold)):
+                if getattr(module, attr, None) is real:
+                    monkeypatch.setattr(module, attr, refuse)
+    with pytest.raises(AssertionError, match="whole state as a graph"):
+        mem.state()
+
+
+def _garble_texts(mem, before: int) -> dict[Path, bytes]:
+    """Garble the ``content`` column of every log data file whose events all lie before seq
+    ``before`` (except a file a spec is read from): a read of those events' texts fails (the
+    test checks that ``mem.events()`` does), while reads of their other columns (ids, kinds,
+    principals: what the index's closing rule reads) still work. Returns the files' original
+    bytes, for :func:`tests.test_state_scoping.restore_files`."""
+    root = Path(mem.layout.events.removeprefix("file://"))
+    saved = {}
+    for action in pa.table(DeltaTable(str(root)).get_add_actions(flatten=True)).to_pylist():
+        if action["max.seq"] >= before or action["min.kind"] <= "spec_changed" <= action["max.kind"]:
+            continue
+        file = root / action["path"]
+        data = bytearray(file.read_bytes())
+        saved[file] = bytes(data)
+        meta = pq.ParquetFile(file).metadata
+        for group in range(meta.num_row_groups):
+            for i in range(meta.num_columns):
+                chunk = meta.row_group(group).column(i)
+                if chunk.path_in_schema == "content":
+                    start = chunk.dictionary_page_offset if chunk.has_dictionary_page else chunk.data_page_offset
+                    data[start:start + chunk.total_compressed_size] = b"\xff" * chunk.total_compressed_size
+        file.write_bytes(bytes(data))
+    assert saved  # (there were old events to garble)
+    return saved
 
 
 @pytest.mark.parametrize("seed", range(5))
 def test_fact_items_of_the_state_tables_equal_the_reference_folds(tmp_path, seed):
     mem, _ = _store(tmp_path, seed)
-    tables = mem._readable_tables(None)
+    tables = read_tables(mem.store)
     assert tables is not None and tables[2].rows is not None  # the tables answer, with an overlay
     rows, names = index_facts(*tables)
-    got = fact_items_of_rows(rows, names, mem._retraction_principals())
+    got = fact_items_of_rows(rows, names, mem.store.retraction_principals())
     want = _oracle(mem)["facts"]
     assert got.equals(want)
     assert want["closer_restricted"].any() and want["restricted"].any()  # (the scoping columns are compared)
@@ -70,11 +113,11 @@ def test_fact_items_of_the_state_tables_equal_the_reference_folds(tmp_path, seed
     # as of every past log version the tables can answer (time travel on them and an overlay)
     versions = mem.log_store.arrow(columns=["table_version"])["table_version"].to_pylist()
     for version in sorted(set(versions))[1::3]:
-        past = mem._readable_tables(version)
+        past = read_tables(mem.store, version)
         if past is None:
             continue
         rows, names = index_facts(*past)
-        got = fact_items_of_rows(rows, names, mem._retraction_principals()) if rows.height else None
+        got = fact_items_of_rows(rows, names, mem.store.retraction_principals()) if rows.height else None
         want = _oracle(mem, as_of=version)["facts"]
         assert (got is None and want.height == 0) or got.equals(want), version
 
@@ -84,8 +127,8 @@ def test_fact_items_of_the_state_tables_equal_the_reference_folds(tmp_path, seed
 def test_the_head_index_follows_the_log_without_a_graph_fold(tmp_path, monkeypatch, persist):
     mem, rng = _store(tmp_path, 7)
     oracle = _oracle(mem)
-    _no_graph_fold(monkeypatch)
-    first = search_mod.open_index(mem, embedder="hashing", persist=persist)
+    _no_graph_fold(monkeypatch, mem)
+    first = search_mod.open_index(mem.store, embedder="hashing", persist=persist)
     for kind in ("facts", "events"):
         assert first.indexes[kind].meta.equals(oracle[kind]), kind
     # the log moves: the events index takes the new events' texts only (read from their files),
@@ -93,12 +136,15 @@ def test_the_head_index_follows_the_log_without_a_graph_fold(tmp_path, monkeypat
     monkeypatch.undo()
     mem.append(_events(rng, 9, 52))
     oracle = _oracle(mem)
-    _no_graph_fold(monkeypatch)
-    calls = []
-    real_events = Memory.events
-    monkeypatch.setattr(Memory, "events", lambda self, **kw: calls.append(kw) or real_events(self, **kw))
-    moved = search_mod.open_index(mem, embedder="hashing", persist=persist)
-    assert calls == []  # no read of the whole log
+    _no_graph_fold(monkeypatch, mem)
+    # no read of the whole log: the texts of the events before the state's tag (which the index
+    # holds already, and the read overlay does not need) are garbled, and the sync still answers
+    tag = mem.state_store(mem.current_spec()).tag()
+    garbled = _garble_texts(mem, before=min(tag.log_seq, first.last_seq))
+    with pytest.raises(UNREADABLE):
+        mem.events()  # (a read of the whole log fails on them)
+    moved = search_mod.open_index(mem.store, embedder="hashing", persist=persist)
+    restore_files(garbled)
     for kind in ("facts", "events"):
         assert moved.indexes[kind].meta.equals(oracle[kind]), kind
     new = sum(oracle[kind].join(first.indexes[kind].meta, on=["id", "text_hash"], how="anti").height
@@ -111,7 +157,9 @@ def test_the_head_index_follows_the_log_without_a_graph_fold(tmp_path, monkeypat
 
 
 @pytest.mark.search
-def test_a_stored_index_whose_position_the_log_no_longer_holds_reads_every_event(tmp_path, monkeypatch):
+def test_a_stored_index_whose_position_the_log_no_longer_holds_reads_every_event(tmp_path):
+    """A stored index whose position names another log (as after a rewrite) is not advanced by a
+    tail after that position: the next sync reads every event, so the index equals the oracle's."""
     mem, rng = _store(tmp_path, 3)
     ix = mem.index(embedder="hashing")
     manifest = tmp_path / "store" / ix.report.path.split("/store/", 1)[1] / "manifest.json"
@@ -121,17 +169,13 @@ def test_a_stored_index_whose_position_the_log_no_longer_holds_reads_every_event
     data["link"] = data["events_through"][1]
     manifest.write_text(json.dumps(data))
     mem.append(_events(rng, 5, 52))
-    search_mod.forget_views(mem)
-    reads = []
-    real_events = Memory.events
-    monkeypatch.setattr(Memory, "events", lambda self, **kw: reads.append(kw) or real_events(self, **kw))
+    search_mod.forget_views(mem.store)
     moved = mem.index(embedder="hashing")
-    assert reads  # the whole log was read, not a tail after a position it does not hold
     assert moved.indexes["events"].meta.equals(_oracle(mem)["events"])
 
 
 @pytest.mark.search
-def test_a_search_after_an_erasure_holds_nothing_of_the_erased_events(tmp_path, monkeypatch):
+def test_a_search_after_an_erasure_holds_nothing_of_the_erased_events(tmp_path):
     mem, _ = _store(tmp_path, 1)
     mine = [fact_event("Zoe", "lives_in", "Tromso", day=40, event_id="ev-x1", subjects=["s-x"]),
             fact_event("Tromso", "located_in", "Norway", day=41, event_id="ev-x2", subjects=["s-x"])]
@@ -145,12 +189,13 @@ def test_a_search_after_an_erasure_holds_nothing_of_the_erased_events(tmp_path, 
 
     manifest = index_store(mem.layout).manifest(mem.current_spec().hash, before.report.model_id)
     assert manifest["last_seq"] == -1 and events_through(manifest) == position  # stale facts, events kept
-    reads = []
-    real_events = Memory.events
-    monkeypatch.setattr(Memory, "events", lambda self, **kw: reads.append(kw) or real_events(self, **kw))
+    # the purged index still holds the events up to its position: only the tail is read (the
+    # texts of every event before that position are garbled, and a read of the whole log fails)
+    garbled = _garble_texts(mem, before=position[0])
+    with pytest.raises(UNREADABLE):
+        mem.events()
     after = mem.index(embedder="hashing")
-    assert reads == []  # the purged index still holds the events up to its position: only the tail is read
-    monkeypatch.undo()
+    restore_files(garbled)
     for kind in ("facts", "events"):
         meta = after.indexes[kind].meta
         assert not meta["sources"].list.eval(pl.element().is_in(["ev-x1", "ev-x2"])).list.any().any(), kind
@@ -176,15 +221,15 @@ def test_the_index_holds_a_compose_roll_ups_current_copy_not_its_closed_ones(tmp
 
 def test_known_ids_and_hashes_serve_only_for_the_same_key_and_text(tmp_path):
     mem, _ = _store(tmp_path, 2)
-    rows, names = index_facts(*mem._readable_tables(None))
-    fresh = fact_items_of_rows(rows, names, mem._retraction_principals())
+    rows, names = index_facts(*read_tables(mem.store))
+    fresh = fact_items_of_rows(rows, names, mem.store.retraction_principals())
     # an index whose texts differ (an entity renamed, e.g. after an erasure of its first mention)
     # and whose hashes are wrong: none of them may be taken
     stale = fresh.with_columns(pl.col("text") + " (old)", pl.lit("bogus").alias("text_hash"), pl.lit(7).alias("id"))
-    assert fact_items_of_rows(rows, names, mem._retraction_principals(), known=stale).equals(fresh)
+    assert fact_items_of_rows(rows, names, mem.store.retraction_principals(), known=stale).equals(fresh)
     # the same texts: taken (a wrong hash put there shows it was read, not recomputed)
     marked = fresh.with_columns(pl.lit("from-index").alias("text_hash"))
-    reused = fact_items_of_rows(rows, names, mem._retraction_principals(), known=marked)
+    reused = fact_items_of_rows(rows, names, mem.store.retraction_principals(), known=marked)
     assert (reused["text_hash"] == "from-index").all() and reused.drop("text_hash").equals(fresh.drop("text_hash"))
 
 
@@ -202,7 +247,7 @@ def test_searches_after_appends_advance_their_own_view_and_leave_a_returned_one_
         mem.append(_events(rng, 4, 60 + 4 * round_))
         hits = mem.search("Zoe lives in Oslo", k=3, embedder="hashing")
         assert hits.height
-        _, view = search_mod._service(mem).head[(mem.current_spec().hash, "refold-hashing-v1-d256")]
+        _, view = search_mod._service(mem.store).head[(mem.current_spec().hash, "refold-hashing-v1-d256")]
         oracle = _oracle(mem)
         for kind in ("facts", "events"):
             assert view.indexes[kind].meta.equals(oracle[kind]), (round_, kind)
@@ -228,8 +273,8 @@ def test_closer_frame_equals_closer_readers(tmp_path):
     listed = 0
     for seed in range(10):
         mem, _ = _store(tmp_path / str(seed), 100 + seed)
-        rows, _ = index_facts(*mem._readable_tables(None))
-        principals = mem._retraction_principals()
+        rows, _ = index_facts(*read_tables(mem.store))
+        principals = mem.store.retraction_principals()
         want = {fid: (True, sorted(r)) for fid, (restricted, r) in
                 closer_readers({d["fact_id"]: d for d in rows.to_dicts()}, principals).items() if restricted}
         got = {fid: (flag, readers) for fid, flag, readers in closer_frame(rows, principals).iter_rows()}
@@ -268,7 +313,7 @@ def test_searches_from_threads_share_one_memory(tmp_path):
         t.join()
     assert errors == []
     mem.search("Zoe", k=1, embedder="hashing")
-    _, view = search_mod._service(mem).head[(mem.current_spec().hash, "refold-hashing-v1-d256")]
+    _, view = search_mod._service(mem.store).head[(mem.current_spec().hash, "refold-hashing-v1-d256")]
     oracle = _oracle(mem)
     for kind in ("facts", "events"):
         assert view.indexes[kind].meta.equals(oracle[kind]), kind
@@ -280,25 +325,24 @@ def test_searches_from_threads_share_one_memory(tmp_path):
 @pytest.mark.slow
 def test_a_kept_basis_and_the_overlays_delta_equal_a_whole_read(tmp_path, monkeypatch, seed):
     """While the state tables' tag stays (appends, no fold), a search keeps the tag's basis and
-    its items and derives again only what the read overlay touches (refold.state_index): after
+    its items and derives again only what the read overlay touches (refold.search.rows): after
     every append its items equal those built from a whole read of the state and the reference
     fold's, every column; the basis is read once per tag."""
-    from refold import state_index
-
+    from refold.search import rows as state_index
     mem, rng = _store(tmp_path, 200 + seed)
     builds = []
     real_basis = state_index.index_basis
     monkeypatch.setattr(state_index, "index_basis", lambda *a: builds.append(a) or real_basis(*a))
-    svc = search_mod._service(mem)
-    principals = mem._retraction_principals
+    svc = search_mod._service(mem.store)
+    principals = mem.store.retraction_principals
     touched_rollups = searched = 0
     for round_ in range(5):
         if round_ == 3:
             mem.fold()  # a new tag: a new basis
         mem.append(_events(rng, 3, 60 + 3 * round_))
-        tables = mem._readable_tables(None)
+        tables = read_tables(mem.store)
         before = len(builds)
-        got = search_mod._table_fact_items(mem, tables, None, svc).sort("key")
+        got = search_mod._table_fact_items(mem.store, tables, None, svc).sort("key")
         searched += len(builds) - before
         rows, names = index_facts(*tables)
         whole = fact_items_of_rows(rows, names, principals()).sort("key")
@@ -316,8 +360,7 @@ def test_why_of_a_roll_up_a_search_returned_reads_its_subject_not_the_whole_join
     """The index holds no roll-up's inputs, so a search notes the subject of each derived fact
     it returns: a ``why`` of one then derives that subject's roll-ups (its buckets) instead of
     searching the inputs' join of every bucket, and answers what that search answers."""
-    from refold import state_rollups
-
+    from refold.reads import rollups as state_rollups
     mem = refold.init(tmp_path / "store")
     mem.append([fact_event("Zoe", "works_at", "Acme", day=0), fact_event("Acme", "located_in", "Oslo", day=1),
                 fact_event("Ann", "works_at", "Initech", day=2), fact_event("Initech", "located_in", "Rome", day=3)])

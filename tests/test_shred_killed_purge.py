@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 
 import refold
-from refold.storage.keys import FileKeyStore
-from refold.storage.scan import scan
+from refold.storage.keys.port import FileKeyStore
+from refold.erasure.scan import scan
 from refold.storage.state import StateStore
 from tests.fold_helpers import fact_event
 

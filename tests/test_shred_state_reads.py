@@ -17,11 +17,10 @@ from pathlib import Path
 import pytest
 
 import refold
-from refold import erasing
 from refold.memory import Memory
-from refold.search import open_index
-from refold.storage.keys import FileKeyStore, KeyOwner, marks_fingerprint
-from refold.storage.scan import scan
+from refold.search.retriever import open_index
+from refold.storage.keys.port import FileKeyStore, KeyOwner, marks_fingerprint
+from refold.erasure.scan import scan
 from tests.fold_helpers import canonical_edges, canonical_graph, fact_event, reference_of
 
 REPO = Path(__file__).resolve().parents[1]
@@ -121,7 +120,7 @@ def test_a_destruction_stopped_after_its_marker_already_makes_the_owners_events_
 
 
 def test_a_shred_erasure_leaves_a_state_that_honours_its_marker(mem):
-    receipt = erasing.erase(mem, "s-ann")
+    receipt = mem.erase("s-ann")
     assert receipt.mode == "shred"
     # the erasure's refold recorded the marker: the tag honours every marker listed
     assert mem.state_store(mem.current_spec()).tag().erased == marks_fingerprint(mem.erased_marks()) != ""
@@ -137,7 +136,7 @@ def test_search_drops_the_events_and_facts_of_a_key_destroyed_outside_an_erasure
         events = m.search(f"Ann likes {CANARY}0", k=50, kind="events", embedder="hashing")
         return {t for t in [*facts["text"].to_list(), *events["text"].to_list()] if CANARY in t}
 
-    open_index(mem, embedder="hashing")  # a stored index and a kept view, both holding Ann's text
+    open_index(mem.store, embedder="hashing")  # a stored index and a kept view, both holding Ann's text
     assert hits(mem)
     FileKeyStore(mem.layout.keys).destroy(KeyOwner.subject("s-ann"))
     assert hits(mem) == set()  # the kept view (same log, same erasure epoch) is not served

@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 
 import refold
-from refold import erasing
+from refold.erasure import verbs as erasing
 from refold.memory import Memory
-from refold.search import open_index
-from refold.storage import crypto
-from refold.storage.erasure import sweep as sweep_module
-from refold.storage.erasure.sweep import STORE, SWEPT_FILE, swept_owners
-from refold.storage.keys import FileKeyStore, KeyOwner
+from refold.search.retriever import open_index
+from refold.storage.keys import crypto
+from refold.erasure import sweep as sweep_module
+from refold.erasure.sweep import STORE, SWEPT_FILE, swept_owners
+from refold.storage.keys.port import FileKeyStore, KeyOwner
 from tests.fold_helpers import fact_event
 from tests.test_shred_state_reads import CANARY, _events
 
@@ -36,13 +36,13 @@ def mem(tmp_path) -> Memory:
     mem.fold()
     mem.append(fact_event("Ann", "likes", "pears", day=80, subjects=["s-ann"]))
     mem.fold()  # a second tagged state version: the first one too holds both subjects' facts
-    open_index(mem, embedder="hashing")  # a stored index with their facts and event text
+    open_index(mem.store, embedder="hashing")  # a stored index with their facts and event text
     return mem
 
 
 def _where(mem: Memory, canary: str) -> set[str]:
     """The top folders of the files under the store that hold ``canary`` in plaintext."""
-    return {h.file.split("/")[0] for h in erasing.scan(mem, canaries=[canary]).hits}
+    return {h.file.split("/")[0] for h in mem.scan(canaries=[canary]).hits}
 
 
 @pytest.mark.search
@@ -58,7 +58,7 @@ def test_the_next_fold_purges_a_destroyed_owners_residue_and_only_once(mem):
     assert OTHER in str(mem.facts(subject="Ben")["object"].to_list())  # Ben's are untouched
     assert _where(mem, OTHER)
     # swept once: the next sweep finds nothing new and purges nothing
-    assert erasing.sweep_destroyed(mem).rows == 0
+    assert erasing.sweep_destroyed(mem.store).rows == 0
     hits = mem.search(f"Ann likes {CANARY}0", k=50, embedder="hashing")
     assert not any(CANARY in t for t in hits["text"].to_list())
 
@@ -80,7 +80,7 @@ def test_a_tenants_destroyed_key_is_swept_by_the_next_fold(mem):
 @pytest.mark.slow
 def test_an_erasure_after_a_destruction_sweeps_both_and_says_so_in_its_receipt(mem, monkeypatch):
     FileKeyStore(mem.layout.keys).destroy("s-ann")  # no fold between this and the erasure
-    receipt = erasing.erase(mem, "s-ben", canaries=[OTHER])
+    receipt = mem.erase("s-ben", canaries=[OTHER])
     assert _where(mem, CANARY) == set() and _where(mem, OTHER) == set()
     swept = [p for p in receipt.purged if p["store"] == STORE]
     # Ann's and Ben's markers are new to the sweep; only Ann's events were left to purge (the
@@ -96,6 +96,6 @@ def test_an_erasure_after_a_destruction_sweeps_both_and_says_so_in_its_receipt(m
     monkeypatch.setattr(sweep_module, "marked_in_log", refuse)
     monkeypatch.setattr(crypto, "marked_in_log", refuse)
     person3 = set(mem.facts(subject="Person3")["fact_id"].to_list())
-    later = erasing.erase(mem, "s-person3")
+    later = mem.erase("s-person3")
     assert [p["rows"] for p in later.purged if p["store"] == STORE] == [0]
     assert later.scan["hits"] == [] and mem.facts(subject="Person3").height == 0 and person3

@@ -13,8 +13,8 @@ import pickle
 import pytest
 
 from refold.fold.extract import ExtractedFact, Extraction
-from refold.storage import cache as cache_module
-from refold.storage.cache import ExtractionCache
+from refold.storage.cache import table as cache_module
+from refold.storage.cache.table import ExtractionCache
 from refold.storage.layout import Layout
 
 

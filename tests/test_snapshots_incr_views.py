@@ -16,9 +16,9 @@ import pyarrow.compute as pc
 from deltalake import DeltaTable, write_deltalake
 
 from refold.fold.extract import ExtractedFact, Extraction
-from refold.storage.cache import CACHE_SCHEMA, ExtractionCache, _to_table
-from refold.storage.delta_io import read_arrow
-from refold.storage.table_handles import shared_table
+from refold.storage.cache.table import CACHE_SCHEMA, ExtractionCache, _to_table
+from refold.storage.delta.io import read_arrow
+from refold.storage.delta.handles import shared_table
 from refold.storage.layout import Layout
 
 

@@ -1,4 +1,4 @@
-"""Pruned Delta reads (refold.storage.delta_io) return exactly the rows of an unpruned read, and
+"""Pruned Delta reads (refold.storage.delta.io) return exactly the rows of an unpruned read, and
 skip files; the shared table handle follows commits by others and tables replaced at its path.
 
 Real Delta tables in tmp_path: files written by plain appends, with nulls and with strings long
@@ -17,8 +17,8 @@ from deltalake import DeltaTable, write_deltalake
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from refold.storage.delta_io import _pruned, read_arrow
-from refold.storage.table_handles import shared_table
+from refold.storage.delta.io import _pruned, read_arrow
+from refold.storage.delta.handles import shared_table
 
 SCHEMA = pa.schema([("seq", pa.int64()), ("key", pa.string()), ("kind", pa.string()), ("n", pa.int64())])
 CONFIG = {"delta.dataSkippingStatsColumns": "seq,key,kind"}

@@ -21,10 +21,11 @@ import polars as pl
 import pytest
 
 import refold
-from refold import tools
+from refold.agent import tools
 from refold.fold.merge import node_id
 from refold.fold.errors import ValidationError
 from refold.fold.partition import bucket_of
+from refold.reads.tables import read_tables
 from tests.fold_helpers import fact_event, reference_facts, reference_of
 from tests.test_reads_pure import WRITE, _files
 
@@ -78,7 +79,7 @@ def test_reads_as_of_every_past_version_equal_the_fold_of_that_prefix(tmp_path):
         before = _files(tmp_path / "store")
         got = reader.facts(as_of=version)
         assert _files(tmp_path / "store") == before  # a read writes nothing
-        found = reader._state_read_at(spec, version)
+        found = read_tables(reader.store, version, spec)
         assert found is not None and found[1].log_seq >= first_tag.log_seq  # from the state tables
         assert got.equals(_oracle(mem, version)), version
     assert got.filter(pl.col("derivation") != "extracted").height  # roll-ups are in the comparison
@@ -90,7 +91,7 @@ def test_reads_as_of_every_past_version_equal_the_fold_of_that_prefix(tmp_path):
                         {"relation": "works_in"}):
             assert reader.facts(as_of=as_of, **filters).equals(_oracle(mem, as_of, **filters)), (as_of, filters)
         got = reader.facts(as_of=as_of, valid_at=when)
-        from refold.folding import parse_time_or_none
+        from refold.fold.timeutil import parse_time_or_none
 
         assert got.equals(_oracle(mem, as_of, valid_at=parse_time_or_none(when)))
 
@@ -101,7 +102,7 @@ def test_a_read_as_of_a_time_resolves_to_the_log_prefix_recorded_by_then(tmp_pat
     at = log.filter(pl.col("table_version") == versions[2])["recorded_at"].max()
     as_of = (at + timedelta(microseconds=1)).isoformat()
     assert mem.log_store.prefix_end(as_of) == log.filter(pl.col("table_version") <= versions[2])["seq"].max()
-    assert mem._state_read_at(mem.current_spec(), as_of)[1].log_seq >= 0  # a tagged state version
+    assert read_tables(mem.store, as_of, mem.current_spec())[1].log_seq >= 0  # a tagged state version
     assert mem.facts(as_of=as_of).equals(mem.facts(as_of=versions[2]))
 
 
@@ -177,9 +178,9 @@ def test_an_erasure_leaves_no_older_state_version_to_travel_to(tmp_path):
     empty state, which shows none of the erased subject's facts."""
     mem, versions = _history(tmp_path / "store")
     spec = mem.current_spec()
-    assert mem._state_read_at(spec, versions[1])[1].log_seq >= 0
+    assert read_tables(mem.store, versions[1], spec)[1].log_seq >= 0
     assert sorted(mem.facts(as_of=versions[1], subject=X)["relation"].to_list()) == ["lives_in", "works_at", "works_in"]
-    from refold.state_rollups import _HINTS
+    from refold.reads.rollups import _HINTS
 
     mem.facts(subject=X)  # its works_in roll-up: the read remembers its inputs and their subjects
     assert any(node_id("default", X) in h[3] for h in _HINTS.values())
@@ -189,11 +190,11 @@ def test_an_erasure_leaves_no_older_state_version_to_travel_to(tmp_path):
     assert not any(node_id("default", X) in h[3] for h in _HINTS.values())
     store = mem.state_store(spec)
     assert len(store.tags()) == 1 and store.tags()[0].log_seq == store.tag().log_seq
-    assert mem._state_read_at(spec, versions[1])[1].log_seq < 0  # (no state version: an empty state)
+    assert read_tables(mem.store, versions[1], spec)[1].log_seq < 0  # (no state version: an empty state)
     assert mem.facts(as_of=versions[1], subject=X).height == 0
     assert mem.facts(as_of=versions[1]).equals(_oracle(mem, versions[1]))
     head = mem.log_store.version()
-    assert mem._state_read_at(spec, head)[1] == store.tag()
+    assert read_tables(mem.store, head, spec)[1] == store.tag()
     assert mem.facts(as_of=head).equals(_oracle(mem, head))
 
 
@@ -201,12 +202,12 @@ def test_an_erasure_leaves_no_older_state_version_to_travel_to(tmp_path):
 def test_a_past_read_is_kept_in_memory_until_an_erasure(tmp_path):
     mem, versions = _history(tmp_path / "store")
     spec = mem.current_spec()
-    first = mem._state_read_at(spec, versions[2])[2]  # the overlay of that read
-    assert mem._state_read_at(spec, versions[2])[2] is first  # the same log seq: served from memory
+    first = read_tables(mem.store, versions[2], spec)[2]  # the overlay of that read
+    assert read_tables(mem.store, versions[2], spec)[2] is first  # the same log seq: served from memory
     other = refold.open(tmp_path / "store")
     other.register_subject("s-x", X)
     other.erase("s-x")  # another process's erasure: a new epoch
-    assert mem._state_read_at(spec, versions[2])[2] is not first
+    assert read_tables(mem.store, versions[2], spec)[2] is not first
 
 
 @pytest.mark.parametrize("as_of", [-1, "yesterday", True])
@@ -222,12 +223,12 @@ def test_why_and_graph_as_of_a_past_version_equal_the_reference_folds(tmp_path):
     the reference fold of that prefix (edges with every attribute; entity summaries are not
     compared: the overlay leaves them as the tag has them, docs/state.md "Reads")."""
     from refold.fold.queries import why
-    from refold.state_queries import neighbourhood
+    from refold.reads.queries import neighbourhood
 
     mem, versions = _history(tmp_path / "store")
     reader = refold.open(tmp_path / "store")
     for as_of in (versions[1], versions[2], versions[4]):
-        assert reader._state_read_at(reader.current_spec(), as_of)[1].log_seq >= 0
+        assert read_tables(reader.store, as_of, reader.current_spec())[1].log_seq >= 0
         oracle = reference_of(mem, as_of=as_of).graph
         facts = reader.facts(as_of=as_of)
         assert {"extracted", "employs", "works_in"} <= set(facts["derivation"].to_list())

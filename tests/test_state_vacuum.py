@@ -16,8 +16,9 @@ import polars as pl
 import pytest
 
 import refold
-from refold.state_queries import facts_from_state
+from refold.reads.queries import facts_from_state
 from refold.storage.state import _readable_from
+from refold.reads.tables import read_tables
 from tests.test_state_as_of import _history, _oracle
 
 REPO = Path(__file__).resolve().parents[1]
@@ -59,11 +60,11 @@ def test_a_vacuum_keeps_what_its_retention_covers_and_past_reads_follow(tmp_path
     assert len(tags) == 4 and all(_whole(store, t) for t in tags)
     assert mem.vacuum_state(retain_hours=168) == {spec.hash: 0}  # every version is younger than a week
     assert mem.state_store(spec).tags() == tags
-    assert mem._state_read_at(spec, versions[1]) is not None
+    assert read_tables(mem.store, versions[1], spec) is not None
 
     reader = refold.open(tmp_path / "store")
-    kept = reader._state_read_at(spec, versions[1])  # a past read kept by another process
-    assert kept is not None and reader._state_read_at(spec, versions[1]) is kept
+    kept = read_tables(reader.store, versions[1], spec)  # a past read kept by another process
+    assert kept is not None and read_tables(reader.store, versions[1], spec) is kept
     before = sum(1 for _ in (tmp_path / "store" / "state").rglob("*.parquet"))
     removed = mem.vacuum_state(retain_hours=0)
     after = sum(1 for _ in (tmp_path / "store" / "state").rglob("*.parquet"))
@@ -78,21 +79,21 @@ def test_a_vacuum_keeps_what_its_retention_covers_and_past_reads_follow(tmp_path
     # prefix on an empty state (it is within Memory.read_overlay_limit), also for the process
     # that had kept an answer from a version the vacuum cut
     for memory in (mem, reader):
-        assert memory._state_read_at(spec, versions[2])[1].log_seq == -1
+        assert read_tables(memory.store, versions[2], spec)[1].log_seq == -1
         assert memory.facts(as_of=versions[2]).equals(_oracle(mem, versions[2]))
-    assert reader._state_read_at(spec, versions[1])[1].log_seq == -1
+    assert read_tables(reader.store, versions[1], spec)[1].log_seq == -1
     assert reader.facts(as_of=versions[1]).equals(_oracle(mem, versions[1]))
     # past the limit, the read is refused, naming the oldest position a read still answers
     reader.read_overlay_limit = 10
     with pytest.raises(refold.ValidationError, match=rf"oldest readable position is seq {left[0].log_seq}"):
         reader.facts(as_of=versions[2])
     head = mem.log_store.version()
-    assert mem._state_read_at(spec, head) is not None
+    assert read_tables(mem.store, head, spec) is not None
     mem.append([{"kind": "chat_turn", "content": "Person1: I live in Oslo.", "source": "chat"}])
     mem.fold()  # a later fold's versions are whole again
     store = mem.state_store(spec)
     assert len(store.tags()) == 2 and all(_whole(store, t) for t in store.tags())
-    tag_store, tag, overlay = mem._state_read_at(spec, head)
+    tag_store, tag, overlay = read_tables(mem.store, head, spec)
     assert tag == store.tags()[0]
     assert facts_from_state(tag_store, tag, overlay).equals(_oracle(mem, head))
 

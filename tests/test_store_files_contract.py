@@ -1,4 +1,4 @@
-"""The side-file port (refold.storage.objects): one contract, run against each adapter.
+"""The side-file port (refold.storage.files.objects): one contract, run against each adapter.
 
 Every adapter — a local folder (LocalFiles) and a bucket on the local S3 API (ObjectFiles over
 obstore, talking to moto) — passes the same tests, so the side files behave alike wherever a
@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from refold import StoreError
-from refold.storage.objects import LocalFiles, ObjectExistsError, ObjectFiles, StoreFiles, store_files
+from refold.storage.files.objects import LocalFiles, ObjectExistsError, ObjectFiles, StoreFiles, store_files
 
 
 class StoreFilesContract:

@@ -19,7 +19,7 @@ import pytest
 
 import refold
 from refold.fold.errors import StoreError
-from refold.storage.hostlock import LOCK_FILE, host_turn
+from refold.storage.log.hostlock import LOCK_FILE, host_turn
 
 REFOLD = str(Path(sys.executable).with_name("refold"))
 
@@ -100,7 +100,7 @@ _HOLD = textwrap.dedent("""
 
 _WRITER = textwrap.dedent("""
     import sys, time
-    from refold.storage.hostlock import host_turn
+    from refold.storage.log.hostlock import host_turn
     with host_turn(sys.argv[1]):
         print("held", flush=True)
         time.sleep(120)

@@ -1,5 +1,5 @@
 """The ``retract_memory`` and ``memory_as_of`` agent tools (issue #20 item 3), through
-``refold.tools.handle`` on real stores: a retraction appends a ``retraction`` event that closes the
+``refold.agent.tools.handle`` on real stores: a retraction appends a ``retraction`` event that closes the
 fact (history keeps it), and ``memory_as_of`` answers what memory held at a past record time."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 import pytest
 
 import refold
-from refold import tools
+from refold.agent import tools
 from refold.fold.errors import NotFoundError, ValidationError
 
 EMB = "hashing"

@@ -1,5 +1,5 @@
 """Agent tools: schemas in both formats (meta-validated, Draft 2020-12), clear errors for bad input,
-write → fold → search → why through refold.tools.handle, and tenant/principal scoping."""
+write → fold → search → why through refold.agent.tools.handle, and tenant/principal scoping."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from jsonschema import Draft202012Validator
 
 import refold
-from refold import tools
+from refold.agent import tools
 from refold.fold.errors import NotFoundError, ValidationError
 
 EMB = "hashing"

@@ -11,10 +11,10 @@ from click.testing import CliRunner
 
 import refold
 from refold.storage.erased_ids import pseudonyms
-from refold import tools
+from refold.agent import tools
 from refold.cli import main
 from refold.fold.events import KINDS, validate_event
-from refold.replay import READ_KIND, ReadRecord
+from refold.search.replay import READ_KIND, ReadRecord
 
 EMB = "hashing"
 

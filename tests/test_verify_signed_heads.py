@@ -19,9 +19,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 import refold
 from refold.fold.errors import IntegrityError, StoreError, ValidationError
-from refold.storage import heads as heads_module
-from refold.storage.signing import KEY_ENV, HeadSigner, fingerprint, set_up_signing
-from refold.storage.verify import sign_current_head
+from refold.storage.log import heads as heads_module
+from refold.storage.log.signing import KEY_ENV, HeadSigner, fingerprint, set_up_signing
+from refold.storage.log.verify import sign_current_head
 from tests.log_helpers import _event, _store
 from tests.test_verify_tamper import _forge_tail_erasure
 

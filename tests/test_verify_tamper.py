@@ -21,11 +21,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import refold
-from refold import erasing
 from refold.fold.chain import commitment_of, seal
 from refold.fold.erasure_record import Erased, ErasureRecord
 from refold.fold.events import Event
-from refold.storage.schema import EVENTS_SCHEMA, events_to_table, table_to_events
+from refold.storage.log.schema import EVENTS_SCHEMA, events_to_table, table_to_events
 from tests.log_helpers import _bad, _file_of, _rewrite, _row, _store, mem  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[1]
@@ -54,7 +53,7 @@ def _to_tombstone(row: dict, erasure_id: str, *, keep_content: bool = False) -> 
 def _erased_store(tmp_path: Path) -> refold.Memory:
     """_store's 20 events, then subj-1's erased through refold (a real erasure record)."""
     mem = _store(tmp_path / "store")
-    erasing.register_subject(mem, "subj-1", "nobody")
+    mem.register_subject("subj-1", "nobody")
     mem.erase("subj-1")
     assert mem.verify().ok
     return mem
@@ -173,7 +172,7 @@ def test_erasure_after_the_kept_head_is_reported_and_a_newer_head_clears_it(tmp_
     tell it from a forged one and says what to do; a head kept after the erasure passes."""
     mem = _store(tmp_path / "store")
     kept = mem.head()
-    erasing.register_subject(mem, "subj-1", "nobody")
+    mem.register_subject("subj-1", "nobody")
     mem.erase("subj-1")
     assert mem.verify().ok  # the published head covers the real erasure
     _bad(mem, 1, "receipt", "keep a head taken after it", against=kept)

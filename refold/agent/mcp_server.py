@@ -4,11 +4,11 @@
     refold mcp ./memory --tenant acme --http --port 8765              # streamable HTTP on 127.0.0.1
 
 Built on the official ``mcp`` SDK's low-level :class:`mcp.server.Server` (install the ``mcp``
-extra). It serves exactly :func:`refold.tools.mcp_tools` — the schemas generated from the one
+extra). It serves exactly :func:`refold.agent.tools.mcp_tools` — the schemas generated from the one
 source the Anthropic and OpenAI forms come from — and runs every call through
-:func:`refold.tools.handle`.
+:func:`refold.agent.tools.handle`.
 
-Scope is fixed when the server starts: the :class:`~refold.tools.ToolContext` (tenant,
+Scope is fixed when the server starts: the :class:`~refold.agent.tools.ToolContext` (tenant,
 principal, readers of what the agent writes, data subjects) comes from the command line, and no
 tool input can name another tenant or principal, so a model cannot widen its own scope. One
 :class:`~refold.Memory` and one embedder live for the server's life: the embedding model is
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from refold.fold.errors import RefoldError
-from refold.tools import ToolContext, handle, mcp_tools
+from refold.agent.tools import ToolContext, handle, mcp_tools
 
 __all__ = ["ServerOptions", "build_server", "serve"]
 
@@ -68,7 +68,7 @@ def _warm_context(options: ServerOptions) -> ToolContext:
     """Open the store, load the embedder and bring the state and index up to date once, so the
     first tool call costs what every later one does."""
     import refold
-    from refold.embedders import get_embedder
+    from refold.search.embedders import get_embedder
 
     memory = refold.open(options.store)
     embedder = get_embedder(options.embedder)

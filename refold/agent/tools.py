@@ -1,7 +1,7 @@
 """Agent tools: ``write_memory``, ``retract_memory``, ``search_memory``, ``memory_as_of`` and
 ``why``, as JSON schemas and one handler.
 
-    from refold import tools
+    from refold.agent import tools
     client.messages.create(..., tools=tools.anthropic_tools())           # Anthropic tool use
     client.chat.completions.create(..., tools=tools.openai_tools())      # OpenAI function calling
     tools.mcp_tools()                                                    # MCP tools/list entries
@@ -9,7 +9,7 @@
     result = tools.handle(block.name, block.input, ctx)                  # a JSON-ready dict
 
 :data:`TOOLS` is the one source of every form: the Anthropic, OpenAI and MCP lists are generated
-from it (``refold mcp STORE`` serves the same schemas, see :mod:`refold.mcp_server`).
+from it (``refold mcp STORE`` serves the same schemas, see :mod:`refold.agent.mcp_server`).
 
 The agent decides *what* to write, retract, search and ask about; the :class:`ToolContext` (built
 by the application, never by the model) decides *where*: the tenant, the principal whose access
@@ -360,7 +360,7 @@ def _search(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
     kind = args.get("kind", "facts")
     frame = ctx.memory.search(args["query"], k=args.get("k", 5), tenant=ctx.tenant, principal=ctx.principal,
                               valid_at=args.get("valid_at"), kind=kind, embedder=ctx.embedder,
-                              trace_id=args.get("trace_id"))  # a traced search is recorded (refold.replay)
+                              trace_id=args.get("trace_id"))  # a traced search is recorded (refold.search.replay)
     keep = ([*_FACT_RESULT[:4], "score", *_FACT_RESULT[4:]] if kind == "facts"
             else ["event_id", "kind", "source", "seq", "score", "text"])
     return {"kind": kind, "results": _json(frame.select(keep).to_dicts()),

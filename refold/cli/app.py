@@ -9,6 +9,7 @@ in tables alike (:func:`iso`). Errors are one line on stderr, in their CLI wordi
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from collections.abc import Iterable
 from datetime import date, datetime
@@ -33,8 +34,14 @@ class _Group(click.Group):
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="refold")
-def main() -> None:
+@click.option("--log-level", envvar="REFOLD_LOG_LEVEL", show_envvar=True,
+              type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+              help="Print refold's log records from this level on stderr (timings of folds, erasures ...).")
+def main(log_level: str | None) -> None:
     """refold: agent memory as an input-closed fold over an append-only Delta Lake log."""
+    if log_level:  # (unset: the command's own output only)
+        logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+        logging.getLogger("refold").setLevel(log_level.upper())
 
 
 def store_argument(fn):

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from .app import emit_json, json_option, main, open_store, store_argument
+from refold.cli.app import emit_json, json_option, main, open_store, store_argument
 
 
 @main.command()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from .app import emit_json, emit_jsonl, json_option, main, open_store, store_argument
+from refold.cli.app import emit_json, emit_jsonl, json_option, main, open_store, store_argument
 
 #: what `erase` says when the residue scan had nothing to look for
 NO_NEEDLES = "residue scan: no needles given (pass --canary or register the subject's name)"
@@ -29,15 +29,15 @@ def _event_line(e) -> str:
 def subjects(store: str, add_id: str | None, name: str | None, aliases: tuple[str, ...],
              identifiers: tuple[str, ...], as_json: bool) -> None:
     """List the data subjects of STORE (or register one with --add ID --name NAME)."""
-    from refold import erasing
+    from refold.erasure import verbs as erasing
     from refold.fold.errors import ValidationError
 
     mem = open_store(store)
     if add_id is not None:
         if not name:
             raise ValidationError("--add needs --name")
-        erasing.register_subject(mem, add_id, name, aliases=aliases, identifiers=identifiers)
-    items = erasing.subjects(mem)
+        erasing.register_subject(mem.store, add_id, name, aliases=aliases, identifiers=identifiers)
+    items = erasing.subjects(mem.store)
     if as_json:
         emit_jsonl({"subject_id": s.subject_id, **s.as_json()} for s in items)
         return
@@ -53,10 +53,10 @@ def subjects(store: str, add_id: str | None, name: str | None, aliases: tuple[st
 @json_option
 def find(store: str, subject_id: str, as_json: bool) -> None:
     """Events tagged with a subject, and events that name it without the tag."""
-    from refold import erasing
+    from refold.erasure import verbs as erasing
     from refold.fold.events import event_to_json
 
-    found = erasing.find(open_store(store), subject_id)
+    found = erasing.find(open_store(store).store, subject_id)
     if as_json:  # a list of events: JSON Lines, each saying how it matched
         emit_jsonl([*({"match": "tagged", **event_to_json(e)} for e in found.tagged),
                     *({"match": "untagged_mention", **event_to_json(e)} for e in found.untagged)])
@@ -96,7 +96,7 @@ def erase(store: str, subject_id: str | None, subjects_file: str | None, dry_run
     whole batch, naming the held subjects). Safe to rerun after a crash: it resumes the pending
     erasure. Exit 1 when the residue scan found something.
     """
-    from refold import erasing
+    from refold.erasure import verbs as erasing
     from refold.fold.errors import ValidationError
 
     if removed_decremental is not None:
@@ -109,7 +109,7 @@ def erase(store: str, subject_id: str | None, subjects_file: str | None, dry_run
         _erase_file(store, subjects_file, dry_run=dry_run, canaries=canaries, include=include,
                     include_mentions=include_mentions, orphan_grace_hours=orphan_grace_hours, as_json=as_json)
         return
-    result = erasing.erase(open_store(store), subject_id, dry_run=dry_run, canaries=canaries,
+    result = erasing.erase(open_store(store).store, subject_id, dry_run=dry_run, canaries=canaries,
                            include=include, include_mentions=include_mentions,
                            orphan_grace_hours=orphan_grace_hours)
     if dry_run:
@@ -126,7 +126,7 @@ def erase(store: str, subject_id: str | None, subjects_file: str | None, dry_run
 def _erase_file(store: str, subjects_file: str, *, dry_run: bool, canaries: tuple[str, ...],
                 include: tuple[str, ...], include_mentions: bool, orphan_grace_hours: int,
                 as_json: bool) -> None:
-    from refold import erasing
+    from refold.erasure import verbs as erasing
     from refold.fold.errors import ValidationError
     from refold.jobs.erase import read_lines
 
@@ -137,7 +137,7 @@ def _erase_file(store: str, subjects_file: str, *, dry_run: bool, canaries: tupl
     if not subjects:
         raise ValidationError(f"{subjects_file} lists no subject id (one id a line; # starts a comment)")
     mem = open_store(store)
-    result = erasing.erase_batch(mem, subjects, dry_run=dry_run, canaries=canaries,
+    result = erasing.erase_batch(mem.store, subjects, dry_run=dry_run, canaries=canaries,
                                  orphan_grace_hours=orphan_grace_hours)
     if dry_run:
         if as_json:
@@ -219,7 +219,7 @@ def receipt() -> None:
 @json_option
 def receipt_show(store: str, receipt_file: str, as_json: bool) -> None:
     """Print RECEIPT (a path or an erasure id): what the erasure did, as recorded."""
-    from refold.storage.erasure.receipts import load_receipt, receipt_path
+    from refold.erasure.receipts import load_receipt, receipt_path
 
     mem = open_store(store)
     path = receipt_file
@@ -256,9 +256,8 @@ def receipt_show(store: str, receipt_file: str, as_json: bool) -> None:
 def receipt_verify(store: str, receipt_file: str, needles: tuple[str, ...], canaries: tuple[str, ...],
                    no_refold: bool, as_json: bool) -> None:
     """Re-check RECEIPT (a path or an erasure id) against STORE. Exit 0 when every check passes."""
-    from refold import erasing
-
-    report = erasing.verify_receipt(open_store(store), receipt_file, needles=needles, canaries=canaries,
+    from refold.erasure import verbs as erasing
+    report = erasing.verify_receipt(open_store(store).store, receipt_file, needles=needles, canaries=canaries,
                                     refold=not no_refold)
     if as_json:
         emit_json(report.as_json())
@@ -281,7 +280,7 @@ def scan(store: str, needles: tuple[str, ...], canaries: tuple[str, ...], as_jso
 
     Give at least one --needle or --canary. Exit 0 when nothing is found, 1 when something is.
     """
-    from refold.storage.scan import scan_report
+    from refold.erasure.scan import scan_report
 
     report = scan_report(store, needles, canaries=canaries)
     if as_json:

@@ -9,7 +9,7 @@ import click
 
 from refold.fold.errors import ValidationError
 
-from .app import emit_json, emit_jsonl, json_option, main, open_store, store_argument
+from refold.cli.app import emit_json, emit_jsonl, json_option, main, open_store, store_argument
 
 
 def _options(pairs: tuple[str, ...]) -> dict[str, object]:

@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from .app import emit_json, emit_jsonl, iso_text, json_option, main, open_store, store_argument
+from refold.cli.app import emit_json, emit_jsonl, iso_text, json_option, main, open_store, store_argument
 
 _TABLE_COLUMNS = ["seq", "event_id", "recorded_at", "kind", "tenant", "source", "content"]
 _SHREDDED = "(shredded: key destroyed)"
@@ -165,7 +165,7 @@ def verify(store: str, against: str | None, signed_heads: bool, public_key: str 
     Exit 0 when intact; exit 1 when a check failed (naming the first bad seq when there is one,
     and each bad line of the published heads)."""
     from refold.fold.errors import IntegrityError
-    from refold.storage.verify import VerifyReport
+    from refold.storage.log.verify import VerifyReport
 
     try:
         mem = open_store(store)
@@ -201,8 +201,8 @@ def signing_key(store: str, key_path: str, as_json: bool) -> None:
     """Set up signed heads: record KEY's public key in STORE and sign its current head.
 
     Later appends sign their heads when REFOLD_SIGNING_KEY names KEY."""
-    from refold.storage.signing import set_up_signing
-    from refold.storage.verify import sign_current_head
+    from refold.storage.log.signing import set_up_signing
+    from refold.storage.log.verify import sign_current_head
 
     mem = open_store(store)
     fingerprint = set_up_signing(mem.layout, key_path)
@@ -221,7 +221,7 @@ def signing_key(store: str, key_path: str, as_json: bool) -> None:
 @json_option
 def sign_head(store: str, key_path: str | None, as_json: bool) -> None:
     """Sign the current head, after a full verify passes (e.g. after a crash left it unsigned)."""
-    from refold.storage.verify import sign_current_head
+    from refold.storage.log.verify import sign_current_head
 
     head = sign_current_head(open_store(store).log_store, key_path)
     if as_json:

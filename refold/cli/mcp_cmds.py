@@ -1,10 +1,10 @@
-"""``refold mcp``: serve a store's agent tools over the Model Context Protocol (refold.mcp_server)."""
+"""``refold mcp``: serve a store's agent tools over the Model Context Protocol (refold.agent.mcp_server)."""
 
 from __future__ import annotations
 
 import click
 
-from .app import main, store_argument
+from refold.cli.app import main, store_argument
 
 
 @main.command()
@@ -24,7 +24,7 @@ def mcp(store: str, tenant: str, principal: str | None, readers: tuple[str, ...]
     """Serve STORE's agent tools (write_memory, retract_memory, search_memory, memory_as_of, why)
     to an MCP client: stdio by default, or streamable HTTP at http://127.0.0.1:PORT/mcp. The
     scope (tenant, principal, readers) is fixed here; no tool input can widen it."""
-    from refold.mcp_server import ServerOptions, serve
+    from refold.agent.mcp_server import ServerOptions, serve
 
     if not http and click.get_current_context().get_parameter_source("port").name != "DEFAULT":
         raise click.UsageError("--port needs --http (stdio has no port)")

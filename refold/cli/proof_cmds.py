@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from .app import emit_json, json_option, main, open_store, store_argument
+from refold.cli.app import emit_json, json_option, main, open_store, store_argument
 
 
 @main.command()
@@ -28,8 +28,8 @@ def checkpoint(store: str, size: int | None, unsigned: bool, vkey: bool, as_json
     mem = open_store(store)
     if vkey:
         from refold.fold.errors import NotFoundError
-        from refold.storage.checkpoints import verifier_key
-        from refold.storage.signing import recorded_public_key
+        from refold.storage.log.checkpoints import verifier_key
+        from refold.storage.log.signing import recorded_public_key
 
         public = recorded_public_key(mem.layout)
         if public is None:
@@ -108,7 +108,7 @@ def verify_proof(proof_file: str, checkpoints: tuple[str, ...], public_key: str,
     stderr saying which); 2 when a file cannot be read."""
     from refold.fold.errors import IntegrityError, ValidationError
     from refold.proofs import InclusionProof, parse_proof
-    from refold.storage.checkpoints import load_verifier, open_checkpoint
+    from refold.storage.log.checkpoints import load_verifier, open_checkpoint
 
     verifier = load_verifier(public_key)
     notes = [(path, _read(path, "checkpoint")) for path in checkpoints]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from .app import emit_jsonl, json_option, main, open_store, store_argument
+from refold.cli.app import emit_jsonl, json_option, main, open_store, store_argument
 
 
 @main.command()
@@ -22,7 +22,7 @@ def retention(store: str, kind: str | None, tenant: str | None, keep: str | None
     The rules are applied by the scheduled job `python -m refold.jobs.retain STORE` (see
     docs/audit.md); the most specific rule matching an event decides.
     """
-    from refold import retention as policy
+    from refold.agent import retention as policy
     from refold.fold.errors import ValidationError
 
     mem = open_store(store)
@@ -59,7 +59,7 @@ def hold(store: str, subject: str | None, tenant: str | None, reason: str | None
 
     Held events are skipped by retention, and `refold erase` refuses a held subject (exit 2).
     """
-    from refold import retention as policy
+    from refold.agent import retention as policy
     from refold.fold.errors import ValidationError
 
     mem = open_store(store)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from .app import emit_json, emit_jsonl, json_option, main, open_store, store_argument
+from refold.cli.app import emit_json, emit_jsonl, json_option, main, open_store, store_argument
 
 _EMBEDDER = click.option("--embedder", default="minilm", show_default=True,
                          help="minilm (packaged all-MiniLM-L6-v2) | hashing (tests only).")

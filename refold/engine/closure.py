@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from refold.fold.closure import AuditFinding, check_request
 from refold.fold.extract import ModelRequest
+from refold.store import Store
 
-if TYPE_CHECKING:
-    from refold.memory import Memory
 
 
 @dataclass(frozen=True)
@@ -23,13 +22,12 @@ class AuditReport:
                 "findings": [f.__dict__ for f in self.findings]}
 
 
-def audit(mem: "Memory") -> AuditReport:
-    from refold.folding import recorded_specs
+def audit(store: Store) -> AuditReport:
 
-    frame = mem.cache.frame()
+    frame = store.cache.frame()
     rows = frame.filter(frame["request"].is_not_null()).to_dicts() if frame.height else []
-    events = {e.event_id: e for e in mem.events()}
-    specs = recorded_specs(mem)
+    events = {e.event_id: e for e in store.events()}
+    specs = store.recorded_specs()
     findings = []
     for row in rows:
         request = ModelRequest(event_ids=tuple(row["request_event_ids"] or ()), payload=row["request"])

@@ -2,7 +2,7 @@
 
     events (log, decrypted in shred mode)
       → extraction cache: extract only events with no row for this spec (in process, or on Ray)
-      → the partitioned merge into the state tables (refold.state_fold)
+      → the partitioned merge into the state tables (refold.engine.fold)
 
 Every derived artefact is keyed by the spec hash; the spec is recorded in the log (kind
 ``spec_changed``) before the fold first uses it.
@@ -10,45 +10,19 @@ Every derived artefact is keyed by the spec hash; the spec is recorded in the lo
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
-import networkx as nx
 
-from refold.fold.events import Event, NewEvent
-from refold.fold.extract import Extraction, Extractor
+from refold.fold.events import Event
+from refold.fold.extract import Extraction, Extractor, needs_extraction
 from refold.fold.spec import FoldSpec
-from refold.progress import FoldProgress
-from refold.storage.cache import ExtractionCache
-
-if TYPE_CHECKING:
-    from refold.memory import Memory
-
-#: Kinds whose content the extractor reads.
-EXTRACTABLE = frozenset({"observation", "document", "chat_turn", "memory_written", "tool_call"})
-SPEC_SOURCE = "refold:spec"
+from refold.engine.progress import FoldProgress
+from refold.storage.cache.table import ExtractionCache
 
 
-@dataclass(frozen=True)
-class FoldState:
-    """The whole folded state at a log position under one spec, as a networkx view
-    (:meth:`refold.memory.Memory.state`). ``graph`` is not to be mutated."""
-
-    spec: FoldSpec
-    graph: nx.MultiDiGraph
-    last_seq: int
-    stats: dict[str, int] = field(default_factory=dict)
-    #: extractable events up to ``last_seq`` whose facts need an extraction no fold has made yet:
-    #: a read merges them with no facts (docs/fold.md, "Reads"); ``refold fold`` extracts them
-    pending: int = 0
-
-    @property
-    def spec_hash(self) -> str:
-        return self.spec.hash
 
 
 @dataclass(frozen=True)
@@ -69,42 +43,6 @@ class FoldReport:
 
     def as_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
-
-
-def needs_extraction(event: Event) -> bool:
-    return event.kind in EXTRACTABLE and event.content is not None
-
-
-def recorded_specs(mem: "Memory") -> dict[str, FoldSpec]:
-    """Specs recorded in the log, by hash, in log order."""
-    rows = mem.log_store.rows_of_kinds(["spec_changed"], columns=["content"])
-    return {} if rows is None else specs_from(rows["content"].to_pylist())
-
-
-def specs_from(contents: Sequence[str | None]) -> dict[str, FoldSpec]:
-    """The specs ``spec_changed`` events' contents hold (in order; None: an erased one), by hash."""
-    specs: dict[str, FoldSpec] = {}
-    for content in contents:
-        if content:
-            spec = FoldSpec.from_json(json.loads(content))
-            specs[spec.hash] = spec
-    return specs
-
-
-def newest_spec(specs: dict[str, FoldSpec]) -> FoldSpec:
-    """The current spec: the newest recorded, or the default (rules) spec when none is."""
-    return list(specs.values())[-1] if specs else FoldSpec()
-
-
-def record_spec(mem: "Memory", spec: FoldSpec) -> bool:
-    """Append a ``spec_changed`` event unless this spec is already in the log. True if appended."""
-    if spec.hash in recorded_specs(mem):
-        return False
-    event = NewEvent(kind="spec_changed", content=spec.canonical_bytes().decode(),
-                     source=f"{SPEC_SOURCE}/{spec.hash}", event_id=f"spec-{spec.hash}")
-    # bypass the protector: a spec holds no personal data and must stay readable for audits
-    mem.log_store.append([event], protect=False)
-    return True
 
 
 #: The least time between two cache writes of one fold's extraction loop (see extract_missing).
@@ -164,16 +102,3 @@ def extract_missing(events: Sequence[Event], *, spec: FoldSpec, extractor: Extra
         if pending:
             cache_them(pending)
     return len(todo), rejected
-
-
-def parse_time_or_none(value: str | datetime | None) -> datetime | None:
-    if value is None or isinstance(value, datetime):
-        return value
-    from refold.fold.errors import ValidationError
-    from refold.fold.events import parse_time
-
-    try:
-        return parse_time(value, line=None, name="valid_at")
-    except ValidationError as exc:
-        raise ValidationError(f"valid_at {value!r} is not a timezone-aware ISO-8601 time "
-                              "(e.g. 2024-01-01T00:00:00+00:00)") from exc

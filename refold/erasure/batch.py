@@ -1,6 +1,6 @@
 """Erasure backfill: many subjects erased in one pass of the procedure.
 
-:func:`erase_batch` runs the steps of :mod:`refold.storage.erasure` once for all subjects:
+:func:`erase_batch` runs the steps of :mod:`refold.erasure.procedure` once for all subjects:
 
 * planning: each subject's plan as a single erasure makes it; an event tagged with two erased
   subjects is erased once (its tombstone names the first subject's erasure, in the order given)
@@ -17,8 +17,8 @@
   (subjects, receipt ids, totals, per-step timings, extraction calls; no personal data beyond the
   opaque subject ids the receipts hold too).
 
-The batch journal is ``receipts/batch-<batch_id>.pending.json``; with ``REFOLD_ERASE_CRASH_AT``
-the process kills itself after a step exactly as a single erasure does. Calling
+The batch journal is ``receipts/batch-<batch_id>.pending.json``; the batch reaches the same fault
+points (:mod:`refold.faults`, ``erasure.<step>``) after each step as a single erasure does. Calling
 :func:`erase_batch` again with the same subjects (in any order) resumes the pending batch.
 A subject with nothing left to erase but an earlier receipt gets a ``noop`` receipt; an unknown
 subject stops the batch before anything is written.
@@ -26,6 +26,7 @@ subject stops the batch before anything is written.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -33,18 +34,19 @@ from typing import Any
 
 from refold.fold.errors import ErasureError, StoreError
 from refold.fold.events import NewEvent, new_event_id
-from ..erased_ids import pseudonyms
-from ..log import EventLog
-from ..scan import scan_report
-from ..subjects import SubjectRegistry
-from . import STEPS, _noop, _now, _resolve, _Run, _save, removed_and_delta
-from .log_rewrite import record_for
-from .planning import ErasurePlan, make_plan, parse_journal, plan_rows
-from .receipts import Receipt
+from refold.storage.erased_ids import pseudonyms
+from refold.storage.log.eventlog import EventLog
+from refold.erasure.scan import scan_report
+from refold.storage.subjects import SubjectRegistry
+from refold.erasure.procedure import STEPS, _noop, _now, _resolve, _Run, _save, removed_and_delta
+from refold.erasure.log_rewrite import record_for
+from refold.erasure.planning import ErasurePlan, make_plan, parse_journal, plan_rows
+from refold.erasure.receipts import Receipt
 
 __all__ = ["BatchResult", "erase_batch", "plan_batch", "summary_path"]
 
 JOURNAL_FORMAT = "refold-erasure-batch-journal/v1"
+_log = logging.getLogger(__name__)  # batch ids, counts, seconds: never a subject id or name
 SUMMARY_FORMAT = "refold-erasure-batch/v1"
 
 
@@ -179,7 +181,7 @@ def erase_batch(source, subject_ids: Iterable[str], *, mode: str | None = None, 
 
     ``canaries``: strings the residue scan must not find — a mapping subject → strings (hits
     attributed to that subject), or one list every subject's receipt answers for. The other
-    arguments are :func:`refold.storage.erasure.erase`'s. Duplicate ids are erased once.
+    arguments are :func:`refold.erasure.procedure.erase`'s. Duplicate ids are erased once.
     """
     subjects = unique_subjects(subject_ids)
     log, mode, keystore, registry = _resolve(source, mode, keystore, registry)
@@ -216,6 +218,8 @@ def erase_batch(source, subject_ids: Iterable[str], *, mode: str | None = None, 
             "done": [], "results": {}, "timings": {}, "notes": list(notes),
         }
         _save(layout, journal)
+    _log.info("erasure batch %s: %d subjects (%d unknown, %d with nothing left to erase)", journal["batch_id"],
+              len(journal["subjects"]), len(journal.get("unknown", ())), len(journal.get("noop", {})))
     run = _BatchRun(log, journal, keystore=keystore, derived=derived, refold=refold, registry=registry,
                     needles=needles, orphan_grace_hours=orphan_grace_hours)
     return run.execute()

@@ -45,10 +45,10 @@ from deltalake.transaction import AddAction, RemoveAction
 from refold.fold.erasure_record import Erased, ErasureRecord
 from refold.fold.errors import ErasureError
 from refold.fold.events import Event
-from ..datafiles import FILE_TARGET_BYTES, ROW_GROUP_ROWS
-from ..delta_io import parquet_dataset
-from ..store_options import arrow_filesystem, arrow_paths
-from ..schema import EVENTS_SCHEMA, STATS_COLUMNS, events_to_table, table_to_events
+from refold.storage.log.datafiles import FILE_TARGET_BYTES, ROW_GROUP_ROWS
+from refold.storage.delta.io import parquet_dataset
+from refold.storage.files.options import arrow_filesystem, arrow_paths
+from refold.storage.log.schema import EVENTS_SCHEMA, STATS_COLUMNS, events_to_table, table_to_events
 
 __all__ = ["Staged", "record_for", "stage", "tombstone"]
 
@@ -175,10 +175,10 @@ def stage(dt: DeltaTable, folder: str | Path, seqs: set[int], *, erasure_id: str
     """Write the tombstoned copies of the files holding the not-yet-tombstoned rows of ``seqs``.
 
     The affected files are taken in the order of their first seq, in runs of about the log's
-    file size (:data:`~refold.storage.datafiles.FILE_TARGET_BYTES`): each run's rows are read
+    file size (:data:`~refold.storage.log.datafiles.FILE_TARGET_BYTES`): each run's rows are read
     together (Arrow reads its files in parallel) and written back as one file, each row where it
     was (an erased one replaced by its tombstone). So the log keeps its layout (files over
-    disjoint seq ranges, row groups of :data:`~refold.storage.datafiles.ROW_GROUP_ROWS`), memory
+    disjoint seq ranges, row groups of :data:`~refold.storage.log.datafiles.ROW_GROUP_ROWS`), memory
     follows one run, and one speaker's turns spread over many small files cost one write, not
     one per file. ``expected``: seq → commitment as planned; a row that differs raises
     :class:`ErasureError` (nothing staged is left behind). An empty result (no adds) means every

@@ -1,4 +1,4 @@
-"""What an erasure will remove (the read-only part of :mod:`refold.storage.erasure`).
+"""What an erasure will remove (the read-only part of :mod:`refold.erasure.procedure`).
 
 :func:`make_plan` gathers, without writing anything: the events to erase (tagged with the subject,
 plus any extra ids the operator chose, e.g. untagged mentions from ``refold find``), how each goes
@@ -17,10 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from refold.fold.errors import StoreError
-from ..delta_io import read_arrow
-from ..erased_ids import pseudonyms
-from ..layout import Layout
-from .receipts import fields_as_json, list_receipts
+from refold.storage.derived import DerivedStore
+from refold.storage.delta.io import read_arrow
+from refold.storage.erased_ids import pseudonyms
+from refold.storage.layout import Layout
+from refold.erasure.receipts import fields_as_json, list_receipts
 
 #: What refold cannot reach, listed on every plan and receipt.
 OUT_OF_SCOPE = (
@@ -124,8 +125,8 @@ def _cache_impact(layout: Layout, ids: set[str]) -> tuple[int, tuple[dict, ...]]
     Read through the process's shared handle of the cache table (the erasure's purges use it
     next, so it is loaded once), and matched with Arrow kernels: only the rows that hit become
     Python values (a dict per row of the whole cache cost ~20-30 ms at 20k events)."""
-    from ..cache import CACHE_SCHEMA, built_from
-    from ..table_handles import shared_table
+    from refold.storage.cache.table import CACHE_SCHEMA, built_from
+    from refold.storage.delta.handles import shared_table
 
     if not ids:
         return 0, ()
@@ -176,7 +177,7 @@ def plan_rows(log, subject_ids: Sequence[str], *, key_ids: Iterable[str] = (),
 
 
 def make_plan(log, subject_id: str, *, mode: str, keystore=None, registry=None,
-              extra_event_ids: Iterable[str] = (), derived: Sequence[Any] = (),
+              extra_event_ids: Iterable[str] = (), derived: Sequence[DerivedStore] = (),
               rows: Sequence[Mapping[str, Any]] | None = None) -> ErasurePlan:
     """Build the plan (see the module docstring); reads, never writes. ``rows``: the log's
     :data:`PLAN_COLUMNS` as dicts, read once by a caller planning many subjects."""

@@ -9,7 +9,7 @@ the module named after it:
 * :mod:`.log_rewrite` — the erasure record appended to the log, then the tombstones;
 * :mod:`.scrub` — physically removing what the rewritten log and the purged derived stores
   (``purge`` on each, see below) no longer reference: vacuum, orphans, old log entries;
-* the refold is handed to the caller (``refold=``: :mod:`refold.erasing` supplies the store's);
+* the refold is handed to the caller (``refold=``: :mod:`refold.erasure.verbs` supplies the store's);
 * :mod:`.receipts` — the receipt, and :func:`~.receipts.verify_receipt` that checks one;
 * :mod:`.batch` — many subjects in one pass of these steps (one erasure commit, one tombstone
   commit, one purge, refold and scan), a receipt each plus a batch summary.
@@ -39,10 +39,10 @@ scan               the journal keeps only the pseudonyms of the erased ids from 
 receipt            write ``receipts/<erasure_id>.json``, then drop the journal
 =================  =====================================================================
 
-Test seam: with ``REFOLD_ERASE_CRASH_AT=<step>`` in the environment the process kills itself
-with SIGKILL right after that step's work and before the journal records it (the worst moment);
-``scrub_log:vacuumed`` kills it between the event table's vacuum and its log cleanup. The crash
-tests use it; it has no other purpose.
+Fault points (:mod:`refold.faults`): ``erasure.<step>`` is reached right after that step's work
+and before the journal records it (the worst moment to be killed); ``erasure.scrub_log:vacuumed``
+between the event table's vacuum and its log cleanup. The crash tests install a hook that kills
+the process there; nothing else does.
 
 A tombstone keeps ``seq``, ``recorded_at``, ``table_version``, ``commitment``, ``prev_link``
 and ``link`` (so the chain still verifies) plus ``kind="tombstone"``, the ``erasure_id`` and, as
@@ -53,8 +53,7 @@ an id may be personal data); every other column is NULL or empty.
 from __future__ import annotations
 
 import contextlib
-import os
-import signal
+import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timezone
@@ -64,23 +63,26 @@ from typing import Any
 from deltalake import CommitProperties
 from deltalake.exceptions import CommitFailedError
 
+from refold import faults
 from refold.fold.errors import ErasureError
 from refold.fold.events import NewEvent, new_event_id
-from ..erased_ids import pseudonyms
-from ..layout import read_settings
-from ..log import EventLog
-from ..scan import scan_report
-from ..schema import EVENTS_SCHEMA
-from ..subjects import SubjectRegistry
-from .planning import ErasurePlan, RefoldOutcome, load_journal, make_plan, pending_journal
-from .log_rewrite import record_for, stage
-from .scrub import delta_tables, scrub_table
-from .receipts import Receipt, list_receipts
+from refold.storage.derived import DerivedStore
+from refold.storage.erased_ids import pseudonyms
+from refold.storage.layout import read_settings
+from refold.storage.log.eventlog import EventLog
+from refold.erasure.scan import scan_report
+from refold.storage.log.schema import EVENTS_SCHEMA
+from refold.storage.subjects import SubjectRegistry
+from refold.erasure.planning import ErasurePlan, RefoldOutcome, load_journal, make_plan, pending_journal
+from refold.erasure.log_rewrite import record_for, stage
+from refold.erasure.scrub import delta_tables, scrub_table
+from refold.erasure.receipts import Receipt, list_receipts
 
-__all__ = ["CRASH_ENV", "STEPS", "ErasurePlan", "RefoldOutcome", "erase", "load_journal", "plan",
+__all__ = ["STEPS", "ErasurePlan", "RefoldOutcome", "erase", "load_journal", "plan",
            "previous_erasures"]
 
-CRASH_ENV = "REFOLD_ERASE_CRASH_AT"
+_log = logging.getLogger(__name__)  # erasure ids, step names, counts, seconds: never a subject id or name
+
 STEPS = ("erasure_event", "destroy_keys", "tombstones", "scrub_log", "purge", "scrub_derived",
          "epoch", "refold", "registry", "scan", "receipt")
 
@@ -94,7 +96,7 @@ def _resolve(source, mode, keystore, registry):
     if mode is None:
         mode = getattr(source, "mode", None) or read_settings(log.layout).get("mode", "delete")
     if keystore is None and mode == "shred":
-        from ..key_stores import open_keystore
+        from refold.storage.keys.select import open_keystore
 
         keystore = getattr(source, "key_store", None) or open_keystore(log.layout, read_settings(log.layout))
     if registry is None:
@@ -103,7 +105,7 @@ def _resolve(source, mode, keystore, registry):
 
 
 def plan(source, subject_id: str, *, mode: str | None = None, keystore=None, registry=None,
-         extra_event_ids: Iterable[str] = (), derived: Sequence[Any] = ()) -> ErasurePlan:
+         extra_event_ids: Iterable[str] = (), derived: Sequence[DerivedStore] = ()) -> ErasurePlan:
     """What erasing ``subject_id`` would remove; writes nothing (``source``: Memory or EventLog).
 
     Raises :class:`ErasureError` for a subject refold knows nothing about (no events, keys,
@@ -126,7 +128,7 @@ def _unknown(subject_id: str) -> None:
 
 
 def erase(source, subject_id: str, *, mode: str | None = None, keystore=None,
-          derived: Sequence[Any] = (), refold: Callable[[], Any] | None = None,
+          derived: Sequence[DerivedStore] = (), refold: Callable[[], Any] | None = None,
           registry: SubjectRegistry | None = None, erasure_id: str | None = None,
           canaries: Iterable[str] = (), extra_event_ids: Iterable[str] = (),
           orphan_grace_hours: int = 1, notes: Sequence[str] = ()) -> Receipt:
@@ -143,7 +145,7 @@ def erase(source, subject_id: str, *, mode: str | None = None, keystore=None,
     layout = log.layout
     subject = registry.get(subject_id) if registry is not None else None
     # names and aliases match as whole words; identifiers (e-mails, phone numbers) and the
-    # caller's canaries as substrings (see refold.storage.scan)
+    # caller's canaries as substrings (see refold.erasure.scan)
     registered = subject.needles if subject else ()
     identifiers = set(subject.identifiers) if subject else set()
     names = [n for n in registered if n not in identifiers]
@@ -189,11 +191,6 @@ def _noop(layout, the_plan: ErasurePlan, erasure_id: str | None) -> Receipt:
     return receipt
 
 
-def _crash_point(step: str) -> None:
-    if os.environ.get(CRASH_ENV) == step:
-        os.kill(os.getpid(), signal.SIGKILL)
-
-
 class _Run:
     """One pass over the steps of a journal (fresh or resumed)."""
 
@@ -212,13 +209,20 @@ class _Run:
         self.erasure_of: dict[int, str] | None = None
 
     def execute(self) -> Receipt:
+        started = time.perf_counter()
+        done = self.journal["done"]
+        _log.info("erasure %s: %s mode, %d events%s", self.erasure_id, self.plan.mode, len(self.plan.events),
+                  f", resuming after {done[-1]}" if done else "")
         for step in STEPS:
             if step in self.journal["done"]:
                 continue
+            step_started = time.perf_counter()
             result = getattr(self, f"_{step}")()
-            _crash_point(step)
+            _log.info("erasure %s: %s in %.3fs", self.erasure_id, step, time.perf_counter() - step_started)
+            faults.point(f"erasure.{step}")
             if step == "receipt":
                 self.layout.files().delete(_journal_key(self.erasure_id))
+                _log.info("erasure %s: done in %.3fs", self.erasure_id, time.perf_counter() - started)
                 return result
             self.journal["results"][step] = result
             self.journal["done"].append(step)
@@ -254,7 +258,7 @@ class _Run:
         vouches for as erased by a forged erasure appended after the newest published head. So
         whichever run gets here publishes it (a rerun's append finds the record and commits
         nothing)."""
-        from ..heads import Head, store_published_head
+        from refold.storage.log.heads import Head, store_published_head
 
         records = self.log.events_by_id(None, list(erasure_ids))
         if not records:
@@ -263,8 +267,8 @@ class _Run:
         published = store_published_head(self.layout)
         if published is not None and published.seq >= last.seq:
             return
-        self.log._publish_head(Head(last.seq, last.link, last.recorded_at.astimezone(timezone.utc),
-                                    last.table_version))
+        self.log.publish_head(Head(last.seq, last.link, last.recorded_at.astimezone(timezone.utc),
+                                   last.table_version))
 
     def _destroy_keys(self) -> dict:
         planned = list(self.plan.key_ids)
@@ -289,9 +293,12 @@ class _Run:
             return self._commit_tombstones(seqs, expected)
 
     def _commit_tombstones(self, seqs: set[int], expected: dict[int, str]) -> dict:
+        from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_incrementing
+
         pseudonym = pseudonyms(self.layout.root, create=True, files=self.layout.files())
-        for attempt in range(50):
-            dt = self.log._table()
+
+        def commit() -> dict:
+            dt = self.log.table()
             staged = stage(dt, self.layout.events, seqs, erasure_id=self.erasure_id, pseudonym=pseudonym,
                            expected=expected, erasure_of=self.erasure_of)
             if not staged.adds:
@@ -303,18 +310,22 @@ class _Run:
                                             commit_properties=CommitProperties(max_commit_retries=0))
             except CommitFailedError:
                 staged.discard()
-                time.sleep(0.02 * (attempt + 1))  # a writer landed first; re-read and retry
-                continue
-            return {"tombstoned": len(staged.erased), "table_version": self.log._table().version(),
+                raise
+            return {"tombstoned": len(staged.erased), "table_version": self.log.table().version(),
                     "removed_files": [_rel(self.layout.events, p) for p in staged.removed_paths]}
-        raise ErasureError("tombstone commit kept conflicting with writers; rerun the erasure")
+
+        try:  # a writer landed first: re-read and stage again, 20 ms more wait each time
+            return Retrying(retry=retry_if_exception_type(CommitFailedError), stop=stop_after_attempt(50),
+                            wait=wait_incrementing(start=0.02, increment=0.02), reraise=True)(commit)
+        except CommitFailedError:
+            raise ErasureError("tombstone commit kept conflicting with writers; rerun the erasure") from None
 
     def _scrub_log(self) -> dict:
         if not self.plan.tombstone_seqs:
             return {}
         return scrub_table(self.layout.events, erased_ids=self.plan.event_ids,
                            orphan_grace_hours=self.grace, storage_options=self.log.storage_options,
-                           after_vacuum=lambda: _crash_point("scrub_log:vacuumed"),
+                           after_vacuum=lambda: faults.point("erasure.scrub_log:vacuumed"),
                            hold=getattr(self.log, "_writer_turn", None))
 
     def _purge(self) -> dict:
@@ -343,7 +354,7 @@ class _Run:
     def _epoch(self) -> dict:
         # after the last rewrite readers could see (log, keys, state tables, index), before the
         # refold: the refold itself must not resume from this process's pre-erasure caches
-        from ..epoch import bump_epoch
+        from refold.storage.epoch import bump_epoch
 
         return {"epoch": bump_epoch(self.layout, self.erasure_id)}
 
@@ -393,7 +404,7 @@ class _Run:
             return None
         from refold.fold.errors import StoreError
 
-        from ..object_versions import delete_old_versions, versioning
+        from refold.storage.files.versions import delete_old_versions, versioning
 
         try:
             if versioning(self.layout.root, self.log.storage_options) is None:

@@ -18,8 +18,8 @@ or deleted (a cancelled deletion would make the erased events readable again); t
 with ``needles``, a fresh scan finds nothing; with ``refold``, the state digest matches (or the log
 has grown since, which the report says).
 
-The state digest is :data:`STATE_SCHEME` + the digest of the state tables. Receipts written
-before refold 0.2 may hold a digest of a retired scheme (:data:`RETIRED_SCHEMES`: the graph
+The state digest is :data:`STATE_SCHEME` + the digest of the state tables (refold 0.2's receipts:
+:data:`STATE1_SCHEME`, still recomputed). Receipts written before refold 0.2 may hold a digest of a retired scheme (:data:`RETIRED_SCHEMES`: the graph
 engine's snapshot encoding, ``cols1:``, or a plain SHA-256 of its JSON): nothing computes those
 any more, so their check is one line saying so, and every other check runs as for any receipt.
 """
@@ -33,12 +33,17 @@ from pathlib import Path
 from typing import Any
 
 from refold.fold.errors import NotFoundError, StoreError
-from ..layout import Layout
+from refold.storage.layout import Layout
 
 FORMAT = "refold-receipt/v1"
-#: prefix of a receipt's state digest: the digest of the state tables
-#: (:meth:`refold.storage.state.StateStore.digest`)
-STATE_SCHEME = "state1:"
+#: prefix of the state digest erasures write: the hash of the state tables' per-bucket hashes
+#: (:meth:`refold.storage.state.StateStore.bucket_digest`, since refold 0.3)
+STATE_SCHEME = "state2:"
+#: prefix of the state digest of refold 0.2's receipts: one hash over every bucket's rows
+#: (:meth:`refold.storage.state.StateStore.digest`); still recomputed by ``receipt verify``
+STATE1_SCHEME = "state1:"
+#: the schemes ``receipt verify`` recomputes
+LIVE_SCHEMES = (STATE_SCHEME, STATE1_SCHEME)
 #: digest schemes of receipts written before refold 0.2, which nothing computes any more:
 #: prefix → what it digested ("": a plain SHA-256 in hex of the graph's canonical JSON)
 RETIRED_SCHEMES = {
@@ -86,7 +91,7 @@ class Receipt:
     #: erased events as {"event_id" (its pseudonym), "seq", "commitment", "how": "tombstone" | "shredded"}
     events: tuple[Mapping[str, Any], ...] = ()
     destroyed_key_ids: tuple[str, ...] = ()
-    #: shred mode: how the keys were destroyed (:meth:`refold.storage.keys.KeyStore.destruction`):
+    #: shred mode: how the keys were destroyed (:meth:`refold.storage.keys.port.KeyStore.destruction`):
     #: ``{"key_store": "file" | "kms", "how", ...}``; a per-subject KMS store adds
     #: ``kms_key_deletions``: ``[{"kms_key_id", "deletion_date", "pending_window_days", "state"}]``
     key_store: Mapping[str, Any] = field(default_factory=dict)
@@ -108,7 +113,7 @@ class Receipt:
     out_of_scope: tuple[str, ...] = ()
     previous_erasure_id: str | None = None
     notes: tuple[str, ...] = ()
-    #: the batch this erasure ran in (:mod:`refold.storage.erasure.batch`), else None
+    #: the batch this erasure ran in (:mod:`refold.erasure.batch`), else None
     batch_id: str | None = None
     format: str = FORMAT
 
@@ -211,25 +216,25 @@ class ReceiptReport:
 
 
 def verify_receipt(root: str | Path, receipt: str | Path | Receipt, *,
-                   refold: Callable[[], Any] | None = None, needles: Iterable[str] = (),
+                   refold: Callable[[str], Any] | None = None, needles: Iterable[str] = (),
                    canaries: Iterable[str] = (), keystore=None,
                    storage_options: dict[str, str] | None = None) -> ReceiptReport:
     """Re-check a receipt against the store at ``root`` (see the module docstring).
 
     ``needles`` (names, matched as whole words) and ``canaries`` (matched as substrings) are
-    scanned for as :func:`refold.storage.scan.scan_report` does."""
+    scanned for as :func:`refold.erasure.scan.scan_report` does."""
     import pyarrow.compute as pc
     from deltalake import DeltaTable
 
     from refold.fold.events import Event
-    from ..crypto import open_event
-    from ..erased_ids import is_pseudonym
-    from ..key_stores import open_keystore
-    from ..layout import read_settings
-    from ..schema import table_to_events
-    from ..log import EventLog
-    from ..scan import scan_report
-    from ..verify import verify
+    from refold.storage.keys.crypto import open_event
+    from refold.storage.erased_ids import is_pseudonym
+    from refold.storage.keys.select import open_keystore
+    from refold.storage.layout import read_settings
+    from refold.storage.log.schema import table_to_events
+    from refold.storage.log.eventlog import EventLog
+    from refold.erasure.scan import scan_report
+    from refold.storage.log.verify import verify
 
     rec = receipt if isinstance(receipt, Receipt) else load_receipt(receipt, layout=Layout(str(root), storage_options))
     layout = Layout(str(root), storage_options)
@@ -305,12 +310,13 @@ def verify_receipt(root: str | Path, receipt: str | Path | Receipt, *,
     return ReceiptReport(rec.erasure_id, tuple(checks), rec.extraction_calls)
 
 
-def _digest_check(rec: Receipt, refold: Callable[[], Any], *, grew: bool, checked: list[Check]) -> Check:
+def _digest_check(rec: Receipt, refold: Callable[[str], Any], *, grew: bool, checked: list[Check]) -> Check:
     """The state digest check: ``refold``'s digest of the state tables against the receipt's. A
     receipt of a retired scheme (:data:`RETIRED_SCHEMES`) is not refolded: it gets a one-line
     note naming the checks that still ran (``checked``), not a failure; a digest of no scheme
     refold ever wrote fails."""
-    if not rec.state_digest.startswith(STATE_SCHEME):
+    scheme = next((s for s in LIVE_SCHEMES if rec.state_digest.startswith(s)), None)
+    if scheme is None:
         retired = retired_scheme(rec.state_digest)
         if retired is None:
             return Check("state digest", False, f"unknown digest scheme (refold writes {STATE_SCHEME!r}): not a "
@@ -318,7 +324,7 @@ def _digest_check(rec: Receipt, refold: Callable[[], Any], *, grew: bool, checke
         kept = ", ".join(c.name for c in checked)
         return Check("state digest", True, f"digest scheme {retired} is retired since refold 0.2 and not "
                                            f"recomputed; still checked: {kept}")
-    outcome = refold()
+    outcome = refold(scheme)
     digest = getattr(outcome, "state_digest", outcome)
     if digest == rec.state_digest:
         return Check("state digest", True, "refolded state matches")

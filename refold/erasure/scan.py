@@ -480,7 +480,7 @@ def scan_report(root: str | os.PathLike, needles: Iterable[str] = (), *, canarie
     On object storage (``s3://…`` with ``storage_options``) every object under the prefix is
     listed and read, and on a versioned S3 bucket every old version and delete marker too: a hit
     in an old version names it ``KEY@version=ID``
-    (:mod:`refold.storage.object_versions`).
+    (:mod:`refold.storage.files.versions`).
 
     ``needles`` are names: each matches as a whole word, case-insensitively ("Tim" is found in
     "Tim's" and "tim," but not in "timestamp"). ``canaries`` (unique phrases, identifiers, ids)
@@ -525,8 +525,8 @@ def _scan_objects(root: str, options: dict[str, str] | None, skip: set[str], sta
     """Scan every object (and old object version) under an object-store root; returns how many."""
     from refold.fold.errors import StoreError
 
-    from .object_versions import old_versions, read_version
-    from .objects import store_files
+    from refold.storage.files.versions import old_versions, read_version
+    from refold.storage.files.objects import store_files
 
     objects = store_files(root, options)
     count = 0

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, ContextManager
@@ -32,8 +31,8 @@ from typing import Any, ContextManager
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
-from ..filemodes import apply_tree
-from ..objects import is_local_uri, store_files
+from refold.storage.files.modes import apply_tree
+from refold.storage.files.objects import is_local_uri, store_files
 
 ZERO_RETENTION = "interval 0 seconds"
 DEFAULT_LOG_RETENTION = "interval 30 days"
@@ -156,13 +155,10 @@ def _clean_log(path: str, storage_options: dict[str, str] | None) -> int:
 
 
 def _retry(action, attempts: int = 20) -> None:
+    """Run ``action``, again while a concurrent writer makes its commit fail (50 ms more wait
+    each time); the last ``CommitFailedError`` is raised."""
     from deltalake.exceptions import CommitFailedError
+    from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_incrementing
 
-    for attempt in range(attempts):
-        try:
-            action()
-            return
-        except CommitFailedError:
-            if attempt == attempts - 1:
-                raise
-            time.sleep(0.05 * (attempt + 1))
+    Retrying(retry=retry_if_exception_type(CommitFailedError), stop=stop_after_attempt(attempts),
+             wait=wait_incrementing(start=0.05, increment=0.05), reraise=True)(action)

@@ -22,10 +22,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ..cache import PurgeResult
-from ..crypto import marked_in_log
-from ..layout import Layout
-from .scrub import scrub_table
+from refold.storage.derived import PurgeResult
+from refold.storage.keys.crypto import marked_in_log
+from refold.storage.layout import Layout
+from refold.erasure.scrub import scrub_table
 
 __all__ = ["STORE", "SWEPT_FILE", "swept_owners", "sweep"]
 

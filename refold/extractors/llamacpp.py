@@ -1,6 +1,6 @@
 """``llamacpp``: a GGUF model in process via llama-cpp-python, JSON-schema-constrained.
 
-The default model is the packaged Gemma 3 270M (Q4_K_M, 253 MB; see :mod:`refold.models`). It is
+The default model is the packaged Gemma 3 270M (Q4_K_M, 253 MB; see :mod:`refold.extractors.models`). It is
 weak — it copies few-shot examples and invents facts, which the parser's grounding check then
 rejects — but it is real, offline and CPU-only, so the whole LLM path runs and is tested anywhere.
 Any other GGUF can be configured with ``model_path``.
@@ -25,7 +25,7 @@ from refold.fold.extract import ModelRequest
 from refold.fold.prompts import default_model_spec
 from refold.fold.spec import FoldSpec
 
-from .llm import Completion, LLMExtractor
+from refold.extractors.llm import Completion, LLMExtractor
 
 __all__ = ["LLM_EXTRACTOR_VERSION", "LlamaCppExtractor"]
 
@@ -72,13 +72,13 @@ class LlamaCppExtractor(LLMExtractor):
                 raise ExtractionError(f"model file {self.model_path} does not exist; pass model_path= "
                                       "an existing .gguf file, or omit it for the packaged model")
             return self.model_path
-        from refold.models import default_gguf_path
+        from refold.extractors.models import default_gguf_path
 
         return default_gguf_path()
 
     def file_hash(self) -> str:
         if self._file_hash is None:
-            from refold.models import file_sha256
+            from refold.extractors.models import file_sha256
 
             self._file_hash = file_sha256(self.resolved_model_path())
         return self._file_hash

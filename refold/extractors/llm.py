@@ -88,7 +88,7 @@ class LLMExtractor:
         results: list[Extraction | None] = []
         pending: list[tuple[int, Event, ModelRequest]] = []
         for event in events:
-            direct = self._without_model(event, spec, host)
+            direct = self.without_model(event, spec, host)
             if direct is None:
                 pending.append((len(results), event, build_request(event, spec)))
             results.append(direct)
@@ -99,10 +99,13 @@ class LLMExtractor:
                 raise ExtractionError(f"{self.name}: backend returned {len(completions)} answers "
                                       f"for {len(pending)} requests")
             for (slot, event, request), completion in zip(pending, completions):
-                results[slot] = self._from_completion(event, spec, request, completion, host)
+                results[slot] = self.from_completion(event, spec, request, completion, host)
         return [r for r in results if r is not None]
 
-    def _without_model(self, event: Event, spec: FoldSpec, host: str) -> Extraction | None:
+    def without_model(self, event: Event, spec: FoldSpec, host: str) -> Extraction | None:
+        """The extraction of an event that needs no model call (a written memory states its fact;
+        an erased event or a kind the model never reads is skipped), or None: ask the model.
+        (:meth:`extract` and the Ray pipelines that batch the calls themselves both use it.)"""
         if event.kind == "memory_written" and event.fact is not None and event.content is not None:
             fact = event.fact
             return Extraction(
@@ -116,8 +119,10 @@ class LLMExtractor:
                               meta=(("skipped", reason),))
         return None
 
-    def _from_completion(self, event: Event, spec: FoldSpec, request: ModelRequest,
-                         completion: Completion, host: str) -> Extraction:
+    def from_completion(self, event: Event, spec: FoldSpec, request: ModelRequest,
+                        completion: Completion, host: str) -> Extraction:
+        """The extraction of ``event`` from the model's answer to ``request`` (parsed and checked
+        against ``spec``; a failed call becomes a rejection)."""
         if completion.error is not None:
             facts: tuple[ExtractedFact, ...] = ()
             rejected: tuple[Rejection, ...] = (Rejection("model_error", completion.error),)

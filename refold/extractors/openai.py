@@ -11,7 +11,7 @@ served model's name; the spec must name the same), ``timeout`` (seconds per atte
 wire form :meth:`OpenAIExtractor.default_spec` records).
 
 Connection errors, timeouts, 429 and 5xx answers are retried ``max_retries`` times with
-exponential backoff; after that, or on any other non-200 answer, an
+exponential backoff (tenacity; httpx's own transport retries cover connection errors only); after that, or on any other non-200 answer, an
 :class:`~refold.fold.errors.ExtractionError` says what happened and what to do — nothing is
 returned, so nothing is cached and a rerun redoes the work. A 200 answer whose content is not
 valid JSON is the model's answer and is rejected by the parser (counted, kept for audit).
@@ -30,7 +30,7 @@ from refold.fold.errors import ExtractionError
 from refold.fold.extract import ModelRequest
 from refold.fold.spec import FoldSpec
 
-from .llm import Completion, LLMExtractor
+from refold.extractors.llm import Completion, LLMExtractor
 
 __all__ = ["OpenAIExtractor", "postprocess", "preprocess"]
 
@@ -124,38 +124,45 @@ class OpenAIExtractor(LLMExtractor):
 
     def _complete(self, request: ModelRequest) -> Completion:
         import httpx
+        from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
         client = self._http()
         url = f"{self.base_url}/chat/completions"
         body = request.payload.encode("utf-8")
-        problem = ""
-        for attempt in range(self.max_retries + 1):
-            if attempt:
-                time.sleep(self.backoff_s * 2 ** (attempt - 1))
-            started = time.perf_counter()
-            try:
-                response = client.post(url, content=body)
-            except httpx.TransportError as exc:  # refused, reset, DNS, timeouts
-                problem = f"cannot reach {url} ({type(exc).__name__}: {exc})"
-                continue
-            latency = (time.perf_counter() - started) * 1000.0
-            if response.status_code in _RETRY_STATUS:
-                problem = f"{url} answered HTTP {response.status_code}: {response.text[:300]}"
-                continue
-            if response.status_code != 200:
-                raise ExtractionError(f"{url} refused the request with HTTP {response.status_code}: "
-                                      f"{response.text[:300]}{_format_hint(response.text)}")
-            try:
-                data = response.json()
-                text, tokens_in, tokens_out = postprocess(data)
-            except ValueError as exc:
-                raise ExtractionError(f"{url} answered 200 with a body that is not a chat completion "
-                                      f"({exc}); is base_url an OpenAI-compatible /v1 endpoint?") from exc
-            meta = (("attempts", attempt + 1), ("finish_reason", data["choices"][0].get("finish_reason")),
-                    ("served_model", data.get("model")))
-            return Completion(text, tokens_in, tokens_out, latency, meta=meta)
-        hint = f"; {_START_HINT}" if problem.startswith("cannot reach") else _format_hint(problem)
-        raise ExtractionError(f"{problem} after {self.max_retries + 1} attempts{hint}")
+        retrying = Retrying(retry=retry_if_exception_type(_Transient), stop=stop_after_attempt(self.max_retries + 1),
+                            wait=wait_exponential(multiplier=self.backoff_s), reraise=True)
+        try:
+            for attempt in retrying:
+                with attempt:
+                    started = time.perf_counter()
+                    try:
+                        response = client.post(url, content=body)
+                    except httpx.TransportError as exc:  # refused, reset, DNS, timeouts
+                        raise _Transient(f"cannot reach {url} ({type(exc).__name__}: {exc})") from exc
+                    latency = (time.perf_counter() - started) * 1000.0
+                    if response.status_code in _RETRY_STATUS:
+                        raise _Transient(f"{url} answered HTTP {response.status_code}: {response.text[:300]}")
+                    if response.status_code != 200:
+                        raise ExtractionError(f"{url} refused the request with HTTP {response.status_code}: "
+                                              f"{response.text[:300]}{_format_hint(response.text)}")
+                    try:
+                        data = response.json()
+                        text, tokens_in, tokens_out = postprocess(data)
+                    except ValueError as exc:
+                        raise ExtractionError(f"{url} answered 200 with a body that is not a chat completion "
+                                              f"({exc}); is base_url an OpenAI-compatible /v1 endpoint?") from exc
+                    meta = (("attempts", attempt.retry_state.attempt_number),
+                            ("finish_reason", data["choices"][0].get("finish_reason")),
+                            ("served_model", data.get("model")))
+                    return Completion(text, tokens_in, tokens_out, latency, meta=meta)
+        except _Transient as exc:
+            problem = str(exc)
+            hint = f"; {_START_HINT}" if problem.startswith("cannot reach") else _format_hint(problem)
+            raise ExtractionError(f"{problem} after {self.max_retries + 1} attempts{hint}") from None
+
+
+class _Transient(Exception):
+    """A failure worth another attempt: no connection, a timeout, HTTP 429 or 5xx."""
 
 
 def _format_hint(text: str) -> str:

@@ -26,9 +26,9 @@ from refold.fold.extract import ModelRequest
 from refold.fold.prompts import canonical_json
 from refold.fold.spec import FoldSpec
 
-from .llamacpp import schema_of
-from .llm import Completion, LLMExtractor
-from .openai import postprocess, preprocess
+from refold.extractors.llamacpp import schema_of
+from refold.extractors.llm import Completion, LLMExtractor
+from refold.extractors.openai import postprocess, preprocess
 
 __all__ = [
     "VLLMExtractor", "build_http_processor", "build_processor", "build_processor_config",

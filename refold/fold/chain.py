@@ -21,13 +21,13 @@ content is gone.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from collections.abc import Mapping
 from datetime import datetime, timezone
 from json.encoder import encode_basestring as _enc  # the C escaper json.dumps uses
 
-from .events import Event, Fact
+from refold.fold.canonical import canonical_json
+from refold.fold.events import Event, Fact
 
 GENESIS = "0" * 64
 #: the prefix of every commitment's input (names the scheme and its version)
@@ -56,8 +56,8 @@ _iso = canonical_time
 def header_bytes(event: Event, *, stored_times: Mapping[str, str] | None = None) -> bytes:
     """Canonical JSON of the fields the commitment covers besides content.
 
-    Canonical means ``json.dumps(header, sort_keys=True, separators=(",", ":"),
-    ensure_ascii=False)``; :func:`canonical_header` writes those exact bytes without building a
+    Canonical means :func:`~refold.fold.canonical.canonical_json` of the header dict;
+    :func:`canonical_header` writes those exact bytes without building a
     dict, because the log seals every appended event with it. ``stored_times`` gives the canonical
     text of a ``valid_from``/``valid_to`` the event could not hold as a datetime (a stored time
     outside Python's range, read back clamped).
@@ -109,7 +109,7 @@ def canonical_header(*, seq: int, event_id: str, recorded_at: str | None, table_
 
 
 def reference_header_bytes(event: Event) -> bytes:
-    """``header_bytes`` the slow, obvious way (json.dumps of a dict); tests compare the two."""
+    """``header_bytes`` the slow, obvious way (canonical JSON of a dict); tests compare the two."""
     header = {
         "seq": event.seq,
         "event_id": event.event_id,
@@ -130,7 +130,7 @@ def reference_header_bytes(event: Event) -> bytes:
         "key_ids": list(event.key_ids),
         "erasure_id": event.erasure_id,
     }
-    return json.dumps(header, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    return canonical_json(header)
 
 
 def content_digest(salt: str, content: str) -> bytes:

@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from .events import Event
-from .extract import ModelRequest
-from .spec import FoldSpec
+from refold.fold.events import Event
+from refold.fold.extract import ModelRequest
+from refold.fold.spec import FoldSpec
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,7 @@ class AuditFinding:
 def check_request(request: ModelRequest, spec_hash: str, *, events: Mapping[str, Event],
                   specs: Mapping[str, FoldSpec]) -> AuditFinding | None:
     """None when ``request`` is exactly what the log and the recorded spec produce."""
-    from .prompts import build_request
+    from refold.fold.prompts import build_request
 
     def finding(problem: str) -> AuditFinding:
         return AuditFinding(request.request_id, request.event_ids, spec_hash, problem)

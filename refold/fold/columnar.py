@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 import polars as pl
 
-from .spec import FoldSpec
+from refold.fold.spec import FoldSpec
 
 __all__ = ["simple_edges", "split_simple"]
 

@@ -4,7 +4,7 @@ The vector index is derived state like the graph: what gets embedded is a functi
 graph (one sentence per fact, derived facts included) and of the log (one text per event), and the
 index is keyed by the spec hash and the embedder's ``model_id``. This module says *what* is
 embedded and with which metadata; :mod:`refold.storage.index` stores it in faiss and
-:mod:`refold.search` keeps it in step with the log.
+:mod:`refold.search.retriever` keeps it in step with the log.
 
 Each item has a stable 63-bit ``id`` (a hash of its key: the fact id, or the event id), so an
 index can be updated by difference: items whose key and text are unchanged keep their vector and
@@ -21,9 +21,9 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 import polars as pl
 
-from .errors import ValidationError
-from .events import Event
-from .scoping import CLOSER_COLUMNS
+from refold.fold.errors import ValidationError
+from refold.fold.events import Event
+from refold.fold.scoping import CLOSER_COLUMNS
 
 __all__ = [
     "EMBEDDED_KINDS", "EVENT_SCHEMA", "Embedder", "FACT_SCHEMA", "ITEM_FACT_COLUMNS", "MAX_TEXT_CHARS",
@@ -139,14 +139,14 @@ def fact_items_of_rows(rows: pl.DataFrame, names: Mapping[str, str],
                        retraction_principals: Mapping[str, Sequence[str]], *,
                        known: pl.DataFrame | None = None) -> pl.DataFrame:
     """One row per fact of a whole state that the index embeds, from fact rows (the state
-    tables' columns, node ids for subjects and objects: :func:`refold.state_index.index_facts`;
+    tables' columns, node ids for subjects and objects: :func:`refold.search.rows.index_facts`;
     history and derived facts included, a compose roll-up's closed copies not: each change of
     either input closes a copy, so they grow with an organisation's moves × its staff, and the
     index holds the current one, which is what a search without ``history`` or ``valid_at``
     finds). Filtering (current only, valid time, tenant, principal) happens at search time on
     these columns, so a fact whose ``valid_to`` changes needs new metadata, not a new vector
     (``known``: see :func:`fact_item_frame`)."""
-    from .scoping import closer_frame
+    from refold.fold.scoping import closer_frame
 
     return fact_item_frame(rows.select(list(ITEM_FACT_COLUMNS)).cast(ITEM_FACT_COLUMNS), names,
                            closer_frame(rows, retraction_principals), known=known)

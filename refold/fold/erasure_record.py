@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from .chain import canonical_time
-from .events import Event
+from refold.fold.chain import canonical_time
+from refold.fold.events import Event
 
 FORMAT = "refold-erasure/v1"
 

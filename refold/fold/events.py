@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 from operator import attrgetter
 from typing import Any
 
-from .errors import EventValidationError
+from refold.fold.errors import EventValidationError
 
 #: Kinds a user may append.
 USER_KINDS = frozenset(

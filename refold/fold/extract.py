@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
-from .events import Event
-from .spec import FoldSpec
+from refold.fold.events import Event
+from refold.fold.spec import FoldSpec
 
 
 @dataclass(frozen=True)
@@ -89,3 +89,12 @@ class Extractor(Protocol):
     name: str
 
     def extract(self, events: Sequence[Event], spec: FoldSpec) -> list[Extraction]: ...
+
+
+#: Kinds whose content the extractor reads.
+EXTRACTABLE = frozenset({"observation", "document", "chat_turn", "memory_written", "tool_call"})
+
+
+def needs_extraction(event: "Event") -> bool:
+    """Whether the fold asks an extractor about ``event``: an extractable kind with readable content."""
+    return event.kind in EXTRACTABLE and event.content is not None

@@ -34,11 +34,11 @@ from datetime import datetime
 
 import networkx as nx
 
-from .entities import entity_key as _entity_key
-from .entities import node_id as _node_id
-from .events import Event
-from .extract import ExtractedFact, Extraction
-from .spec import FoldSpec
+from refold.fold.entities import entity_key as _entity_key
+from refold.fold.entities import node_id as _node_id
+from refold.fold.events import Event
+from refold.fold.extract import ExtractedFact, Extraction
+from refold.fold.spec import FoldSpec
 
 MUTATING_KINDS = frozenset({"retraction"})
 
@@ -131,7 +131,7 @@ class GraphBuilder:
 
     def _node(self, tenant: str, name: str) -> str:
         nid = node_id(tenant, name)
-        data = self.graph._node.get(nid)
+        data = self.graph.nodes.get(nid)  # (the node's own attribute dict)
         if data is None:
             self.graph.add_node(nid, tenant=tenant, name=name.strip(), key=entity_key(name), aliases=[])
         else:
@@ -153,7 +153,7 @@ class GraphBuilder:
         for fid in open_ids:
             u, v = self._edges[fid]
             if v == o:  # corroboration of an open edge
-                data = self.graph._succ[u][v][fid]
+                data = self.graph.edges[u, v, fid]
                 if event.event_id not in data["sources"]:
                     data["sources"].append(event.event_id)
                     data["source_seqs"].append(event.seq)
@@ -172,7 +172,7 @@ class GraphBuilder:
         if single_valued and end is None:
             for old in list(open_ids):
                 u, v = self._edges[old]
-                data = self.graph._succ[u][v][old]
+                data = self.graph.edges[u, v, old]
                 if start < data["valid_from"]:
                     # the new fact describes the past: it ends where the current one begins
                     end = data["valid_from"] if end is None else min(end, data["valid_from"])
@@ -208,7 +208,7 @@ class GraphBuilder:
         for fid in list(self._open.get((s, relation), [])):
             u, v = self._edges[fid]
             if v == o:
-                data = self.graph._succ[u][v][fid]
+                data = self.graph.edges[u, v, fid]
                 data["valid_to"] = when
                 data["ended_by"] = event.event_id
                 self._open[(s, relation)].remove(fid)

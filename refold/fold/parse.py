@@ -30,10 +30,10 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
-from .events import Event
-from .extract import ExtractedFact, Rejection
-from .prompts import fact_schema
-from .spec import FoldSpec, ModelSpec
+from refold.fold.events import Event
+from refold.fold.extract import ExtractedFact, Rejection
+from refold.fold.prompts import fact_schema
+from refold.fold.spec import FoldSpec, ModelSpec
 
 __all__ = ["GroundingResult", "ground", "normalise_words", "parse_output", "speaker_of"]
 

@@ -37,11 +37,11 @@ import networkx as nx
 import polars as pl
 import pyarrow as pa
 
-from .events import Event, Fact
-from .extract import ExtractedFact, Extraction
-from .columnar import simple_edges, split_simple
-from .merge import GraphBuilder, MergeChanges, MergeStats, entity_key, fact_id_of, node_id
-from .spec import FoldSpec
+from refold.fold.events import Event, Fact
+from refold.fold.extract import ExtractedFact, Extraction
+from refold.fold.columnar import simple_edges, split_simple
+from refold.fold.merge import GraphBuilder, MergeChanges, MergeStats, entity_key, fact_id_of, node_id
+from refold.fold.spec import FoldSpec
 
 __all__ = [
     "DEFAULT_BUCKETS", "ENTITY_SCHEMA", "FACT_SCHEMA", "ITEM_SCHEMA", "advance_subjects", "bucket_of",

@@ -29,10 +29,10 @@ import json
 from string import Template
 from typing import Any
 
-from .errors import ValidationError
-from .events import Event
-from .extract import ModelRequest
-from .spec import FoldSpec, ModelSpec
+from refold.fold.errors import ValidationError
+from refold.fold.events import Event
+from refold.fold.extract import ModelRequest
+from refold.fold.spec import FoldSpec, ModelSpec
 
 __all__ = [
     "DEFAULT_FEW_SHOT", "DEFAULT_MAX_FACTS", "DEFAULT_PROMPT_TEMPLATE", "DEFAULT_PROMPT_VERSION",

@@ -9,10 +9,10 @@ from typing import Any
 import networkx as nx
 import polars as pl
 
-from .entities import entity_key
-from .errors import NotFoundError
-from .events import Event
-from .merge import is_current
+from refold.fold.entities import entity_key
+from refold.fold.errors import NotFoundError
+from refold.fold.events import Event
+from refold.fold.merge import is_current
 
 FACT_COLUMNS = {
     "fact_id": pl.Utf8, "tenant": pl.Utf8, "subject": pl.Utf8, "relation": pl.Utf8, "object": pl.Utf8,

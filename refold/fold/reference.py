@@ -7,7 +7,7 @@ read of the state tables answers (``facts``, ``graph``, ``why``, ``as_of``, scop
 reads, after folds, appends and erasures) with this fold of the same events. It holds the whole
 state in one process, so no product path may call it (tests/test_layout.py checks that none
 imports it); the product folds bucket by bucket (:mod:`refold.fold.partition`,
-``refold.state_fold``). Pure: no IO, imports nothing outside :mod:`refold.fold`.
+``refold.engine.fold``). Pure: no IO, imports nothing outside :mod:`refold.fold`.
 """
 
 from __future__ import annotations
@@ -18,13 +18,13 @@ from dataclasses import dataclass
 import networkx as nx
 import polars as pl
 
-from .embed import ITEM_FACT_COLUMNS, fact_item_frame
-from .events import Event
-from .extract import Extraction
-from .merge import GraphBuilder, MergeStats
-from .rollups import apply_rollups
-from .scoping import CLOSER_COLUMNS, closer_readers, edge_map
-from .spec import FoldSpec
+from refold.fold.embed import ITEM_FACT_COLUMNS, fact_item_frame
+from refold.fold.events import Event
+from refold.fold.extract import Extraction
+from refold.fold.merge import GraphBuilder, MergeStats
+from refold.fold.rollups import apply_rollups
+from refold.fold.scoping import CLOSER_COLUMNS, closer_readers, edge_map
+from refold.fold.spec import FoldSpec
 
 __all__ = ["ReferenceState", "reference_fold", "reference_index_items"]
 

@@ -21,8 +21,8 @@ from datetime import datetime
 
 import networkx as nx
 
-from .merge import fact_id_of
-from .spec import FoldSpec, RollupRule
+from refold.fold.merge import fact_id_of
+from refold.fold.spec import FoldSpec, RollupRule
 
 
 def _overlap(a: dict, b: dict) -> tuple[datetime, datetime | None] | None:

@@ -38,7 +38,7 @@ from typing import Any
 import networkx as nx
 import polars as pl
 
-from .rollups import span
+from refold.fold.rollups import span
 
 __all__ = ["CLOSER_COLUMNS", "closer_frame", "closer_readers", "edge_map", "may_read", "reader_view"]
 

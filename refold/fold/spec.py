@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from .errors import ValidationError
+from refold.fold.canonical import canonical_json
+from refold.fold.errors import ValidationError
 
 CODE_VERSION = "refold-fold/1"
 
@@ -108,7 +108,8 @@ class FoldSpec:
         return _jsonable(asdict(self))
 
     def canonical_bytes(self) -> bytes:
-        return json.dumps(self.to_json(), sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+        """The spec as canonical JSON (:mod:`refold.fold.canonical`): what :attr:`hash` hashes."""
+        return canonical_json(self.to_json())
 
     @functools.cached_property  # a frozen value: computed once (extractors ask for it per event)
     def hash(self) -> str:

@@ -6,7 +6,7 @@ from datetime import datetime
 
 import pyarrow.compute as pc
 
-from .errors import ValidationError
+from refold.fold.errors import ValidationError
 
 
 def parse_as_of(value: int | str | datetime) -> int | datetime:
@@ -41,3 +41,16 @@ def as_of_filter(value: int | str | datetime) -> pc.Expression:
     if isinstance(parsed, int):
         return pc.field("table_version") <= parsed
     return pc.field("recorded_at") <= pc.scalar(parsed)
+
+
+def parse_time_or_none(value: str | datetime | None, *, name: str = "valid_at") -> datetime | None:
+    """A timezone-aware datetime from ``value`` (an ISO-8601 string or a datetime), or None."""
+    if value is None or isinstance(value, datetime):
+        return value
+    from refold.fold.events import parse_time
+
+    try:
+        return parse_time(value, line=None, name=name)
+    except ValidationError as exc:
+        raise ValidationError(f"{name} {value!r} is not a timezone-aware ISO-8601 time "
+                              "(e.g. 2024-01-01T00:00:00+00:00)") from exc

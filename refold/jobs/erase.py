@@ -1,10 +1,11 @@
 """Erasure backfill job: erase one subject or a file of many, a receipt each.
 
-    python -m refold.jobs.erase /abs/path/store --subject s-3f9c [--dry-run]
-    python -m refold.jobs.erase /abs/path/store --subjects-file erase.txt
+    refold job erase /abs/path/store --subject s-3f9c [--dry-run]
+    refold job erase /abs/path/store --subjects-file erase.txt
+    python -m refold.jobs.erase /abs/path/store ...         # the same command
     ray job submit --working-dir . -- python -m refold.jobs.erase /abs/path/store --subjects-file ...
 
-Several subjects are erased as ONE batch (:func:`refold.erasing.erase_batch`: one erasure
+Several subjects are erased as ONE batch (:func:`refold.erasure.verbs.erase_batch`: one erasure
 commit, one tombstone commit or key destruction, one purge, scrub and refold, one residue scan,
 then a receipt per subject and ``receipts/batches/<batch_id>.json``). A legal hold on any subject,
 or an unknown subject, stops the batch before it writes anything (exit 2, naming them). The batch
@@ -24,16 +25,17 @@ job's command line is stored by Ray in its job table, and a canary is personal d
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from refold.fold.errors import ErasureError, ExtractionError, RefoldError, ValidationError
-from refold.jobs.config import JobConfig, job_parser, run_job
+import click
 
-__all__ = ["DECREMENTAL_REMOVED", "erase_subjects", "main", "read_lines"]
+from refold.fold.errors import ErasureError, ExtractionError, RefoldError, ValidationError
+from refold.jobs.config import JobConfig, job_command, removed_flag, run_job
+
+__all__ = ["DECREMENTAL_REMOVED", "command", "erase_subjects", "read_lines"]
 
 #: what ``--decremental``/``--no-decremental`` (the graph engine's snapshot patch) answer now
 DECREMENTAL_REMOVED = ("--decremental/--no-decremental was removed in refold 0.2: erasure always refolds the "
@@ -54,7 +56,7 @@ def read_lines(path: str | None) -> list[str]:
 def _erase_one(mem, cfg: JobConfig, subject: str, *, dry_run: bool, include_mentions: bool,
                canaries: list[str]) -> dict[str, Any]:
     from refold.jobs.project import fold_job
-    from refold.storage.erasure.receipts import receipt_path
+    from refold.erasure.receipts import receipt_path
 
     def attempt():
         return mem.erase(subject, dry_run=dry_run, canaries=canaries, include_mentions=include_mentions)
@@ -83,20 +85,19 @@ def _erase_one(mem, cfg: JobConfig, subject: str, *, dry_run: bool, include_ment
 
 def _erase_batch(mem, cfg: JobConfig, subjects: Sequence[str], *, canaries: list[str],
                  include_mentions: bool) -> dict[str, Any]:
-    """Every subject in ONE batch (:func:`refold.erasing.erase_batch`): a receipt each and the
+    """Every subject in ONE batch (:func:`refold.erasure.verbs.erase_batch`): a receipt each and the
     batch summary. A legal hold or an unknown subject stops the whole batch before it writes."""
     from refold.jobs.project import fold_job
-    from refold.storage.erasure.batch import summary_path
-    from refold.storage.erasure.receipts import receipt_path
+    from refold.erasure.batch import summary_path
+    from refold.erasure.receipts import receipt_path
 
     if include_mentions:
         raise ValidationError("--include-mentions erases one subject's untagged mentions: run those "
                               "subjects one at a time with --subject ID --include-mentions")
 
-    from refold import erasing
-
+    from refold.erasure import verbs as erasing
     def attempt():
-        return erasing.erase_batch(mem, subjects, canaries=canaries, skip_unknown=True)
+        return erasing.erase_batch(mem.store, subjects, canaries=canaries, skip_unknown=True)
 
     out: dict[str, Any] = {}
     try:
@@ -144,27 +145,28 @@ def erase_subjects(cfg: JobConfig, subjects: Sequence[str], *, dry_run: bool = F
             "receipts": [r["receipt"] for r in results if r.get("receipt")]}
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = job_parser("python -m refold.jobs.erase", "Erasure backfill: a receipt per subject.")
-    parser.add_argument("--subject", action="append", default=[], help="subject id (repeatable)")
-    parser.add_argument("--subjects-file", help="file of subject ids, one per line")
-    parser.add_argument("--dry-run", action="store_true", help="print each plan; write nothing")
-    parser.add_argument("--include-mentions", action="store_true",
-                        help="also erase untagged events that name the subject")
-    parser.add_argument("--canaries-file", help="strings the residue scan must not find, one a line")
-    parser.add_argument("--no-decremental", "--decremental", dest="removed_decremental", action="store_true",
-                        help=argparse.SUPPRESS)
+@job_command("erase")
+@click.option("--subject", "subjects", multiple=True, metavar="ID", help="Subject id (repeatable).")
+@click.option("--subjects-file", metavar="FILE", help="File of subject ids, one per line.")
+@click.option("--dry-run", is_flag=True, help="Print each plan; write nothing.")
+@click.option("--include-mentions", is_flag=True, help="Also erase untagged events that name the subject.")
+@click.option("--canaries-file", metavar="FILE", help="Strings the residue scan must not find, one a line.")
+@removed_flag("--decremental", "--no-decremental", message=DECREMENTAL_REMOVED)
+def command(subjects: tuple[str, ...], subjects_file: str | None, dry_run: bool, include_mentions: bool,
+            canaries_file: str | None, **flags: Any) -> int:
+    """Erase subjects, a receipt each (erasure backfill).
 
-    def body(cfg: JobConfig, args) -> dict[str, Any]:
-        if args.removed_decremental:
-            raise ValidationError(DECREMENTAL_REMOVED)
-        subjects = [*args.subject, *read_lines(args.subjects_file)]
-        return erase_subjects(cfg, subjects, dry_run=args.dry_run,
-                              include_mentions=args.include_mentions,
-                              canaries=read_lines(args.canaries_file))
+    Several subjects are erased as one batch; a job run again resumes it.
 
-    return run_job("erase", body, parser, argv)
+    STORE is the store root: an absolute path or an object-store URI. Prints one JSON summary.
+    """
+
+    def body(cfg: JobConfig) -> dict[str, Any]:
+        return erase_subjects(cfg, [*subjects, *read_lines(subjects_file)], dry_run=dry_run,
+                              include_mentions=include_mentions, canaries=read_lines(canaries_file))
+
+    return run_job("erase", body, flags)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    command(prog_name="python -m refold.jobs.erase")

@@ -1,6 +1,7 @@
 """Incremental projection job: bring derived state up to date with the log.
 
-    python -m refold.jobs.project /abs/path/store [--extractor rules] [--ray | --no-ray]
+    refold job project /abs/path/store [--extractor rules] [--ray | --no-ray]
+    python -m refold.jobs.project /abs/path/store ...     # the same command
     ray job submit --working-dir . -- python -m refold.jobs.project /abs/path/store
 
 Extracts only events with no cached extraction for the spec (sharded over a Ray actor pool when
@@ -12,15 +13,14 @@ killed part-way and submitted again extracts only what is still missing. Prints 
 
 from __future__ import annotations
 
-import argparse
-import os
-import sys
-from collections.abc import Sequence
+from collections.abc import Callable
 from typing import Any
 
-from refold.jobs.config import JobConfig, job_parser, run_job
+import click
 
-__all__ = ["add_fold_flags", "fold_job", "main"]
+from refold.jobs.config import JobConfig, job_command, removed_flag, run_job
+
+__all__ = ["command", "fold_flags", "fold_job"]
 
 
 def fold_job(cfg: JobConfig, *, full: bool, vacuum_hours: int | None = None) -> dict[str, Any]:
@@ -44,33 +44,36 @@ def fold_job(cfg: JobConfig, *, full: bool, vacuum_hours: int | None = None) -> 
     return out
 
 
-def add_fold_flags(parser, env=None) -> None:
+def fold_flags(fn: Callable) -> Callable:
     """``--vacuum-hours`` (default: ``REFOLD_VACUUM_HOURS``, else no vacuum), and ``--engine``,
     removed in refold 0.2, which now fails with a line naming its replacement."""
-    env = os.environ if env is None else env
-    parser.add_argument("--engine", action=_Removed, help=argparse.SUPPRESS)
-    parser.add_argument("--vacuum-hours", type=_hours, default=env.get("REFOLD_VACUUM_HOURS") or None,
-                        help="after the fold, delete the state tables' files unused for this many hours")
+    fn = removed_flag("--engine", takes_value=True,
+                      message="--engine was removed in refold 0.2: there is one engine, the state tables; "
+                              "drop the flag")(fn)
+    return click.option("--vacuum-hours", type=_Hours(), envvar="REFOLD_VACUUM_HOURS", show_envvar=True,
+                        help="After the fold, delete the state tables' files unused for this many hours.")(fn)
 
 
-class _Removed(argparse.Action):
-    def __call__(self, parser, namespace, values, option_string=None):
-        parser.error(f"{option_string} was removed in refold 0.2: there is one engine, the state tables; "
-                     "drop the flag")
+class _Hours(click.ParamType):
+    name = "hours"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        if not str(value).isdigit():
+            self.fail(f"{value!r} is not a whole number of hours (e.g. 168 for a week)", param, ctx)
+        return int(value)
 
 
-def _hours(text: str) -> int:
-    if not text.isdigit():
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of hours (e.g. 168 for a week)")
-    return int(text)
+@job_command("project")
+@fold_flags
+def command(vacuum_hours: int | None, **flags: Any) -> int:
+    """Fold the events added since the last fold (incremental).
 
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = job_parser("python -m refold.jobs.project", "Incremental projection: fold new events.")
-    add_fold_flags(parser)
-    return run_job("project", lambda cfg, args: fold_job(cfg, full=False, vacuum_hours=args.vacuum_hours),
-                   parser, argv)
+    STORE is the store root: an absolute path or an object-store URI. Prints one JSON summary.
+    """
+    return run_job("project", lambda cfg: fold_job(cfg, full=False, vacuum_hours=vacuum_hours), flags)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    command(prog_name="python -m refold.jobs.project")

@@ -1,6 +1,6 @@
 """Sharded extraction on Ray: events in, extractions out, cached while the run goes.
 
-:func:`ray_runner` returns the ``runner`` that :func:`refold.folding.extract_missing` (and
+:func:`ray_runner` returns the ``runner`` that :func:`refold.engine.extraction.extract_missing` (and
 ``Memory.fold(runner=...)``, ``refold fold --ray``) calls with the events that have no cached
 extraction. It shards them over a Ray Data ``map_batches`` with an actor pool
 (``compute=ActorPoolStrategy(size=num_actors)``): each actor builds the extractor once (a model is
@@ -47,7 +47,7 @@ from refold.fold.extract import Extraction, Extractor
 from refold.fold.spec import FoldSpec
 
 # the run machinery shared with ray_llm (re-exported: it is part of this module's public surface)
-from .ray_stream import CacheWriter, RunStats, _import_ray, drain, ensure_ray
+from refold.jobs.ray_stream import CacheWriter, RunStats, _import_ray, drain, ensure_ray
 
 __all__ = ["CacheWriter", "RayRunner", "RunStats", "drain", "ensure_ray", "ray_runner", "spec_for"]
 
@@ -82,8 +82,8 @@ class _ExtractBatch:
         import pyarrow.compute as pc
 
         from refold.storage.layout import Layout
-        from refold.storage.log import EventLog
-        from refold.storage.schema import table_to_events
+        from refold.storage.log.eventlog import EventLog
+        from refold.storage.log.schema import table_to_events
 
         if self._log is None:  # (its table handle is the process's, brought up to date per read)
             root, storage_options = self.events_from
@@ -125,7 +125,7 @@ class _ExtractBatch:
 
 @dataclass
 class RayRunner:
-    """A ``runner`` for :func:`refold.folding.extract_missing` that extracts on Ray.
+    """A ``runner`` for :func:`refold.engine.extraction.extract_missing` that extracts on Ray.
 
     Build with :func:`ray_runner`. Calling it with events returns one extraction per event, in
     input order; with ``cache`` set, they are written to it while the run goes (see

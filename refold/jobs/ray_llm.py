@@ -35,7 +35,7 @@ from refold.fold.events import Event
 from refold.fold.extract import Extraction, ModelRequest
 from refold.fold.spec import FoldSpec
 
-from .ray_stream import CacheWriter, RunStats, drain, ensure_ray
+from refold.jobs.ray_stream import CacheWriter, RunStats, drain, ensure_ray
 
 __all__ = ["ProcessorRunner", "http_processor", "http_runner", "vllm_runner"]
 
@@ -98,7 +98,7 @@ def _parse_batch(batch, *, extractor, spec: FoldSpec, pipeline: str):
         completion = Completion(row["raw_output"], int(row["tokens_in"] or 0),
                                 int(row["tokens_out"] or 0), meta=(("pipeline", pipeline),))
         events.append(event)
-        out.append(extractor._from_completion(event, spec, request, completion, host))
+        out.append(extractor.from_completion(event, spec, request, completion, host))
     return pa.table({
         "extraction": [pickle.dumps(x) for x in out],
         "seq": [e.seq for e in events],
@@ -141,7 +141,7 @@ class ProcessorRunner:
         direct: dict[str, Extraction] = {}
         rows = []
         for event in dict((e.event_id, e) for e in events).values():
-            answer = self.extractor._without_model(event, self.spec, host)
+            answer = self.extractor.without_model(event, self.spec, host)
             if answer is not None:
                 direct[event.event_id] = answer
             else:

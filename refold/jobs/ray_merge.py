@@ -3,10 +3,10 @@
 Each task gets the store URI (and its storage options), the spec, its bucket group and the run's
 name, reads that group's items from ``state/<spec>/items`` itself (partition pruning: only those
 files), merges them and commits the group's partitions of ``state/<spec>/facts`` itself
-(:func:`refold.state_fold.merge_group`: an overwrite of those partitions through delta-rs, noting
+(:func:`refold.engine.merge.merge_group`: an overwrite of those partitions through delta-rs, noting
 the run and the group). It returns only the number of rows it wrote, so no merged row travels
 through the driver, which learns as each task finishes (``ray.wait``) which groups are done; a
-killed fold resumes from the groups already committed (see :mod:`refold.state_fold`). With the
+killed fold resumes from the groups already committed (see :mod:`refold.engine.fold`). With the
 store on object storage no task depends on one node's disk.
 
 Why a commit per task rather than one transaction of files the tasks wrote: the groups are
@@ -22,7 +22,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from refold.fold.spec import FoldSpec
-from refold.state_fold import PartitionError
+from refold.engine.merge import PartitionError
 from refold.storage.state import StateStore
 
 __all__ = ["ray_merger"]
@@ -34,7 +34,7 @@ def _merge_group(root: str, storage_options: dict[str, str] | None, spec_json: d
     written, the worker process's peak RSS in bytes so far)."""
     import resource
 
-    from refold.state_fold import merge_group
+    from refold.engine.merge import merge_group
     from refold.storage.layout import Layout  # (imported in the worker)
 
     spec = FoldSpec.from_json(spec_json)
@@ -44,7 +44,7 @@ def _merge_group(root: str, storage_options: dict[str, str] | None, spec_json: d
 
 
 def ray_merger(*, address: str | None = None, num_cpus: float = 0.5):
-    """A merger (see :func:`refold.state_fold.local_merger`) that runs each bucket group as a Ray
+    """A merger (see :func:`refold.engine.fold.local_merger`) that runs each bucket group as a Ray
     task of ``num_cpus`` writing its own partitions; Ray is started (or joined: ``address``) on
     first use. ``merger.worker_peak_rss``: the highest peak RSS (bytes) a worker process that
     ran one of its tasks had reached (a worker runs many tasks: its peak over all of them)."""

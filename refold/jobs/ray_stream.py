@@ -18,7 +18,7 @@ from typing import Any
 
 from refold.fold.errors import ExtractionError, RefoldError
 from refold.fold.extract import Extraction
-from refold.progress import FoldProgress
+from refold.engine.progress import FoldProgress
 
 __all__ = ["CacheWriter", "LOCAL_NUM_CPUS", "RunStats", "drain", "ensure_ray"]
 

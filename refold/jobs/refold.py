@@ -1,6 +1,7 @@
 """Full refold job: rewrite the state tables from the whole log.
 
-    python -m refold.jobs.refold /abs/path/store [--extractor rules] [--ray | --no-ray]
+    refold job refold /abs/path/store [--extractor rules] [--ray | --no-ray]
+    python -m refold.jobs.refold /abs/path/store ...      # the same command
 
 The extraction cache is still used (a full refold re-merges; it does not re-run the model over
 events already extracted under the spec); only missing extractions are made, sharded over Ray
@@ -9,21 +10,23 @@ when it is on. Prints one JSON summary (see :mod:`refold.jobs.config`).
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Sequence
+from typing import Any
 
-from refold.jobs.config import job_parser, run_job
-from refold.jobs.project import add_fold_flags, fold_job
+from refold.jobs.config import job_command, run_job
+from refold.jobs.project import fold_flags, fold_job
 
-__all__ = ["main"]
+__all__ = ["command"]
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = job_parser("python -m refold.jobs.refold", "Full refold: rewrite the state tables from the log.")
-    add_fold_flags(parser)
-    return run_job("refold", lambda cfg, args: fold_job(cfg, full=True, vacuum_hours=args.vacuum_hours),
-                   parser, argv)
+@job_command("refold")
+@fold_flags
+def command(vacuum_hours: int | None, **flags: Any) -> int:
+    """Rewrite the state tables from the whole log (full refold).
+
+    STORE is the store root: an absolute path or an object-store URI. Prints one JSON summary.
+    """
+    return run_job("refold", lambda cfg: fold_job(cfg, full=True, vacuum_hours=vacuum_hours), flags)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    command(prog_name="python -m refold.jobs.refold")

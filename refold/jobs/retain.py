@@ -1,11 +1,12 @@
 """Retention job: erase the events the store's retention rules expire, one receipt per run.
 
-    python -m refold.jobs.retain /abs/path/store --dry-run          # what would go, writes nothing
-    python -m refold.jobs.retain /abs/path/store [--now 2026-12-04T00:00:00+00:00]
+    refold job retain /abs/path/store --dry-run          # what would go, writes nothing
+    refold job retain /abs/path/store [--now 2026-12-04T00:00:00+00:00]
+    python -m refold.jobs.retain /abs/path/store ...     # the same command
     ray job submit --working-dir . -- python -m refold.jobs.retain /abs/path/store
 
 Meant to run on a schedule (cron, a workflow engine, a Ray job). Rules and legal holds are set
-with ``refold retention`` and ``refold hold`` (see :mod:`refold.retention`); events under a hold
+with ``refold retention`` and ``refold hold`` (see :mod:`refold.agent.retention`); events under a hold
 are skipped and listed as ``held``. The expired events go through the erasure procedure as one
 erasure (tombstones or shredding, purge of every derived store, refold, residue scan) whose
 receipt's notes say which rule expired which events. ``--now`` fixes the clock (a backfill, or a
@@ -16,24 +17,25 @@ Ray is on) and resumes, as :mod:`refold.jobs.erase` does.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Sequence
 from typing import Any
 
-from refold.fold.errors import ErasureError, ExtractionError, ValidationError
-from refold.jobs.config import JobConfig, job_parser, run_job
+import click
+
+from refold.fold.errors import ErasureError, ExtractionError
+from refold.jobs.config import JobConfig, job_command, removed_flag, run_job
 from refold.jobs.erase import DECREMENTAL_REMOVED, read_lines
 
-__all__ = ["main", "retain"]
+__all__ = ["command", "retain"]
 
 
 def retain(cfg: JobConfig, *, now: str | None = None, dry_run: bool = False,
            canaries: Sequence[str] = ()) -> dict[str, Any]:
     """Apply the store's retention policy at ``now``; the summary's part."""
-    from refold import retention
+    from refold.agent import retention
     from refold.jobs.project import fold_job
-    from refold.storage.erasure.receipts import receipt_path
+    from refold.erasure.receipts import receipt_path
 
     mem = cfg.open_store()
 
@@ -59,21 +61,21 @@ def retain(cfg: JobConfig, *, now: str | None = None, dry_run: bool = False,
     return out
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = job_parser("python -m refold.jobs.retain",
-                        "Retention: erase expired events (one receipt per run), skipping legal holds.")
-    parser.add_argument("--dry-run", action="store_true", help="list what would be erased; write nothing")
-    parser.add_argument("--now", help="the time to expire against (ISO-8601 with a timezone; default: now)")
-    parser.add_argument("--canaries-file", help="strings the residue scan must not find, one a line")
-    parser.add_argument("--no-decremental", dest="removed_decremental", action="store_true", help=argparse.SUPPRESS)
+@job_command("retain")
+@click.option("--dry-run", is_flag=True, help="List what would be erased; write nothing.")
+@click.option("--now", metavar="TIME", help="The time to expire against (ISO-8601 with a timezone; default: now).")
+@click.option("--canaries-file", metavar="FILE", help="Strings the residue scan must not find, one a line.")
+@removed_flag("--no-decremental", message=DECREMENTAL_REMOVED)
+def command(dry_run: bool, now: str | None, canaries_file: str | None, **flags: Any) -> int:
+    """Erase the events retention rules expire.
 
-    def body(cfg: JobConfig, args) -> dict[str, Any]:
-        if args.removed_decremental:
-            raise ValidationError(DECREMENTAL_REMOVED)
-        return retain(cfg, now=args.now, dry_run=args.dry_run, canaries=read_lines(args.canaries_file))
+    One receipt per run; events under a legal hold are skipped.
 
-    return run_job("retain", body, parser, argv)
+    STORE is the store root: an absolute path or an object-store URI. Prints one JSON summary.
+    """
+    return run_job("retain", lambda cfg: retain(cfg, now=now, dry_run=dry_run,
+                                                canaries=read_lines(canaries_file)), flags)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    command(prog_name="python -m refold.jobs.retain")

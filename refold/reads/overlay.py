@@ -12,7 +12,7 @@
       → every other extractable event counts as pending
 
 The overlay is a value (:class:`StateOverlay`) applied to what a query reads from the tables
-(:mod:`refold.state_queries`): it replaces rows by fact id and adds new ones. Nothing is written,
+(:mod:`refold.reads.queries`): it replaces rows by fact id and adds new ones. Nothing is written,
 so a later fold extracts (and caches) every pending event and folds the log exactly.
 
 Two more cases go through the same value, so every read has one path:
@@ -31,7 +31,7 @@ import dataclasses
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import polars as pl
 import pyarrow as pa
@@ -44,11 +44,10 @@ from refold.fold.partition import (
 )
 from refold.fold.spec import FoldSpec
 from refold.fold.stated import stated_extraction
-from refold.folding import needs_extraction
+from refold.fold.extract import needs_extraction
 from refold.storage.state import StateStore, StateTag, among
+from refold.store import Store
 
-if TYPE_CHECKING:
-    from refold.memory import Memory
 
 __all__ = ["StateOverlay", "empty_tag", "log_after", "state_overlay", "tail_after", "without_events"]
 
@@ -142,29 +141,29 @@ def empty_tag(spec: FoldSpec, *, buckets: int = DEFAULT_BUCKETS) -> StateTag:
                     rollups=tuple((r.name, r.kind, tuple(r.inputs), r.output) for r in read_time_rules(spec.rollups)))
 
 
-def _read(store: StateStore, tag: StateTag, **options: Any) -> pl.DataFrame:
-    return pl.from_arrow(store.read("facts", version=tag.facts_version, layer="merged", **options))
+def _read(state_tables: StateStore, tag: StateTag, **options: Any) -> pl.DataFrame:
+    return pl.from_arrow(state_tables.read("facts", version=tag.facts_version, layer="merged", **options))
 
 
-def tail_after(mem: "Memory", tag: StateTag, *, until: int | None = None) -> list[Event] | None:
+def tail_after(store: Store, tag: StateTag, *, until: int | None = None) -> list[Event] | None:
     """The log's events after ``tag``'s position up to seq ``until`` (None: the head), or None
     when the log no longer holds that position (rewritten, or another log: only a fold can
     answer then). A read of those seqs' files only."""
-    return log_after(mem, tag.log_seq, tag.log_link, until=until)
+    return log_after(store, tag.log_seq, tag.log_link, until=until)
 
 
-def log_after(mem: "Memory", seq: int, link: str, *, until: int | None = None) -> list[Event] | None:
+def log_after(store: Store, seq: int, link: str, *, until: int | None = None) -> list[Event] | None:
     """The log's events after position ``seq`` (whose row has ``link``; seq < 0: the start) up
     to seq ``until`` (None: the head), or None when the log no longer holds that row. A read of
     those seqs' files only."""
-    from refold.storage.log_range import events_from
-    from refold.storage.schema import table_to_events
+    from refold.storage.log.ranges import events_from
+    from refold.storage.log.schema import table_to_events
 
     start = max(seq, 0)
     if until is None:
-        events = events_from(mem.log_store, start)  # (the tail only)
+        events = events_from(store.log_store, start)  # (the tail only)
     else:
-        events = list(table_to_events(mem.log_store.arrow(prune=[{"seq": (start, until)}])))
+        events = list(table_to_events(store.log_store.arrow(prune=[{"seq": (start, until)}])))
         if len(events) != until - start + 1 or (events and events[0].seq != start):
             return None  # (the statistics the read pruned by hid rows: a fold answers, and checks)
     if seq < 0:
@@ -174,7 +173,7 @@ def log_after(mem: "Memory", seq: int, link: str, *, until: int | None = None) -
     return events[1:]
 
 
-def state_overlay(mem: "Memory", spec: FoldSpec, store: StateStore, tag: StateTag,
+def state_overlay(store: Store, spec: FoldSpec, state_tables: StateStore, tag: StateTag,
                   tail: list[Event], *, base: StateOverlay | None = None) -> StateOverlay:
     """The overlay of ``tail`` (the events after ``tag``, in log order) on ``spec``'s state
     tables at ``tag``. With ``base`` (the overlay of the events between ``tag`` and ``tail``),
@@ -187,13 +186,13 @@ def state_overlay(mem: "Memory", spec: FoldSpec, store: StateStore, tag: StateTa
     if not tail:
         return base
     tenants = base.tenants | {e.tenant for e in tail if e.tenant is not None}
-    items, pending = _tail_items(mem, spec, tail, tag.buckets)
+    items, pending = _tail_items(store, spec, tail, tag.buckets)
     pending, overlaid = base.pending + pending, base.overlaid + len(tail)
     if not items:
         return dataclasses.replace(base, pending=pending, overlaid=overlaid, tenants=tenants)
     items.sort(key=lambda r: (r["seq"], r["ordinal"]))
     subjects = {i["subject_node"] for i in items}
-    tables = _read(store, tag, buckets={bucket_of(s, tag.buckets) for s in subjects}, filter=among("subject", subjects))
+    tables = _read(state_tables, tag, buckets={bucket_of(s, tag.buckets) for s in subjects}, filter=among("subject", subjects))
     # the touched subjects' open merged rows as base leaves them (the merge never changes a
     # closed row: base's closed rows stay as they are)
     current = base.apply(tables, nodes=subjects).filter((pl.col("layer") == "merged") & pl.col("valid_to").is_null())
@@ -210,7 +209,7 @@ def state_overlay(mem: "Memory", spec: FoldSpec, store: StateStore, tag: StateTa
         # (an id gone now that only base made is simply no longer among the rows; one base
         # found gone and derived again is among them, and a row shown wins over gone)
         gone = (set(base.gone) | gone) - made
-    names = {**_new_names(spec, store, tag, items), **base.names}  # (base's names came first)
+    names = {**_new_names(spec, state_tables, tag, items), **base.names}  # (base's names came first)
     return StateOverlay(rows=rows, gone=frozenset(gone), names=names, pending=pending, overlaid=overlaid,
                         tenants=tenants, entities=base.entities, erased=base.erased)
 
@@ -220,10 +219,10 @@ _NAMING_COLUMNS = ["kind", "tenant", "event_id", "seq", "ordinal", "subject", "r
                    "object_node", "bucket", "object_bucket", "accepted"]
 
 
-def without_events(spec: FoldSpec, store: StateStore, tag: StateTag, event_ids: Iterable[str]) -> StateOverlay:
+def without_events(spec: FoldSpec, state_tables: StateStore, tag: StateTag, event_ids: Iterable[str]) -> StateOverlay:
     """The overlay that takes ``event_ids`` (events up to ``tag`` whose owners were erased since
     its fold) out of ``spec``'s state at ``tag``, written nowhere: what the purge of the next
-    fold or erasure will write (:func:`refold.state_fold.purge_state`), made in memory for the
+    fold or erasure will write (:func:`refold.engine.fold.purge_state`), made in memory for the
     subjects their items touched. The subjects' merged rows are merged again from their
     surviving items, the stored roll-ups of the changed rows derived again, and the entities
     those items named (names, summaries) made again; ``erased`` keeps every id, so a row no
@@ -232,18 +231,18 @@ def without_events(spec: FoldSpec, store: StateStore, tag: StateTag, event_ids: 
     ids = frozenset(event_ids)
     if not ids:
         return StateOverlay()
-    hit = pl.from_arrow(store.read("items", columns=["seq", "subject_node", "object_node"],
+    hit = pl.from_arrow(state_tables.read("items", columns=["seq", "subject_node", "object_node"],
                                    filter=among("event_id", ids))).filter(pl.col("seq") <= tag.log_seq)
     if hit.height == 0:
         return StateOverlay(erased=ids)
     subjects = set(hit["subject_node"].to_list())
     named = subjects | set(hit["object_node"].to_list())
     gone_ids = pl.Series(sorted(ids), dtype=pl.Utf8).implode()
-    surviving = pl.from_arrow(store.read("items", buckets={bucket_of(s, tag.buckets) for s in subjects},
+    surviving = pl.from_arrow(state_tables.read("items", buckets={bucket_of(s, tag.buckets) for s in subjects},
                                          filter=among("subject_node", subjects)))
     surviving = surviving.filter((pl.col("seq") <= tag.log_seq) & ~pl.col("event_id").is_in(gone_ids))
     after = merge_items(spec, surviving, buckets=tag.buckets).select(FACT_SCHEMA.names).cast(_empty_rows().schema)
-    before = _read(store, tag, buckets={bucket_of(s, tag.buckets) for s in subjects}, filter=among("subject", subjects))
+    before = _read(state_tables, tag, buckets={bucket_of(s, tag.buckets) for s in subjects}, filter=among("subject", subjects))
     made = set(after["fact_id"].to_list())
     gone = set(before["fact_id"].to_list()) - made
     rows = after
@@ -255,20 +254,20 @@ def without_events(spec: FoldSpec, store: StateStore, tag: StateTag, event_ids: 
     # entities: the subjects' (summaries) and those of named nodes whose first use of a name
     # was erased (names), from every surviving item naming them
     seqs = pl.Series(sorted(set(hit["seq"].to_list())), dtype=pl.Int64).implode()
-    firsts = pl.from_arrow(store.read("entities", version=tag.entities_version, columns=["node", "name_seqs"],
+    firsts = pl.from_arrow(state_tables.read("entities", version=tag.entities_version, columns=["node", "name_seqs"],
                                       buckets={bucket_of(n, tag.buckets) for n in named}, filter=among("node", named)))
     renamed = set(firsts.filter(pl.col("name_seqs").list.eval(pl.element().is_in(seqs)).list.any())["node"].to_list())
     nodes = subjects | renamed
-    naming = pl.from_arrow(store.read("items", columns=_NAMING_COLUMNS,
+    naming = pl.from_arrow(state_tables.read("items", columns=_NAMING_COLUMNS,
                                       filter=among("subject_node", nodes) | among("object_node", nodes)))
     naming = naming.filter((pl.col("seq") <= tag.log_seq) & ~pl.col("event_id").is_in(gone_ids))
     summary_rows = after
     if renamed - subjects:
-        others = _read(store, tag, buckets={bucket_of(n, tag.buckets) for n in renamed - subjects},
+        others = _read(state_tables, tag, buckets={bucket_of(n, tag.buckets) for n in renamed - subjects},
                        filter=among("subject", renamed - subjects))
         summary_rows = pl.concat([after, others.select(after.columns).cast(after.schema)])
     objects = set(summary_rows.filter(pl.col("valid_to").is_null())["object"].to_list()) - nodes
-    known = store.read("entities", version=tag.entities_version, columns=["node", "name"],
+    known = state_tables.read("entities", version=tag.entities_version, columns=["node", "name"],
                        buckets={bucket_of(n, tag.buckets) for n in objects}, filter=among("node", objects)) \
         if objects else None
     object_names = {} if known is None else dict(zip(known["node"].to_pylist(), known["name"].to_pylist()))
@@ -281,11 +280,11 @@ def without_events(spec: FoldSpec, store: StateStore, tag: StateTag, event_ids: 
     return StateOverlay(rows=rows, gone=frozenset(gone), entities=entities, erased=ids)
 
 
-def _tail_items(mem: "Memory", spec: FoldSpec, tail: list[Event], buckets: int) -> tuple[list[dict[str, Any]], int]:
+def _tail_items(store: Store, spec: FoldSpec, tail: list[Event], buckets: int) -> tuple[list[dict[str, Any]], int]:
     """(item rows, pending events) of ``tail`` with the extractions a read may make: cached,
     stated, or (rules spec) the rules extractor in memory; an event needing a model is pending."""
     wanted = [e for e in tail if needs_extraction(e)]
-    cached = mem.cache.facts(spec.hash, [e.event_id for e in wanted]) if wanted else {}
+    cached = store.cache.facts(spec.hash, [e.event_id for e in wanted]) if wanted else {}
     rules = None
     if spec.extractor == "rules":
         from refold.extractors import get_extractor
@@ -314,14 +313,14 @@ def _derived(spec: FoldSpec, current: pl.DataFrame, after: pl.DataFrame, changed
     """(derived rows with an input among ``changed``, ids of the tables' derived rows no longer
     derived): the stored roll-ups (inverse rules: one input row each, so no other subject's rows
     join in) over the touched subjects' rows after (``after``) and before (``current``) the
-    overlay. Compose roll-ups are derived by the read itself (refold.state_rollups)."""
+    overlay. Compose roll-ups are derived by the read itself (refold.reads.rollups)."""
     rules = stored_rules(spec.rollups)
     new = derive_frame(rules, after, buckets=buckets, touching=changed)
     old = derive_frame(rules, current, buckets=buckets, touching=changed)
     return new, set(old["fact_id"].to_list()) - set(new["fact_id"].to_list())
 
 
-def _new_names(spec: FoldSpec, store: StateStore, tag: StateTag, items: list[dict[str, Any]]) -> dict[str, tuple[str, str]]:
+def _new_names(spec: FoldSpec, state_tables: StateStore, tag: StateTag, items: list[dict[str, Any]]) -> dict[str, tuple[str, str]]:
     """node → (tenant, display name) of the nodes ``items`` name that the tables' entities lack
     (an append never renames a known node: its first surface name stays its name)."""
     from refold.fold.partition import items_frame
@@ -330,7 +329,7 @@ def _new_names(spec: FoldSpec, store: StateStore, tag: StateTag, items: list[dic
     if found.height == 0:
         return {}
     nodes = set(found["node"].to_list())
-    known = store.read("entities", version=tag.entities_version, columns=["node"],
+    known = state_tables.read("entities", version=tag.entities_version, columns=["node"],
                        buckets={bucket_of(n, tag.buckets) for n in nodes}, filter=among("node", nodes))
     have = set(known["node"].to_pylist())
     return {n: (t, s[0]) for n, t, s in zip(found["node"].to_list(), found["tenant"].to_list(),

@@ -3,9 +3,9 @@
 A read of one subject opens only the buckets that can hold it (one per tenant); a graph is a
 *view* built for what the caller asks (a subject's neighbourhood to a depth, a tenant, a time),
 never the whole state unless asked for. Every query reads the tables at a tag and applies the
-read overlay of the events after it (:class:`~refold.state_overlay.StateOverlay`; None: none);
+read overlay of the events after it (:class:`~refold.reads.overlay.StateOverlay`; None: none);
 compose roll-ups are not stored: each read derives those of what it reads, from the overlaid
-rows (:mod:`refold.state_rollups`).
+rows (:mod:`refold.reads.rollups`).
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ from refold.fold.entities import entity_key
 from refold.fold.merge import node_id
 from refold.fold.partition import FACT_SCHEMA, bucket_of, derive_for_subjects
 from refold.fold.queries import FACT_COLUMNS
-from refold.state_rollups import derived_here as find_derived_here
-from refold.state_rollups import find_derived, input_relations, rollups_of, rules_of, with_rollups
+from refold.reads.rollups import derived_here as find_derived_here
+from refold.reads.rollups import find_derived, input_relations, rollups_of, rules_of, with_rollups
 from refold.storage.state import StateStore, StateTag, among
 
 if TYPE_CHECKING:
-    from refold.state_overlay import StateOverlay
+    from refold.reads.overlay import StateOverlay
 
 __all__ = ["facts_from_state", "facts_sourced_from", "graph_view", "lineage_view", "neighbourhood"]
 

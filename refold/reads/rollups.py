@@ -31,9 +31,10 @@ from refold.fold.merge import fact_id_of
 from refold.fold.partition import bucket_of, derive_for_subjects, derive_frame
 from refold.fold.spec import RollupRule
 from refold.storage.state import StateStore, StateTag, among
+from refold.store import on_erasure
 
 if TYPE_CHECKING:
-    from refold.state_overlay import StateOverlay
+    from refold.reads.overlay import StateOverlay
 
 __all__ = ["find_derived", "input_relations", "pairs_deriving", "rollups_of", "rules_of", "with_rollups"]
 
@@ -66,7 +67,7 @@ def rollups_of(store: StateStore, tag: StateTag, rows: pl.DataFrame, *, subjects
     """The compose-derived rows (``rows``' columns) of ``subjects`` (None: of every subject;
     ``rows`` then holds the whole merged layer, or a tenant's). ``rows`` must hold every
     first-input row of ``subjects``; their partners are read from their own buckets (one pruned
-    read), as ``overlay`` (the read's overlay of newer events, :mod:`refold.state_overlay`) has
+    read), as ``overlay`` (the read's overlay of newer events, :mod:`refold.reads.overlay`) has
     them. ``remember``: keep the derived ids' inputs for a ``why`` of one of them
     (:data:`_HINTS`; not for a whole-state scan that answers no fact-by-fact read)."""
     rules = rules_of(tag)
@@ -135,7 +136,8 @@ def note_subjects(subjects: dict[str, str]) -> None:
         del _SUBJECTS[next(iter(_SUBJECTS))]
 
 
-def forget_hints() -> None:
+@on_erasure
+def forget_hints(_: object = None) -> None:
     """Drop every hint (an erasure happened: they may name an erased subject's node)."""
     _HINTS.clear()
     _SUBJECTS.clear()

@@ -27,23 +27,22 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import polars as pl
 import pyarrow.compute as pc
 
 from refold.fold.errors import NotFoundError, ValidationError
 from refold.fold.events import KINDS, Event, validate_event
+from refold.store import Store
 
-if TYPE_CHECKING:
-    from refold.memory import Memory
 
 __all__ = ["READ_KIND", "ReadRecord", "Replay", "TraceEntry", "TraceReport", "trace", "traced_search"]
 
 READ_KIND = "memory_read"
 READ_SOURCE = "refold:read"
 RECORD_FORMAT = "refold-read/v1"
-#: the embedder name the search uses when none is given (refold.embedders.get_embedder)
+#: the embedder name the search uses when none is given (refold.search.embedders.get_embedder)
 DEFAULT_EMBEDDER = "minilm"
 
 
@@ -161,21 +160,21 @@ class TraceReport:
 # -- recording -------------------------------------------------------------------------------------
 
 
-def traced_search(mem: "Memory", text: str, *, trace_id: str, k: int = 5, tenant: str | None = None,
+def traced_search(store: Store, text: str, *, trace_id: str, k: int = 5, tenant: str | None = None,
                   principal: str | None = None, as_of: int | str | datetime | None = None,
                   valid_at: str | datetime | None = None, kind: Literal["facts", "events"] = "facts",
                   history: bool = False, embedder: Any = None) -> pl.DataFrame:
-    """:func:`refold.search.search`, then append the ``memory_read`` event that records it.
+    """:func:`refold.search.retriever.search`, then append the ``memory_read`` event that records it.
 
     The answer is computed first, against one retriever (one log position), and the record
     names that position; the event is appended after, so it is never part of the state it
     describes. Returns the same frame the untraced search would.
     """
-    from refold.search import open_index
+    from refold.search.retriever import open_index
 
     if not isinstance(trace_id, str) or not trace_id.strip():
         raise ValidationError(f"trace_id must be a non-empty string, got {trace_id!r}")
-    retriever = open_index(mem, embedder=embedder, as_of=as_of, save=False)  # a read stores no index
+    retriever = open_index(store, embedder=embedder, as_of=as_of, save=False)  # a read stores no index
     frame = retriever.search(text, k=k, kind=kind, tenant=tenant, principal=principal,
                              valid_at=valid_at, history=history)
     id_column = "fact_id" if kind == "facts" else "event_id"
@@ -183,7 +182,7 @@ def traced_search(mem: "Memory", text: str, *, trace_id: str, k: int = 5, tenant
     when = valid_at.isoformat() if isinstance(valid_at, datetime) else valid_at
     record = ReadRecord(
         query=text, kind=kind, k=k, ids=ids, last_seq=retriever.last_seq,
-        log_version=_version_of(mem, retriever.last_seq), spec_hash=retriever.report.spec_hash,
+        log_version=_version_of(store, retriever.last_seq), spec_hash=retriever.report.spec_hash,
         model_id=retriever.report.model_id,
         embedder=embedder if isinstance(embedder, str) else (DEFAULT_EMBEDDER if embedder is None else None),
         tenant=tenant, principal=principal, valid_at=when, history=history,
@@ -193,31 +192,31 @@ def traced_search(mem: "Memory", text: str, *, trace_id: str, k: int = 5, tenant
     event = validate_event({
         "kind": READ_KIND, "content": json.dumps(record.as_json(), sort_keys=True, ensure_ascii=False),
         "source": READ_SOURCE, "tenant": tenant or "default", "trace_id": trace_id,
-        **({"subjects": subjects} if (subjects := _subjects_of(mem, sources)) else {}),
+        **({"subjects": subjects} if (subjects := _subjects_of(store, sources)) else {}),
         **({"principals": [principal]} if principal else {}),
-    }, allowed_kinds=KINDS, max_content_bytes=mem.max_content_bytes)
-    mem.log_store.append([event])
+    }, allowed_kinds=KINDS, max_content_bytes=store.max_content_bytes)
+    store.log_store.append([event])
     return frame
 
 
-def _version_of(mem: "Memory", seq: int) -> int | None:
+def _version_of(store: Store, seq: int) -> int | None:
     """The table version of the event at ``seq``: the log as of that version is the prefix up to it."""
     if seq < 0:
         return None
-    head = mem.head()
+    head = store.head()
     if head.seq == seq:
         return head.table_version
-    rows = mem.log_store.arrow(columns=["table_version"], prune=[{"seq": (seq, seq)}])
+    rows = store.log_store.arrow(columns=["table_version"], prune=[{"seq": (seq, seq)}])
     return int(rows["table_version"][0].as_py()) if rows.num_rows else None
 
 
-def _subjects_of(mem: "Memory", event_ids: Sequence[str]) -> list[str]:
+def _subjects_of(store: Store, event_ids: Sequence[str]) -> list[str]:
     """Data-subject ids tagged on ``event_ids`` (sorted): what erasure looks for in a read."""
     if not event_ids:
         return []
     ids = sorted(set(event_ids))
     # event ids are time-ordered, so per-id bounds skip most data files unread
-    rows = mem.log_store.arrow(columns=["subjects"], filter=pc.field("event_id").isin(ids),
+    rows = store.log_store.arrow(columns=["subjects"], filter=pc.field("event_id").isin(ids),
                                prune=[{"event_id": (i, i)} for i in ids])
     return sorted({s for tags in rows["subjects"].to_pylist() for s in (tags or ())})
 
@@ -225,7 +224,7 @@ def _subjects_of(mem: "Memory", event_ids: Sequence[str]) -> list[str]:
 # -- the trace -------------------------------------------------------------------------------------
 
 
-def trace(mem: "Memory", trace_id: str, *, replay: bool = False, embedder: Any = None) -> TraceReport:
+def trace(store: Store, trace_id: str, *, replay: bool = False, embedder: Any = None) -> TraceReport:
     """Every event carrying ``trace_id``, in log order; with ``replay``, each read asked again.
 
     ``embedder``: the embedder to replay with when the read recorded none by name (an embedder
@@ -235,7 +234,7 @@ def trace(mem: "Memory", trace_id: str, *, replay: bool = False, embedder: Any =
     """
     if not isinstance(trace_id, str) or not trace_id.strip():
         raise ValidationError(f"trace_id must be a non-empty string, got {trace_id!r}")
-    every = mem.events()
+    every = store.events()
     events = [e for e in every if e.trace_id == trace_id]
     if not events:
         raise NotFoundError(f"no event carries trace id {trace_id!r} (tombstones carry none); "
@@ -243,7 +242,7 @@ def trace(mem: "Memory", trace_id: str, *, replay: bool = False, embedder: Any =
     entries = [_entry(e) for e in events]
     if replay:
         versions = _state_versions(every)
-        entries = [replace(e, replay=_replay(mem, e.read, embedder, versions)) if e.read is not None else e
+        entries = [replace(e, replay=_replay(store, e.read, embedder, versions)) if e.read is not None else e
                    for e in entries]
     return TraceReport(trace_id=trace_id, entries=tuple(entries), replayed=replay)
 
@@ -273,17 +272,16 @@ def _state_versions(events: Sequence[Event]) -> list[tuple[int, int]]:
     return out
 
 
-def _replay(mem: "Memory", read: ReadRecord, embedder: Any, versions: list[tuple[int, int]]) -> Replay:
+def _replay(store: Store, read: ReadRecord, embedder: Any, versions: list[tuple[int, int]]) -> Replay:
     """Ask ``read`` again of the log prefix it was answered at, under its spec and model."""
-    from refold.embedders import get_embedder
+    from refold.search.embedders import get_embedder
     from refold.fold.spec import FoldSpec
-    from refold.folding import recorded_specs
-    from refold.search import open_index
+    from refold.search.retriever import open_index
 
     if read.last_seq < 0:
         return Replay(same=not read.ids, error=None if not read.ids else "the log was empty")
     # a store never folded explicitly searches under the default spec, which is not in the log
-    spec = recorded_specs(mem).get(read.spec_hash) or next(
+    spec = store.recorded_specs().get(read.spec_hash) or next(
         (s for s in (FoldSpec(),) if s.hash == read.spec_hash), None)
     if spec is None:
         return Replay(same=False, error=f"spec {read.spec_hash} is no longer recorded in the log")
@@ -297,7 +295,7 @@ def _replay(mem: "Memory", read: ReadRecord, embedder: Any, versions: list[tuple
     if as_of is None:
         at = bisect.bisect_right(versions, (read.last_seq, float("inf"))) - 1
         as_of = versions[at][1] if at >= 0 and versions[at][0] == read.last_seq else read.log_version
-    retriever = open_index(mem, embedder=emb, as_of=as_of, spec=spec)
+    retriever = open_index(store, embedder=emb, as_of=as_of, spec=spec)
     frame = retriever.search(read.query, k=read.k, kind=read.kind, tenant=read.tenant,  # type: ignore[arg-type]
                              principal=read.principal, valid_at=read.valid_at, history=read.history)
     ids = tuple(frame["fact_id" if read.kind == "facts" else "event_id"].to_list())

@@ -28,27 +28,29 @@ agent tools always pass their context's tenant (a tool context without one is re
 from __future__ import annotations
 
 import dataclasses
+import logging
 import threading
+import time
 import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import numpy as np
 import polars as pl
 
-from refold.embedders import get_embedder
+from refold.search.embedders import get_embedder
 from refold.fold.embed import EVENT_SCHEMA, FACT_SCHEMA, Embedder, check_vectors, event_items
 from refold.fold.errors import ValidationError
 from refold.fold.spec import FoldSpec
-from refold.storage.cache import PurgeResult
+from refold.storage.derived import PurgeResult
 from refold.storage.index import KINDS, Candidates, Tuning, VectorIndex, events_through, generation, index_store
 from refold.storage.layout import Layout
+from refold.reads.tables import read_tables
+from refold.store import Store, on_erasure
 
-if TYPE_CHECKING:
-    from refold.memory import Memory
 
 __all__ = ["IndexReport", "Retriever", "forget_views", "open_index", "purge_index", "search"]
 
@@ -60,6 +62,7 @@ EVENT_RESULT = ["event_id", "kind", "source", "tenant", "seq", "recorded_at", "s
                 "valid_from", "valid_to"]
 _PAST_CACHE = 4
 _CANDIDATE_CACHE = 64
+_log = logging.getLogger(__name__)  # counts and seconds only: never a query or an indexed text
 
 
 @dataclass(frozen=True)
@@ -90,7 +93,7 @@ def _embed_batched(embedder: Embedder, texts: list[str]) -> np.ndarray:
 
 
 def _when(value: str | datetime | None) -> datetime | None:
-    from refold.folding import parse_time_or_none
+    from refold.fold.timeutil import parse_time_or_none
 
     return parse_time_or_none(value)
 
@@ -139,6 +142,14 @@ class Retriever:
         self.stored = False  # the index on disk is this one
         self.owned = False  # no caller holds it (see open_index)
         self._candidates: OrderedDict[tuple, Candidates | None] = OrderedDict()
+
+    def moved_to(self, *, link: str, report: IndexReport) -> Retriever:
+        """This view at a later log position whose events changed no indexed item (recorded reads):
+        a new view over the same indexes, sharing the candidate sets the filters found."""
+        moved = Retriever(embedder=self.embedder, indexes=self.indexes, link=link, report=report)
+        moved._candidates = self._candidates
+        moved.stored = self.stored  # same items as the one stored (if it was)
+        return moved
 
     @property
     def last_seq(self) -> int:
@@ -215,10 +226,10 @@ class Retriever:
 
 def _note_derived(frames: Sequence[pl.DataFrame]) -> None:
     """Tell a later ``why`` of a returned roll-up which subject's rows derive it
-    (:func:`refold.state_rollups.note_subjects`): the index holds no roll-up's inputs, and
+    (:func:`refold.reads.rollups.note_subjects`): the index holds no roll-up's inputs, and
     without the note ``why`` searches the inputs' join of the whole state (~5 s at 1M events)."""
     from refold.fold.entities import node_id
-    from refold.state_rollups import note_subjects
+    from refold.reads.rollups import note_subjects
 
     found = {}
     for frame in frames:
@@ -238,20 +249,20 @@ class _Service:
         self.past: OrderedDict[tuple, Retriever] = OrderedDict()
         #: held by :func:`search` while it opens and searches a view it may bring up to date in place
         self.lock = threading.RLock()
-        #: (key, :class:`~refold.state_index.IndexBasis`, its fact items) of the head's state tag
+        #: (key, :class:`~refold.search.rows.IndexBasis`, its fact items) of the head's state tag
         self.basis: tuple[tuple, Any, pl.DataFrame] | None = None
         #: shred mode: (markers' fingerprint, last seq read, ids of the events up to it those
         #: erased markers make unreadable), see :func:`_marked`
         self.marked: tuple[str, int, frozenset[str]] | None = None
 
 
-_services: "weakref.WeakKeyDictionary[Memory, _Service]" = weakref.WeakKeyDictionary()
+_services: "weakref.WeakKeyDictionary[Store, _Service]" = weakref.WeakKeyDictionary()
 
 
-def _service(mem: "Memory") -> _Service:
-    svc = _services.get(mem)
+def _service(store: Store) -> _Service:
+    svc = _services.get(store)
     if svc is None:
-        svc = _services[mem] = _Service()
+        svc = _services[store] = _Service()
     return svc
 
 
@@ -262,35 +273,40 @@ def _empty(embedder: Embedder, backend: str, tuning: Tuning) -> dict[str, Vector
 
 def _sync(indexes: dict[str, VectorIndex], items: dict[str, pl.DataFrame], embedder: Embedder,
           donors: dict[str, VectorIndex] | None = None) -> dict[str, int]:
+    started = time.perf_counter()
     totals = {"added": 0, "embedded": 0, "removed": 0}
     for kind in KINDS:
         stats = indexes[kind].sync(items[kind], lambda texts: _embed_batched(embedder, texts),
                                    donor=(donors or {}).get(kind))
         for name in totals:
             totals[name] += getattr(stats, name)
+    # INFO when the index changed; an up-to-date check (every search after an append) is DEBUG
+    _log.log(logging.INFO if totals["added"] or totals["removed"] else logging.DEBUG,
+             "index sync: %d vectors added (%d embedded), %d removed, %.3fs", totals["added"],
+             totals["embedded"], totals["removed"], time.perf_counter() - started)
     return totals
 
 
-def _table_fact_items(mem: "Memory", tables, known: VectorIndex | None = None, svc: "_Service | None" = None
+def _table_fact_items(store: Store, tables, known: VectorIndex | None = None, svc: "_Service | None" = None
                       ) -> pl.DataFrame:
     """The fact items of the state tables' read ``tables`` ((store, tag, overlay), as
     :meth:`Memory._readable_tables` gives them): every fact row, compose roll-ups derived, in
     polars: no graph of the whole state is folded. ``known``: a facts index whose ids and text
     hashes serve for the same keys and texts. ``svc`` (the head's search): the tag's basis and
     its items are kept there, so while the tag stays (appends, no fold) only the rows of the
-    subjects the read overlay touches are derived again (:mod:`refold.state_index`)."""
+    subjects the read overlay touches are derived again (:mod:`refold.search.rows`)."""
     from refold.fold.partition import one_of
-    from refold.state_index import index_basis, index_delta, index_facts
+    from refold.search.rows import index_basis, index_delta, index_facts
 
-    store, tag, overlay = tables
-    principals = mem._retraction_principals()
+    state_tables, tag, overlay = tables
+    principals = store.retraction_principals()
     meta = known.meta if known is not None else None
     if svc is None:
         return _fact_items(*index_facts(*tables), principals, meta)
-    key = (store.root, tag.facts_version, tag.entities_version, tag.log_seq, tag.log_link)
+    key = (state_tables.root, tag.facts_version, tag.entities_version, tag.log_seq, tag.log_link)
     if svc.basis is None or svc.basis[0] != key:
         svc.basis = None  # (the old one goes before the new one is read)
-        basis = index_basis(store, tag)
+        basis = index_basis(state_tables, tag)
         svc.basis = (key, basis, _fact_items(basis.frame(), basis.names, principals, meta))
     _, basis, items = svc.basis
     if overlay is None:
@@ -313,7 +329,7 @@ def _fact_items(rows: pl.DataFrame, names: dict[str, str], principals, known: pl
     return fact_items_of_rows(rows, names, principals, known=known)
 
 
-def _head_items(mem: "Memory", pinned: int | None, base: tuple[dict[str, VectorIndex], int, str] | None
+def _head_items(store: Store, pinned: int | None, base: tuple[dict[str, VectorIndex], int, str] | None
                 ) -> tuple[dict[str, pl.DataFrame], int]:
     """(the items the head index must hold, how many events await extraction).
 
@@ -323,58 +339,59 @@ def _head_items(mem: "Memory", pinned: int | None, base: tuple[dict[str, VectorI
     from ``base``); and ``base``'s events index plus the events after its position, read from
     their files only: an event's text and principals never change, and an erasure purges the
     index of the events it erases."""
-    from refold.state_overlay import log_after
+    from refold.reads.overlay import log_after
 
-    marks = mem.erased_marks()  # (shred mode) before the tables, as a read does
-    tables = mem._readable_tables(None)
-    svc = _service(mem)
-    facts = _table_fact_items(mem, tables, base[0]["facts"] if base is not None else None, svc)
-    head = mem.head()
+    marks = store.erased_marks()  # (shred mode) before the tables, as a read does
+    tables = read_tables(store, None)
+    svc = _service(store)
+    facts = _table_fact_items(store, tables, base[0]["facts"] if base is not None else None, svc)
+    head = store.head()
     tail = None
     if base is not None and base[1] >= 0 and set(EVENT_SCHEMA) <= set(base[0]["events"].meta.columns):
-        tail = log_after(mem, base[1], base[2], until=head.seq) if head.seq >= base[1] else None
+        tail = log_after(store, base[1], base[2], until=head.seq) if head.seq >= base[1] else None
     if tail is None:
-        events = event_items(mem.events(as_of=pinned))
+        events = event_items(store.events(as_of=pinned))
     else:
         known = base[0]["events"].meta.select(list(EVENT_SCHEMA)).cast(EVENT_SCHEMA)
         if marks:  # keys destroyed since the base was built: their events leave it
-            known = known.filter(~pl.col("key").is_in(sorted(_marked(mem, svc, marks, base[1]))))
-        events = pl.concat([known, event_items(mem._readable(tail, marks))])
+            known = known.filter(~pl.col("key").is_in(sorted(_marked(store, svc, marks, base[1]))))
+        events = pl.concat([known, event_items(store.readable(tail, marks))])
     return {"facts": facts, "events": events}, tables[2].pending
 
 
-def _marked(mem: "Memory", svc: _Service, marks: frozenset[str], until: int) -> frozenset[str]:
+def _marked(store: Store, svc: _Service, marks: frozenset[str], until: int) -> frozenset[str]:
     """Ids of the events up to seq ``until`` that the erased markers ``marks`` make unreadable
     (shred mode), kept per marker set and extended as the log grows (an event of a marked owner
     stays unreadable: the set only grows)."""
-    from refold.storage.crypto import marked_in_log
-    from refold.storage.keys import marks_fingerprint
+    from refold.storage.keys.crypto import marked_in_log
+    from refold.storage.keys.port import marks_fingerprint
 
     name = marks_fingerprint(marks)
     kept = svc.marked
     if kept is None or kept[0] != name or kept[1] > until:
         kept = (name, -1, frozenset())
     if kept[1] < until:
-        kept = (name, until, kept[2] | marked_in_log(mem.log_store, marks, since=kept[1] + 1, until=until))
+        kept = (name, until, kept[2] | marked_in_log(store.log_store, marks, since=kept[1] + 1, until=until))
     svc.marked = kept
     return kept[2]
 
 
-def _epoch(mem: "Memory", spec_hash: str, model_id: str, persist: bool, erasure: str) -> Any:
+def _epoch(store: Store, spec_hash: str, model_id: str, persist: bool, erasure: str) -> Any:
     """What a cached view must have been built under: the index's purge epoch and the store's
     erasure epoch (``erasure``, read before the view's data; see refold.storage.epoch; in shred
     mode it names the erased markers too, :meth:`Memory.erasure_epoch`)."""
     if persist:
-        return index_store(mem.layout).epoch(spec_hash, model_id), erasure
-    return ((generation(mem.layout.index), None) if mem.layout.is_local else None), erasure
+        return index_store(store.layout).epoch(spec_hash, model_id), erasure
+    return ((generation(store.layout.index), None) if store.layout.is_local else None), erasure
 
 
-def forget_views(mem: "Memory") -> None:
+@on_erasure
+def forget_views(store: Store) -> None:
     """Drop every search view ``mem`` holds in memory (its erasure epoch changed)."""
-    _services.pop(mem, None)
+    _services.pop(store, None)
 
 
-def open_index(mem: "Memory", *, embedder: str | Embedder | None = None, as_of: int | str | datetime | None = None,
+def open_index(store: Store, *, embedder: str | Embedder | None = None, as_of: int | str | datetime | None = None,
                backend: str | None = None, persist: bool = True, tuning: Tuning | None = None,
                spec: FoldSpec | None = None, save: bool = True, _owned: bool = False) -> Retriever:
     """A :class:`Retriever` over the log's head (brought up to date) or as it stood at ``as_of``.
@@ -396,22 +413,22 @@ def open_index(mem: "Memory", *, embedder: str | Embedder | None = None, as_of: 
     """
     emb = get_embedder(embedder)
     tuning = tuning or Tuning()
-    erasure = mem.erasure_epoch()  # before any read of the log (refold.storage.epoch)
+    erasure = store.erasure_epoch()  # before any read of the log (refold.storage.epoch)
     if as_of is not None:
-        return _open_past(mem, emb, as_of, backend=backend, persist=persist, tuning=tuning, erasure=erasure,
+        return _open_past(store, emb, as_of, backend=backend, persist=persist, tuning=tuning, erasure=erasure,
                           spec=spec)
-    svc = _service(mem)
+    svc = _service(store)
     with svc.lock:  # (a view a search brings up to date in place is never handed out meanwhile)
-        return _open_head(mem, svc, emb, erasure=erasure, backend=backend, persist=persist, tuning=tuning,
+        return _open_head(store, svc, emb, erasure=erasure, backend=backend, persist=persist, tuning=tuning,
                           save=save, owned=_owned)
 
 
-def _open_head(mem: "Memory", svc: _Service, emb: Embedder, *, erasure: str, backend: str | None, persist: bool,
+def _open_head(store: Store, svc: _Service, emb: Embedder, *, erasure: str, backend: str | None, persist: bool,
                tuning: Tuning, save: bool, owned: bool) -> Retriever:
     """:func:`open_index` of the log's head, under the service's lock (``owned``: ``_owned`` there)."""
-    spec = mem.current_spec()
-    head = mem.head()
-    epoch = _epoch(mem, spec.hash, emb.model_id, persist, erasure)
+    spec = store.current_spec()
+    head = store.head()
+    epoch = _epoch(store, spec.hash, emb.model_id, persist, erasure)
     cached_epoch, cached = svc.head.get((spec.hash, emb.model_id), (None, None))
     if cached is not None and save and persist and not cached.stored:
         cached = None  # a read's view, never stored: this call stores it
@@ -420,20 +437,20 @@ def _open_head(mem: "Memory", svc: _Service, emb: Embedder, *, erasure: str, bac
         cached.owned = cached.owned and owned  # (handed to a caller: never changed in place again)
         return cached
     if cached is not None and cached_epoch == epoch and backend in (None, cached.backend):
-        moved = _moved_by_reads_only(mem, cached, head)
+        moved = _moved_by_reads_only(store, cached, head)
         if moved is not None:
             moved.owned = cached.owned = cached.owned and owned  # (they share the indexes)
             svc.head[(spec.hash, emb.model_id)] = (epoch, moved)
             return moved
-    store = index_store(mem.layout) if persist else None
+    state_tables = index_store(store.layout) if persist else None
     # a search's base: a view kept here that is as new as the stored index (no reload of its files)
     usable = cached if (cached is not None and cached_epoch == epoch and backend in (None, cached.backend)
-                        and (owned or store is None)) else None
-    if usable is not None and store is not None:
-        manifest = store.manifest(spec.hash, emb.model_id)
+                        and (owned or state_tables is None)) else None
+    if usable is not None and state_tables is not None:
+        manifest = state_tables.manifest(spec.hash, emb.model_id)
         if manifest is not None and manifest.get("last_seq", -1) > usable.last_seq:
             usable = None
-    loaded = store.load(spec.hash, emb.model_id, tuning=tuning) if store and usable is None else None
+    loaded = state_tables.load(spec.hash, emb.model_id, tuning=tuning) if state_tables and usable is None else None
     if loaded is not None and loaded[0]["dim"] != emb.dim:
         loaded = None
     want = backend or (loaded[0]["backend"] if loaded else usable.backend if usable is not None else "flat")
@@ -457,19 +474,19 @@ def _open_head(mem: "Memory", svc: _Service, emb: Embedder, *, erasure: str, bac
                 donors = usable.indexes  # (a caller may hold it: its vectors are copied)
         else:
             base = None
-        items, pending = _head_items(mem, pinned, base)
+        items, pending = _head_items(store, pinned, base)
         indexes = indexes if indexes is not None else _empty(emb, want, tuning)
         if any(ix.backend != want for ix in indexes.values()):
             indexes = {k: ix.rebuilt(want) for k, ix in indexes.items()}
         totals = _sync(indexes, items, emb, donors=donors)
         stored = False
-        if store is not None and save and not pending:
-            store.save(spec.hash, emb.model_id, indexes, last_seq=head.seq, link=head.link, erasure=erasure)
+        if state_tables is not None and save and not pending:
+            state_tables.save(spec.hash, emb.model_id, indexes, last_seq=head.seq, link=head.link, erasure=erasure)
             stored = True
-            epoch = _epoch(mem, spec.hash, emb.model_id, persist, erasure)  # a first save writes the manifest
+            epoch = _epoch(store, spec.hash, emb.model_id, persist, erasure)  # a first save writes the manifest
     report = IndexReport(spec_hash=spec.hash, model_id=emb.model_id, backend=want, last_seq=head.seq,
                          facts=len(indexes["facts"]), events=len(indexes["events"]), **totals,
-                         path=store.location(spec.hash, emb.model_id) if store else None)
+                         path=state_tables.location(spec.hash, emb.model_id) if state_tables else None)
     retriever = Retriever(embedder=emb, indexes=indexes, link=head.link, report=report)
     retriever.stored = stored
     retriever.owned = owned
@@ -478,11 +495,11 @@ def _open_head(mem: "Memory", svc: _Service, emb: Embedder, *, erasure: str, bac
     return retriever
 
 
-#: kinds that change neither the folded state nor the index: recorded reads (refold.replay)
+#: kinds that change neither the folded state nor the index: recorded reads (refold.search.replay)
 _INDEX_NEUTRAL = frozenset({"memory_read"})
 
 
-def _moved_by_reads_only(mem: "Memory", cached: Retriever, head) -> Retriever | None:
+def _moved_by_reads_only(store: Store, cached: Retriever, head) -> Retriever | None:
     """``cached`` moved to ``head`` when every event after it is a recorded read (else None).
 
     A traced search appends a ``memory_read`` event, so without this every traced search would
@@ -490,33 +507,29 @@ def _moved_by_reads_only(mem: "Memory", cached: Retriever, head) -> Retriever | 
     """
     if head.seq <= cached.last_seq:
         return None
-    rows = mem.log_store.arrow(columns=["kind", "prev_link", "link"], prune=[{"seq": (cached.last_seq + 1, None)}])
+    rows = store.log_store.arrow(columns=["kind", "prev_link", "link"], prune=[{"seq": (cached.last_seq + 1, None)}])
     if rows.num_rows == 0 or rows["prev_link"][0].as_py() != cached.link \
             or not set(rows["kind"].to_pylist()) <= _INDEX_NEUTRAL:
         return None
     report = dataclasses.replace(cached.report, last_seq=rows["seq"][-1].as_py(), added=0, embedded=0, removed=0)
-    moved = Retriever(embedder=cached.embedder, indexes=cached.indexes, link=rows["link"][-1].as_py(),
-                      report=report)
-    moved._candidates = cached._candidates  # same items: the filters' candidate sets still hold
-    moved.stored = cached.stored  # same items as the one stored (if it was)
-    return moved
+    return cached.moved_to(link=rows["link"][-1].as_py(), report=report)
 
 
-def _open_past(mem: "Memory", emb: Embedder, as_of, *, backend, persist: bool, tuning: Tuning,
+def _open_past(store: Store, emb: Embedder, as_of, *, backend, persist: bool, tuning: Tuning,
                erasure: str, spec: FoldSpec | None = None) -> Retriever:
-    svc = _service(mem)
-    spec = spec or mem.current_spec()
-    events = mem.events(as_of=as_of)
+    svc = _service(store)
+    spec = spec or store.current_spec()
+    events = store.events(as_of=as_of)
     seq, link = (events[-1].seq, events[-1].link) if events else (-1, "")
-    head = open_index(mem, embedder=emb, backend=backend, persist=persist, tuning=tuning)
+    head = open_index(store, embedder=emb, backend=backend, persist=persist, tuning=tuning)
     if (head.last_seq, head.link) == (seq, link) and head.report.spec_hash == spec.hash:
         return head
-    key = (spec.hash, emb.model_id, seq, link, head.backend, _epoch(mem, spec.hash, emb.model_id, persist, erasure))
+    key = (spec.hash, emb.model_id, seq, link, head.backend, _epoch(store, spec.hash, emb.model_id, persist, erasure))
     if key in svc.past:
         svc.past.move_to_end(key)
         return svc.past[key]
-    tables = mem._tables_for(spec, as_of)  # time travel on the state tables (docs/state.md)
-    items = {"facts": _table_fact_items(mem, tables), "events": event_items(events)}
+    tables = read_tables(store, as_of, spec)  # time travel on the state tables (docs/state.md)
+    items = {"facts": _table_fact_items(store, tables), "events": event_items(events)}
     indexes = _empty(emb, head.backend, tuning)
     totals = _sync(indexes, items, emb, donors=head.indexes)  # today's vectors, then's metadata
     report = IndexReport(spec_hash=spec.hash, model_id=emb.model_id, backend=head.backend, last_seq=seq,
@@ -528,25 +541,25 @@ def _open_past(mem: "Memory", emb: Embedder, as_of, *, backend, persist: bool, t
     return retriever
 
 
-def search(mem: "Memory", text: str, *, k: int = 5, tenant: str | None = None, principal: str | None = None,
+def search(store: Store, text: str, *, k: int = 5, tenant: str | None = None, principal: str | None = None,
            as_of: int | str | datetime | None = None, valid_at: str | datetime | None = None,
            kind: Kind = "facts", history: bool = False, embedder: str | Embedder | None = None) -> pl.DataFrame:
     """Search memory; see the module docstring for the filters. Returns a polars DataFrame."""
     if as_of is not None:
-        retriever = open_index(mem, embedder=embedder, as_of=as_of, save=False)  # a read writes nothing
+        retriever = open_index(store, embedder=embedder, as_of=as_of, save=False)  # a read writes nothing
         return retriever.search(text, k=k, kind=kind, tenant=tenant, principal=principal,
                                 valid_at=valid_at, history=history)
-    with _service(mem).lock:  # (the view is this call's alone until it returns: see open_index)
-        retriever = open_index(mem, embedder=embedder, save=False, _owned=True)
+    with _service(store).lock:  # (the view is this call's alone until it returns: see open_index)
+        retriever = open_index(store, embedder=embedder, save=False, _owned=True)
         return retriever.search(text, k=k, kind=kind, tenant=tenant, principal=principal,
                                 valid_at=valid_at, history=history)
 
 
-def purge_index(target: "Memory | Layout", event_ids: Sequence[str]) -> PurgeResult:
+def purge_index(target: "Store | Layout", event_ids: Sequence[str]) -> PurgeResult:
     """Remove every vector derived from ``event_ids`` from the stored index and from the in-memory
     caches of every open Memory on the same store. Erasure calls this; the next search re-syncs."""
     layout = target if isinstance(target, Layout) else target.layout
-    for mem in list(_services.keys()):
-        if mem.layout.root == layout.root:
-            _services.pop(mem, None)
+    for store in list(_services.keys()):
+        if store.layout.root == layout.root:
+            _services.pop(store, None)
     return index_store(layout).purge(event_ids)

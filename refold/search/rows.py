@@ -25,11 +25,11 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from refold.fold.partition import derive_frame, one_of
-from refold.state_rollups import rollups_of, rules_of
+from refold.reads.rollups import rollups_of, rules_of
 from refold.storage.state import StateStore, StateTag
 
 if TYPE_CHECKING:
-    from refold.state_overlay import StateOverlay
+    from refold.reads.overlay import StateOverlay
 
 __all__ = ["IndexBasis", "IndexDelta", "index_basis", "index_delta", "index_facts"]
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import secrets
 from pathlib import Path
 
-from .layout import Layout
+from refold.storage.layout import Layout
 
 __all__ = ["EPOCH_FILE", "bump_epoch", "read_epoch"]
 

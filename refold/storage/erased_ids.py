@@ -64,14 +64,14 @@ def pseudonyms(root: str, *, create: bool = False, files=None) -> Pseudonyms | N
     if files is None:
         if "://" in root and not root.startswith("file://"):
             return None  # no way to reach a remote store's key without its storage_options
-        from .objects import LocalFiles
+        from refold.storage.files.objects import LocalFiles
 
         files = LocalFiles(root)
     key = files.get(KEY_FILE)
     if key is None:
         if not create:
             return None
-        from .objects import ObjectExistsError
+        from refold.storage.files.objects import ObjectExistsError
 
         try:
             files.create(KEY_FILE, os.urandom(_KEY_BYTES))  # 0600, 0660 in a group-shared store

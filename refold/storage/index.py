@@ -39,9 +39,9 @@ import numpy as np
 import polars as pl
 
 from refold.fold.errors import StoreError
-from .cache import PurgeResult
-from .filemodes import apply_tree, make_dirs
-from .layout import Layout, atomic_write_json
+from refold.storage.derived import PurgeResult
+from refold.storage.files.modes import apply_tree, make_dirs
+from refold.storage.layout import Layout, atomic_write_json
 
 Backend = Literal["flat", "hnsw"]
 BACKENDS: tuple[str, ...] = ("flat", "hnsw")

@@ -10,13 +10,13 @@
       keys/           per-subject keys (shred mode); a file per key, deleted for real
       receipts/       erasure receipts; receipts/heads/ holds published chain heads
       subjects.json   subject registry (names and aliases per opaque subject id; erasable)
-      retention.json  retention rules and legal holds (refold.retention)
+      retention.json  retention rules and legal holds (refold.agent.retention)
       erasure.epoch   changed by every erasure (refold.storage.epoch)
-      erasure.swept   shred mode: owners whose destroyed keys' residue was purged (refold.storage.erasure.sweep)
+      erasure.swept   shred mode: owners whose destroyed keys' residue was purged (refold.erasure.sweep)
 
 The root is a local path, ``file://`` or an object-store URI (``s3://bucket/prefix``, ``gs://``,
 ``az://``); ``storage_options`` (as deltalake names them) reach the Delta tables and, through
-:meth:`Layout.files`, the side files (:mod:`refold.storage.objects`).
+:meth:`Layout.files`, the side files (:mod:`refold.storage.files.objects`).
 """
 
 from __future__ import annotations
@@ -43,8 +43,8 @@ class Layout:
     storage_options: dict[str, str] | None = field(default=None, compare=False, hash=False, repr=False)
 
     def files(self):
-        """The side files of this store (:class:`refold.storage.objects.StoreFiles`)."""
-        from .objects import store_files
+        """The side files of this store (:class:`refold.storage.files.objects.StoreFiles`)."""
+        from refold.storage.files.objects import store_files
 
         return store_files(self.root, self.storage_options)
 
@@ -68,6 +68,10 @@ class Layout:
     @property
     def index(self) -> str:
         return self._join("index")
+
+    def state(self, spec_hash: str) -> str:
+        """Where the state tables of the fold spec with hash ``spec_hash`` live."""
+        return self._join("state", spec_hash)
 
     @property
     def keys(self) -> str:
@@ -106,14 +110,14 @@ def atomic_write_json(path: str | os.PathLike, value: Any) -> None:
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     """Write ``text`` so a reader sees the old file or the new one, never half (temp file, fsync,
     rename), with the mode the store's folder calls for (0600, or 0660 in a group-shared store)."""
-    from .objects import LocalFiles
+    from refold.storage.files.objects import LocalFiles
 
     path = Path(path)
     LocalFiles(path.parent).put(path.name, text.encode("utf-8"))
 
 
 def write_settings(layout: Layout, mode: Mode, *, keys: dict[str, Any] | None = None) -> dict[str, Any]:
-    """``keys``: the key store entry (see :func:`refold.storage.key_stores.key_settings`)."""
+    """``keys``: the key store entry (see :func:`refold.storage.keys.select.key_settings`)."""
     if mode not in ("delete", "shred"):
         raise StoreError(f"unknown erasure mode {mode!r}; use 'delete' or 'shred'")
     settings: dict[str, Any] = {"format_version": FORMAT_VERSION, "mode": mode}

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from .cache import PurgeResult
-from .layout import Layout
+from refold.storage.derived import PurgeResult
+from refold.storage.layout import Layout
 
 __all__ = ["LegacySnapshots", "drop_legacy_snapshots", "has_legacy_snapshots"]
 

@@ -3,7 +3,7 @@
     items     one row per extracted fact (or retraction) of a surviving event, with its bucket:
               what a partition's merge reads (:data:`refold.fold.partition.ITEM_SCHEMA`)
     facts     merged facts and the stored roll-ups (``layer`` "merged"/"derived": inverse rules
-              only; compose roll-ups are derived when read, see refold.state_rollups),
+              only; compose roll-ups are derived when read, see refold.reads.rollups),
               partitioned by (layer, bucket) (:data:`refold.fold.partition.FACT_SCHEMA`)
     entities  names, aliases, summaries, partitioned by bucket (:data:`~refold.fold.partition.ENTITY_SCHEMA`)
 
@@ -38,9 +38,9 @@ from deltalake.exceptions import TableNotFoundError
 from refold.fold.errors import StoreError
 from refold.fold.partition import ENTITY_SCHEMA, FACT_SCHEMA, ITEM_SCHEMA
 
-from .delta_io import parquet_dataset, scan, sql_in
-from .filemodes import apply_commit, make_dirs
-from .layout import Layout
+from refold.storage.delta.io import parquet_dataset, scan, sql_in
+from refold.storage.files.modes import apply_commit, make_dirs
+from refold.storage.layout import Layout
 
 __all__ = ["KEYS", "StateStore", "StateTag", "TABLES", "among", "state_specs"]
 
@@ -92,7 +92,7 @@ class StateTag:
     #: the roll-up rules a read derives (compose rules: their rows are not stored), as
     #: (name, kind, inputs, output)
     rollups: tuple[tuple[str, str, tuple[str, ...], str], ...] = ()
-    #: shred mode: the erased markers this state honours (:func:`refold.storage.keys.marks_fingerprint`;
+    #: shred mode: the erased markers this state honours (:func:`refold.storage.keys.port.marks_fingerprint`;
     #: "" none). A read answers from the tables only while the key store lists the same markers
     erased: str = ""
 
@@ -130,7 +130,7 @@ class StateStore:
         self.layout = layout
         self.spec_hash = spec_hash
         self.storage_options = storage_options
-        self.root = layout._join("state", spec_hash)
+        self.root = layout.state(spec_hash)
         self._tables: dict[str, DeltaTable] = {}
         self._versions: dict[tuple[str, int], DeltaTable] = {}
         self._tags: tuple[int, list[StateTag]] | None = None  # (facts version, its tags)
@@ -143,7 +143,7 @@ class StateStore:
     def table(self, name: str, *, version: int | None = None) -> DeltaTable | None:
         """The Delta table ``name`` (at ``version``), or None when it was never written. The
         newest handle is kept and brought up to date incrementally (no commit-log replay). A
-        negative ``version`` is the empty state before any fold (:func:`refold.state_overlay.empty_tag`)."""
+        negative ``version`` is the empty state before any fold (:func:`refold.reads.overlay.empty_tag`)."""
         if version is not None and version < 0:
             return None
         if version is not None:
@@ -215,7 +215,7 @@ class StateStore:
         reader (through the filesystem the table's storage options describe), never through
         ``DeltaTable.to_pyarrow_dataset``: a process whose table handles made such a dataset can
         abort at interpreter shutdown after its output was complete ("terminate called without an
-        active exception"; see :mod:`refold.storage.delta_io`), which no process — a CLI read, an
+        active exception"; see :mod:`refold.storage.delta.io`), which no process — a CLI read, an
         agent's tool call, a fold — may do. ``filter`` tests columns stored in the files; the
         partition columns are selected by ``buckets`` and ``layer``."""
         schema, partitions = TABLES[name]
@@ -265,8 +265,8 @@ class StateStore:
         and ``entities`` row, bucket by bucket, each bucket's rows in key order (entity
         summaries as JSON with sorted keys), read ``group`` buckets at a time (memory follows a
         group). Equal states digest equal whatever their file layout, row versions or grouping.
-        An erasure receipt keeps it (``state1:`` + this, see refold.erasing.refold_outcome), so
-        its value is part of the receipt format: change it only with a new scheme prefix."""
+        Receipts of refold 0.2 keep it (``state1:`` + this); ``receipt verify`` still recomputes it,
+        so its value is part of the receipt format. Erasures now write :meth:`bucket_digest`."""
         import hashlib
 
         digest = hashlib.sha256(f"state{FORMAT}".encode())
@@ -295,6 +295,70 @@ class StateStore:
                     digest.update(f"{name}:{bucket}\0".encode())
                     digest.update(empty.data)
         return digest.hexdigest()
+
+    def bucket_digest(self, *, buckets: int, group: int, kept: bool = True) -> str:
+        """SHA-256 (hex) of the state as a read sees it, as a hash of per-bucket hashes: for
+        ``facts`` then ``entities``, each bucket's label and the SHA-256 of its newest rows in key
+        order (fed as :meth:`digest` feeds them). Equal states digest equal whatever their file
+        layout. An erasure receipt keeps it (``state2:`` + this), so change it only with a new
+        scheme prefix.
+
+        ``kept``: reuse the per-bucket hashes stored beside the tables (``bucket_digests.json``)
+        for every bucket whose data files are the ones they were computed from (Delta data files
+        never change, so the same files hold the same rows), and store the new ones: the cost
+        follows the buckets changed since the last digest, not the store. ``kept=False``
+        recomputes every bucket (what ``receipt verify`` does) and stores nothing."""
+        import hashlib
+
+        key = f"state/{self.spec_hash}/bucket_digests.json"
+        files = self.layout.files()
+        try:
+            stored = (files.get_json(key) or {}) if kept else {}
+        except (ValueError, StoreError):  # (a garbled file is recomputed, never trusted)
+            stored = {}
+        fresh: dict[str, list[str]] = {}
+        total = hashlib.sha256(f"state{FORMAT}/buckets".encode())
+        for name, order in (("facts", ["layer", "fact_id"]), ("entities", ["node"])):
+            sets = self._bucket_files(name, buckets)
+            digests: dict[int, str] = {}
+            for bucket in range(buckets):
+                known = stored.get(f"{name}:{bucket}")
+                if known is not None and known[0] == sets[bucket]:
+                    digests[bucket] = known[1]
+            todo = [b for b in range(buckets) if b not in digests]
+            for start in range(0, len(todo), group):
+                part = todo[start:start + group]
+                rows = self.read(name, buckets=part)
+                if name == "entities" and rows.num_rows:
+                    summaries = [None if s is None else json.dumps(json.loads(s), sort_keys=True, ensure_ascii=False)
+                                 for s in rows["summary"].to_pylist()]
+                    rows = rows.set_column(rows.schema.get_field_index("summary"), "summary",
+                                           pa.array(summaries, pa.string()))
+                rows = rows.sort_by([("bucket", "ascending")] + [(c, "ascending") for c in order])
+                ends = np.searchsorted(rows["bucket"].to_numpy(), np.array(part), side="right")
+                for bucket, end, begin in zip(part, ends, [0, *ends[:-1]]):
+                    one = hashlib.sha256()
+                    _feed_rows(one, None, rows.slice(int(begin), int(end - begin)))
+                    digests[bucket] = one.hexdigest()
+            for bucket in range(buckets):
+                total.update(f"{name}:{bucket}\0{digests[bucket]}".encode())
+                fresh[f"{name}:{bucket}"] = [sets[bucket], digests[bucket]]
+        if kept and fresh != stored:
+            files.put_json(key, fresh)  # (hashes of rows only: no personal data, no residue)
+        return total.hexdigest()
+
+    def _bucket_files(self, name: str, buckets: int) -> dict[int, str]:
+        """Per bucket of ``name`` now, a hash of its data files' paths (one of each bucket's
+        states: Delta never rewrites a data file in place)."""
+        import hashlib
+
+        paths: dict[int, list[str]] = {b: [] for b in range(buckets)}
+        dt = self.table(name)
+        if dt is not None:
+            actions = pa.table(dt.get_add_actions(flatten=True))
+            for path, bucket in zip(actions["path"].to_pylist(), actions["partition.bucket"].to_pylist()):
+                paths.setdefault(int(bucket), []).append(path)
+        return {b: hashlib.sha256("\0".join(sorted(paths.get(b, []))).encode()).hexdigest() for b in range(buckets)}
 
     # -- writing ---------------------------------------------------------------------------------
 

@@ -68,7 +68,7 @@ class SubjectRegistry:
     def __init__(self, path: str | os.PathLike, *, files=None, key: str = "subjects.json"):
         self.path = str(path)
         if files is None:  # a local registry file given by its path
-            from .objects import LocalFiles
+            from refold.storage.files.objects import LocalFiles
 
             files, key = LocalFiles(Path(path).parent), Path(path).name
         self._files, self._key = files, key

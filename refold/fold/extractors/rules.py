@@ -16,10 +16,10 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 
-from ..events import Event
-from ..extract import ExtractedFact, Extraction
-from ..spec import FoldSpec
-from .patterns import HEDGE, PATTERNS, RELATIVE, RULES_VERSION, Pattern, clean_object, relation_word
+from refold.fold.events import Event
+from refold.fold.extract import ExtractedFact, Extraction
+from refold.fold.spec import FoldSpec
+from refold.fold.extractors.patterns import HEDGE, PATTERNS, RELATIVE, RULES_VERSION, Pattern, clean_object, relation_word
 
 __all__ = ["RulesExtractor", "speaker_of", "split_speaker", "DEFAULT_SPEAKER", "TEXT_KINDS"]
 

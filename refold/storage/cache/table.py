@@ -13,7 +13,6 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -23,12 +22,13 @@ from deltalake.exceptions import CommitFailedError
 
 from refold.fold.errors import StoreError
 from refold.fold.extract import Extraction
-from .cache_rows import (CACHE_SCHEMA, FACT_COLUMNS, CachedFacts, _row_to_extraction,  # noqa: F401 - re-exported
+from refold.storage.cache.rows import (CACHE_SCHEMA, FACT_COLUMNS, CachedFacts, _row_to_extraction,  # noqa: F401 - re-exported
                          _to_table, facts_by_id)
-from .delta_io import Bounds, never_null, read_arrow, read_files, seq_spans, sql_in
-from .table_handles import TableHandle, shared_table
-from .filemodes import apply_commit, apply_tree
-from .layout import Layout
+from refold.storage.delta.io import Bounds, never_null, read_arrow, read_files, seq_spans, sql_in
+from refold.storage.delta.handles import TableHandle, shared_table
+from refold.storage.files.modes import apply_commit, apply_tree
+from refold.storage.derived import PurgeResult
+from refold.storage.layout import Layout
 
 #: A checkpoint of the cache table every this many commits (see _CONFIG).
 CHECKPOINT_EVERY = 10
@@ -45,20 +45,11 @@ _CONFIG = {
 }
 
 
-@dataclass(frozen=True)
-class PurgeResult:
-    """What a purge removed from one derived store."""
-
-    store: str
-    rows: int
-    detail: tuple[str, ...] = ()
-
-
 class ExtractionCache:
     """The cache table of one store (created on first use).
 
     Cheap to construct and picklable (Ray ships it): the loaded Delta table lives in this
-    process's shared handle for the path (:func:`refold.storage.table_handles.shared_table`), which is
+    process's shared handle for the path (:func:`refold.storage.delta.handles.shared_table`), which is
     brought up to date before each use instead of replaying the commit log every call (readers
     its table up to date with delta-rs). Writes commit through delta-rs, as the event log's
     appends do (compare-and-append, see :meth:`put`).

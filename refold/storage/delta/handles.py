@@ -5,7 +5,7 @@ Loading a ``DeltaTable`` replays its commit log (10–30 ms for a few dozen comm
 up to date with delta-rs's own ``update_incremental`` before each use; callers hold its lock
 while using it. Whether anything landed since is asked of delta-rs too, except on a local
 folder, where the absence of the next version's commit file (one ``stat``) says that nothing did.
-Reading rows from a handle's table: :mod:`refold.storage.delta_io`.
+Reading rows from a handle's table: :mod:`refold.storage.delta.io`.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ returns the same rows as an unpruned one, and a statistic is trusted only as far
 bound (delta-rs cuts long strings, so a string maximum may be a prefix of the real one).
 
 Both readers take a ``DeltaTable`` (the tables kept open per process are in
-:mod:`refold.storage.table_handles`).
+:mod:`refold.storage.delta.handles`).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
-from .store_options import arrow_filesystem, arrow_paths
+from refold.storage.files.options import arrow_filesystem, arrow_paths
 
 __all__ = ["Bounds", "never_null", "parquet_dataset", "read_arrow", "read_files", "scan", "seq_spans", "sql_in"]
 
@@ -79,7 +79,7 @@ def scan(dataset: ds.Dataset, *, columns: Sequence[str] | None = None,
 def parquet_dataset(dt: DeltaTable, uris: Sequence[str], schema: pa.Schema, *,
                     partitions: Sequence[str] = ()) -> ds.Dataset:
     """A pyarrow dataset over ``uris`` (data files of ``dt``), read through the filesystem that
-    ``dt``'s storage options describe (:func:`refold.storage.store_options.arrow_filesystem`):
+    ``dt``'s storage options describe (:func:`refold.storage.files.options.arrow_filesystem`):
     every pyarrow read of a table's files goes through here, so a store on object storage is read
     with the endpoint, credentials and retries its Delta table was opened with. ``partitions``:
     the table's partition columns (fields of ``schema``), read from the files' Hive-style paths

@@ -5,9 +5,13 @@ store root (``store.json``, ``receipts/heads/00000000000000000007.json``) and of
 side files need: read, atomic replace, create-if-absent, list a prefix, delete, exists. Two
 adapters:
 
-- :class:`LocalFiles` (a local path or ``file://``): what refold always did — writes go to a
-  temporary file that is fsynced and renamed, create-if-absent is ``O_EXCL``, every file and
-  folder gets the store's private modes (:mod:`refold.storage.filemodes`).
+- :class:`LocalFiles` (a local path or ``file://``): writes go to a temporary file that is
+  fsynced and renamed, create-if-absent is a hard link of that file (it fails on an existing
+  name), every file and folder gets the store's private modes (:mod:`refold.storage.files.modes`)
+  from the moment it exists. Not obstore's ``LocalStore``: it neither fsyncs before its rename
+  (a crash could leave an empty receipt or journal) nor creates files and folders with a mode
+  other than the umask's (0644/0755: readable by others until a later chmod), and its reads
+  cost several times as much.
 - :class:`ObjectFiles` (``s3://``, ``gs://``, ``az://``): obstore, the Python binding of the same
   Rust ``object_store`` crate delta-rs uses, so one ``storage_options`` dict (as deltalake names
   the keys: ``AWS_ENDPOINT_URL``, ``AWS_REGION``, ``AWS_ALLOW_HTTP``, ``conditional_put`` …)
@@ -27,7 +31,6 @@ import json
 import os
 import tempfile
 import threading
-import time
 from datetime import timedelta
 from pathlib import Path
 from collections.abc import Callable
@@ -35,7 +38,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from refold.fold.errors import StoreError
 
-from .filemodes import file_mode, make_dirs
+from refold.storage.files.modes import file_mode, make_dirs
 
 __all__ = ["LocalFiles", "ObjectExistsError", "ObjectFiles", "RETRY", "StoreFiles", "is_local_uri",
            "store_files"]
@@ -85,7 +88,7 @@ class StoreFiles(Protocol):
     def update(self, key: str, change: Callable[[bytes | None], bytes | None], *, lock: str | None = None) -> None:
         """Read-modify-write ``key`` with no lost update: ``change`` gets the current bytes (None:
         absent) and returns the new ones (None: leave it as it is). Locally under an exclusive
-        ``flock`` on ``lock`` (default ``KEY.lock``); on object storage a conditional put
+        file lock (filelock) on ``lock`` (default ``KEY.lock``); on object storage a conditional put
         (If-Match on the ETag read, If-None-Match when absent), retried with a fresh read when
         another writer changed the object in between — ``change`` may run more than once."""
 
@@ -182,18 +185,14 @@ class LocalFiles(_Helpers):
         return self.path(key).is_file()
 
     def update(self, key: str, change: Callable[[bytes | None], bytes | None], *, lock: str | None = None) -> None:
-        import fcntl
+        from filelock import FileLock
 
         lock_path = self.path(lock or f"{key}.lock")
         make_dirs(lock_path.parent)
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, file_mode(lock_path.parent))
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+        with FileLock(lock_path, mode=file_mode(lock_path.parent), poll_interval=0.002):
             new = change(self.get(key))
             if new is not None:
                 self.put(key, new)
-        finally:
-            os.close(fd)  # closing releases the flock
 
 
 def _local_error(url: str, action: str, exc: OSError) -> StoreError:
@@ -348,8 +347,11 @@ class ObjectFiles(_Helpers):
     def update(self, key: str, change: Callable[[bytes | None], bytes | None], *, lock: str | None = None) -> None:
         import obstore
         from obstore.exceptions import AlreadyExistsError, NotFoundError, PreconditionError
+        from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_incrementing
 
-        for attempt in range(_UPDATE_ATTEMPTS):
+        changed = (PreconditionError, AlreadyExistsError, FileExistsError)  # by another writer
+
+        def attempt() -> None:
             try:
                 got = obstore.get(self.store, key)
                 current, mode = bytes(got.bytes()), {"e_tag": got.meta["e_tag"]}
@@ -362,12 +364,17 @@ class ObjectFiles(_Helpers):
                 return
             try:
                 obstore.put(self.store, key, new, mode=mode)  # type: ignore[arg-type]
-                return
-            except (PreconditionError, AlreadyExistsError, FileExistsError):
-                time.sleep(0.01 * (attempt + 1))  # another writer changed it: read again
+            except changed:
+                raise
             except Exception as exc:
                 raise _object_error(self.url(key), "write", exc) from None
-        raise StoreError(f"{self.url(key)} kept changing under {_UPDATE_ATTEMPTS} attempts to update it; try again")
+
+        try:  # changed in between: read again, 10 ms more wait each time
+            Retrying(retry=retry_if_exception_type(changed), stop=stop_after_attempt(_UPDATE_ATTEMPTS),
+                     wait=wait_incrementing(start=0.01, increment=0.01), reraise=True)(attempt)
+        except changed:
+            raise StoreError(f"{self.url(key)} kept changing under {_UPDATE_ATTEMPTS} attempts to update it; "
+                             "try again") from None
 
 
 def _first_line(exc: BaseException) -> str:
@@ -380,7 +387,7 @@ def _object_error(url: str, action: str, exc: Exception) -> StoreError:
     access denied names the S3 permission the ``action`` needs."""
     from obstore.exceptions import PermissionDeniedError
 
-    from refold.storage.store_options import cause_of, said
+    from refold.storage.files.options import cause_of, said
 
     cause = cause_of(exc)
     if isinstance(exc, PermissionDeniedError) or (cause is not None and "access denied" in cause[0]):

@@ -20,8 +20,8 @@ Defaults (:func:`with_defaults`, for object-store URIs only; a caller's own valu
 ``connect_timeout: 10s``         a host that does not answer fails the attempt after 10 s
 ===============================  ====================================================================
 
-Reads of data files that refold makes with pyarrow (:mod:`refold.storage.delta_io`,
-:mod:`refold.storage.log_reader`, the event-id index) get their filesystem from
+Reads of data files that refold makes with pyarrow (:mod:`refold.storage.delta.io`,
+:mod:`refold.storage.log.reader`, the event-id index) get their filesystem from
 :func:`arrow_filesystem`, built from the same options: pyarrow does not see delta-rs's options
 and would otherwise read ``s3://`` with its own defaults (no endpoint, other credentials).
 """
@@ -217,7 +217,7 @@ def said(exc: BaseException) -> str:
 def cause_of(exc: BaseException) -> tuple[str, str] | None:
     """(what went wrong, what to do) for an object-store failure refold recognises (bucket,
     credentials, region, endpoint); None otherwise. Shared by the Delta tables' errors
-    (:func:`store_error`) and the side files' (:mod:`refold.storage.objects`)."""
+    (:func:`store_error`) and the side files' (:mod:`refold.storage.files.objects`)."""
     text = " ".join(_ANSI.sub("", str(exc)).split()).lower()
     for needles, what, todo in _CAUSES:
         if any(n in text for n in needles):

@@ -39,10 +39,11 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from refold.fold.canonical import canonical_json
 from refold.fold.errors import IntegrityError, StoreError
 from refold.fold.events import Event, Fact, NewEvent
-from .keys import KeyOwner, KeyStore
-from .layout import Layout, read_settings
+from refold.storage.keys.port import KeyOwner, KeyStore
+from refold.storage.layout import Layout, read_settings
 
 if TYPE_CHECKING:
     import polars as pl
@@ -112,7 +113,7 @@ def associated_data(*, event_id: str, subjects: Sequence[str], tenant: str,
         "cipher": CIPHER, "schema": SCHEMA_VERSION, "event_id": event_id,
         "subjects": list(subjects), "tenant": tenant, "key_ids": sorted(key_ids),
     }
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    return canonical_json(value)
 
 
 def encrypt_event(event: NewEvent, keystore: KeyStore) -> dict[str, Any]:
@@ -121,11 +122,8 @@ def encrypt_event(event: NewEvent, keystore: KeyStore) -> dict[str, Any]:
 
     keys = [keystore.get_or_create(s) for s in key_subjects(event.subjects, event.tenant)]
     key_ids = tuple(sorted(k for k, _ in keys))
-    payload = json.dumps(
-        {"content": event.content, "justification": event.justification,
-         "fact": event.fact.as_dict() if event.fact else None},
-        sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-    ).encode("utf-8")
+    payload = canonical_json({"content": event.content, "justification": event.justification,
+                              "fact": event.fact.as_dict() if event.fact else None})
     nonce = os.urandom(NONCE_BYTES)
     aad = associated_data(event_id=event.event_id, subjects=event.subjects, tenant=event.tenant,
                           key_ids=key_ids)
@@ -140,10 +138,10 @@ def encrypt_event(event: NewEvent, keystore: KeyStore) -> dict[str, Any]:
 
 
 def shred_protector(layout: Layout, *, keystore: KeyStore | None = None):
-    """The :data:`refold.storage.log.Protector` of a shred-mode store (default ``keystore``: the
-    one the store was created with, see :func:`refold.storage.key_stores.open_keystore`)."""
+    """The :data:`refold.storage.log.eventlog.Protector` of a shred-mode store (default ``keystore``: the
+    one the store was created with, see :func:`refold.storage.keys.select.open_keystore`)."""
     if keystore is None:
-        from .key_stores import open_keystore
+        from refold.storage.keys.select import open_keystore
 
         keystore = open_keystore(layout, read_settings(layout))
     store = keystore

@@ -1,10 +1,10 @@
-"""The KMS adapter of the :class:`~refold.storage.keys.KeyStore` port: subject keys from AWS KMS.
+"""The KMS adapter of the :class:`~refold.storage.keys.port.KeyStore` port: subject keys from AWS KMS.
 
 Each key owner (a data subject, or a tenant for its subject-less events) gets a 256-bit *data
 key* from KMS ``GenerateDataKey``. The store keeps only the data key *wrapped* (the ciphertext
 blob KMS returns) in a small file per key, ``keys/ids/<key_id>``, laid out as the file adapter's
-key files are (:class:`KmsKeyStore`, on a local store: see :class:`~refold.storage.keys.FileKeyStore`)
-or, on object storage, as the key objects of :class:`~refold.storage.object_keys.ObjectKeyStore`
+key files are (:class:`KmsKeyStore`, on a local store: see :class:`~refold.storage.keys.port.FileKeyStore`)
+or, on object storage, as the key objects of :class:`~refold.storage.keys.objects.ObjectKeyStore`
 are, through the store-files port (:class:`ObjectKmsKeyStore`); reading a key unwraps it with KMS
 ``Decrypt``. The plaintext data key exists only in this process's memory (a bounded cache, so a
 read of many events asks KMS once per key, not once per event).
@@ -54,9 +54,9 @@ from datetime import date, datetime
 from typing import Any
 
 from refold.fold.errors import StoreError
-from .filemodes import make_dirs
-from .keys import KEY_BYTES, FileKeyStore, KeyOwner, owner_of
-from .object_keys import ObjectKeyStore
+from refold.storage.files.modes import make_dirs
+from refold.storage.keys.port import KEY_BYTES, FileKeyStore, KeyOwner, owner_of
+from refold.storage.keys.objects import ObjectKeyStore
 
 WRAPPED_FORMAT = "refold-wrapped-key/v1"
 #: the encryption context entry that binds a wrapped key to its key id
@@ -341,7 +341,7 @@ class _KmsWrapping:
 
     def kms_key_state(self, kms_key: str) -> str:
         """``KeyState`` of a KMS key (``"PendingDeletion"``, ``"Enabled"`` …), or ``"deleted"``
-        once KMS no longer knows it (for :func:`refold.storage.erasure.receipts.verify_receipt`)."""
+        once KMS no longer knows it (for :func:`refold.erasure.receipts.verify_receipt`)."""
         bare = kms_key.split(":key/", 1)[1] if kms_key.startswith("arn:") and ":key/" in kms_key else kms_key
         try:
             return self.kms.call("DescribeKey", kms_key, KeyId=bare)["KeyMetadata"].get("KeyState", "unknown")
@@ -367,7 +367,7 @@ class _KmsWrapping:
 
 class KmsKeyStore(_KmsWrapping, FileKeyStore):
     """Key owners' data keys from AWS KMS, kept wrapped in files under ``root`` (a local store's
-    ``keys/``, laid out and locked as :class:`~refold.storage.keys.FileKeyStore`'s); see the module
+    ``keys/``, laid out and locked as :class:`~refold.storage.keys.port.FileKeyStore`'s); see the module
     docstring for the modes and the permissions, :class:`_KmsWrapping` for what a key file holds.
 
     ``client``: a boto3 KMS client to use instead of one built from ``settings`` (tests).
@@ -399,7 +399,7 @@ class KmsKeyStore(_KmsWrapping, FileKeyStore):
 class ObjectKmsKeyStore(_KmsWrapping, ObjectKeyStore):
     """:class:`KmsKeyStore` on a store's side files (object storage): the wrapped keys are key
     objects under ``prefix`` (``keys/ids/<key_id>`` …), created, listed and deleted as
-    :class:`~refold.storage.object_keys.ObjectKeyStore`'s are (a conditional update of the
+    :class:`~refold.storage.keys.objects.ObjectKeyStore`'s are (a conditional update of the
     owner's subject object settles a creation racing a destruction), and the scheduled KMS key
     deletions are recorded in ``keys/kms-deletions/<owner digest>`` there.
 

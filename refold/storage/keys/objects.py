@@ -1,5 +1,5 @@
 """Shred-mode keys as objects under a store on object storage (``keys/``): the file key store's
-layout and contract (:class:`refold.storage.keys.FileKeyStore`) where there is no ``flock``.
+layout and contract (:class:`refold.storage.keys.port.FileKeyStore`) where there is no ``flock``.
 
     keys/ids/<key_id>               the 32 key bytes
     keys/subjects/<owner digest>    the owner's key ids, one per line; ``erased`` once destroyed
@@ -12,11 +12,11 @@ marker, then replaces the subject object by ``erased`` the same way, then delete
 it named. Whichever of two racing writers loses the conditional put re-reads: a creation that
 finds ``erased`` deletes its key object and refuses, and a destruction sees every id that any
 creation acknowledged. A delete on object storage is real for the current object; on a versioned
-bucket the old versions are deleted by the erasure too (see :mod:`refold.storage.object_versions`).
+bucket the old versions are deleted by the erasure too (see :mod:`refold.storage.files.versions`).
 
 What a key object holds goes through the same three hooks as the file key store's
 (:meth:`_make_key`, :meth:`_open_key`, :meth:`_before_destroy`), so the KMS adapter keeps its
-wrapped keys here as well (:class:`refold.storage.kms_keys.KmsKeyStore`).
+wrapped keys here as well (:class:`refold.storage.keys.kms.KmsKeyStore`).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from typing import Any
 
 from refold.fold.errors import ErasedSubjectError, StoreError
 
-from .keys import KEY_BYTES, KeyOwner, _check_subject, _new_key_id, _refuse
+from refold.storage.keys.port import KEY_BYTES, KeyOwner, _check_subject, _new_key_id, _refuse
 
 __all__ = ["ObjectKeyStore"]
 
@@ -36,7 +36,7 @@ _ERASED_LINE = "erased"
 
 
 class ObjectKeyStore:
-    """The :class:`~refold.storage.keys.KeyStore` port on a store's side files (object storage)."""
+    """The :class:`~refold.storage.keys.port.KeyStore` port on a store's side files (object storage)."""
 
     kind = "file"
 

@@ -1,7 +1,7 @@
 """Subject keys for crypto-shredding: the :class:`KeyStore` port and its file adapter.
 
 A shred-mode store encrypts each event under keys of its data subjects (see
-:mod:`refold.storage.crypto`). Erasing a subject destroys its keys, which makes every event that
+:mod:`refold.storage.keys.crypto`). Erasing a subject destroys its keys, which makes every event that
 needed them unreadable, in this table, in its old Delta versions and in any copy of it.
 
 So the one thing a key store must do well is *delete*. That rules out Delta (its history keeps
@@ -33,8 +33,8 @@ Contract (:class:`KeyStore`):
   not erased. It is durable: a rerun of an erasure after a crash reads the same record.
 
 Adapters: :class:`FileKeyStore` (key bytes in files under the store's ``keys/``),
-:class:`refold.storage.kms_keys.KmsKeyStore` (data keys from AWS KMS, kept only wrapped), and
-:class:`MemoryKeyStore` (tests only). :func:`refold.storage.key_stores.open_keystore` picks the
+:class:`refold.storage.keys.kms.KmsKeyStore` (data keys from AWS KMS, kept only wrapped), and
+:class:`MemoryKeyStore` (tests only). :func:`refold.storage.keys.select.open_keystore` picks the
 one a store was created with.
 
 Key owners. A key belongs to a data subject or to a tenant (the key of the tenant's subject-less
@@ -53,7 +53,6 @@ event row says nothing about who the event is about.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import os
 import secrets
@@ -65,7 +64,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from refold.fold.errors import ErasedSubjectError, StoreError
 
-from .filemodes import file_mode, make_dirs
+from refold.storage.files.modes import file_mode, make_dirs
 
 KEY_BYTES = 32
 _LEGACY_TENANT_PREFIX = "tenant:"  # the old, shared name space (see KeyOwner.legacy_name)
@@ -215,17 +214,14 @@ class FileKeyStore:
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
-        # flock serialises processes; the thread lock serialises threads of this process
-        # (flock locks belong to the open file description, not the thread).
+        # the file lock serialises processes (filelock: flock on POSIX, Windows too); the thread
+        # lock lets this process's threads wait their turn without polling the file
+        from filelock import FileLock
+
         make_dirs(self._ids)
         make_dirs(self._subjects)
-        with self._thread_lock:
-            fd = os.open(self.root / ".lock", os.O_RDWR | os.O_CREAT, file_mode(self.root))
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
-                yield
-            finally:
-                os.close(fd)
+        with self._thread_lock, FileLock(self.root / ".lock", mode=file_mode(self.root), poll_interval=0.002):
+            yield
 
     def _write_file(self, folder: Path, name: str, data: bytes) -> None:
         tmp = folder / f".tmp-{secrets.token_hex(8)}"

@@ -1,14 +1,14 @@
-"""Which :class:`~refold.storage.keys.KeyStore` adapter a shred-mode store uses.
+"""Which :class:`~refold.storage.keys.port.KeyStore` adapter a shred-mode store uses.
 
 A store picks its key store once, at ``refold init``, and records the choice in its settings
 (``store.json``, under ``keys``); every later open reads it from there, so no caller can open a
 KMS store with file keys by mistake (or the other way round):
 
-* no ``keys`` entry: :class:`~refold.storage.keys.FileKeyStore` (key files under ``keys/``), or
-  on object storage :class:`~refold.storage.object_keys.ObjectKeyStore` (key objects there);
-* ``{"adapter": "kms", ...}``: :class:`~refold.storage.kms_keys.KmsKeyStore` with the
-  :class:`~refold.storage.kms_keys.KmsSettings` stored there (wrapped key files under ``keys/``),
-  or on object storage :class:`~refold.storage.kms_keys.ObjectKmsKeyStore` (wrapped key objects).
+* no ``keys`` entry: :class:`~refold.storage.keys.port.FileKeyStore` (key files under ``keys/``), or
+  on object storage :class:`~refold.storage.keys.objects.ObjectKeyStore` (key objects there);
+* ``{"adapter": "kms", ...}``: :class:`~refold.storage.keys.kms.KmsKeyStore` with the
+  :class:`~refold.storage.keys.kms.KmsSettings` stored there (wrapped key files under ``keys/``),
+  or on object storage :class:`~refold.storage.keys.kms.ObjectKmsKeyStore` (wrapped key objects).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from refold.fold.errors import StoreError
-from .keys import FileKeyStore, KeyStore
-from .layout import Layout
+from refold.storage.keys.port import FileKeyStore, KeyStore
+from refold.storage.layout import Layout
 
 
 def key_settings(mode: str, *, kms_key_id: str | None = None, kms_key_per_subject: bool = False,
@@ -42,7 +42,7 @@ def key_settings(mode: str, *, kms_key_id: str | None = None, kms_key_per_subjec
     if mode != "shred":
         raise StoreError(f"a KMS key store is for shred mode (keys destroyed on erasure); this store is "
                          f"{mode}-mode: add --mode shred, or drop the KMS options")
-    from .kms_keys import MIN_PENDING_DAYS, KmsKeyStore, KmsSettings
+    from refold.storage.keys.kms import MIN_PENDING_DAYS, KmsKeyStore, KmsSettings
 
     settings = KmsSettings(key_id=kms_key_id, key_per_subject=kms_key_per_subject, endpoint=kms_endpoint,
                            region=kms_region, pending_window_days=kms_pending_window_days or MIN_PENDING_DAYS)
@@ -55,13 +55,13 @@ def open_keystore(layout: Layout, settings: Mapping[str, Any]) -> KeyStore:
     """The key store of the store at ``layout`` whose settings are ``settings``."""
     keys = settings.get("keys")
     if not keys and not layout.is_local:  # key objects in the bucket, beside the rest of the store
-        from .object_keys import ObjectKeyStore
+        from refold.storage.keys.objects import ObjectKeyStore
 
         return ObjectKeyStore(layout.files(), "keys")
     if not keys:
         return FileKeyStore(layout.keys)
     if keys.get("adapter") == "kms":
-        from .kms_keys import KmsKeyStore, KmsSettings, ObjectKmsKeyStore
+        from refold.storage.keys.kms import KmsKeyStore, KmsSettings, ObjectKmsKeyStore
 
         if not layout.is_local:  # wrapped key objects under keys/, beside the rest of the store
             return ObjectKmsKeyStore(layout.files(), KmsSettings.from_json(keys), "keys")

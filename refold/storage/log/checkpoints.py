@@ -9,7 +9,7 @@ A checkpoint (c2sp.org/tlog-checkpoint) is the text
 signed as a note (c2sp.org/signed-note): the text, a blank line, and one line per signature,
 ``— <key name> base64(key ID ‖ Ed25519 signature of the text)``, where the key ID is the first
 four bytes of SHA-256(key name ‖ 0x0A ‖ 0x01 ‖ 32-byte public key). The key is the one that signs
-the store's heads (:mod:`refold.storage.signing`: ``refold signing-key``; the private key stays
+the store's heads (:mod:`refold.storage.log.signing`: ``refold signing-key``; the private key stays
 outside the store). The origin and the key name are ``refold/`` followed by the first 16 hex
 digits of the key's fingerprint, so they name the log and the key together and stay the same
 wherever the store moves. An auditor's tools for transparency logs read these notes as they are
@@ -37,8 +37,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from refold.fold.errors import IntegrityError, NotFoundError, ValidationError
-from .heads import Head, store_head_lines
-from .signing import HeadSigner, fingerprint, load_public_key, recorded_public_key
+from refold.storage.log.heads import Head, store_head_lines
+from refold.storage.log.signing import HeadSigner, fingerprint, load_public_key, recorded_public_key
 
 __all__ = ["Checkpoint", "CheckpointError", "Verifier", "checkpoint_fields", "key_id", "load_verifier",
            "open_checkpoint", "open_note", "origin_for", "parse_verifier_key", "parse_checkpoint", "published_checkpoints", "sign_checkpoint",
@@ -279,7 +279,7 @@ def store_checkpoint(log, size: int | None = None, *, signed: bool = True) -> Ch
     leaves when given) whose signature checks out with the key the store records; NotFoundError
     when there is none. Otherwise the unsigned checkpoint of the tree of ``size`` leaves (default:
     the whole log), its origin from the recorded key (``refold/unsigned`` without one)."""
-    from .merkle import tree_view
+    from refold.storage.log.tree_views import tree_view
 
     public = recorded_public_key(log.layout)
     if not signed:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import pyarrow as pa
 from deltalake import ColumnProperties, CommitProperties, DeltaTable, WriterProperties, write_deltalake
 
-from .schema import EVENTS_SCHEMA, STATS_COLUMNS
+from refold.storage.log.schema import EVENTS_SCHEMA, STATS_COLUMNS
 
 __all__ = ["APPEND_WRITER_PROPERTIES", "WRITER_PROPERTIES", "write_rows"]
 
@@ -36,7 +36,7 @@ _UNIQUE_COLUMNS = ("seq", "event_id", "content", "salt", "commitment", "prev_lin
 ROW_GROUP_ROWS = 16_384
 #: About the size of the log's data files: a compaction bins files up to it (delta-rs's
 #: ``target_size``) and an erasure's rewrite writes the files it replaces back in runs of it,
-#: so every file covers its own seq range (refold.storage.log, "compaction").
+#: so every file covers its own seq range (refold.storage.log.eventlog, "compaction").
 FILE_TARGET_BYTES = 16 * 2**20
 
 

@@ -5,15 +5,15 @@ silently, which would fork ``seq`` and the chain. So every append:
 
 1. brings its view to the newest table version ``v`` and reads the head (last seq, link, record
    time) from the rows, checked against the head recorded in commit ``v``'s metadata
-   (:meth:`~refold.storage.log_reader.LogReader.head`: a mismatch raises ``IntegrityError``);
+   (:meth:`~refold.storage.log.reader.LogReader.head`: a mismatch raises ``IntegrityError``);
 2. assigns ``seq = head.seq + 1 …``, ``table_version = v + 1`` and seals each event into the chain;
 3. commits version ``v + 1`` through delta-rs with ``max_commit_retries=0``
-   (:mod:`refold.storage.datafiles`): a commit that landed after ``v`` makes it fail with
+   (:mod:`refold.storage.log.datafiles`): a commit that landed after ``v`` makes it fail with
    ``CommitFailedError`` instead of being rebased, and we go back to 1.
 
 So a commit lands only on top of the head it was computed from: no fork, no gap, for threads and
 processes alike. A lost race costs a sealed batch and a written data file, so writers on one host
-take turns first (a thread lock per ``EventLog``, :mod:`refold.storage.hostlock` between
+take turns first (a thread lock per ``EventLog``, :mod:`refold.storage.log.hostlock` between
 processes); that lock only saves work, the compare-and-append alone keeps the order (writers on
 other hosts, object stores). Each ``EventLog`` keeps the head of the newest version it knows,
 the event_id index of the data files it has read, and a ``DeltaTable`` it refreshes only when
@@ -31,7 +31,7 @@ After each commit the new head is published under ``receipts/heads/`` so ``verif
 truncated tail (a removed newest commit). Every :data:`COMPACT_EVERY` data files the appending
 writer compacts them (Delta OPTIMIZE, rows unchanged), because delta-rs's commit cost grows with
 the number of files in the table; checkpoints are delta-rs's own post-commit hook. Reading (heads,
-rows by seq, time or id) lives in :mod:`refold.storage.log_reader`, which :class:`EventLog` extends.
+rows by seq, time or id) lives in :mod:`refold.storage.log.reader`, which :class:`EventLog` extends.
 """
 
 from __future__ import annotations
@@ -41,7 +41,6 @@ import json
 import os
 import random
 import threading
-import time
 import warnings
 from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
@@ -55,20 +54,20 @@ from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundErr
 from refold.fold.chain import GENESIS
 from refold.fold.errors import ConflictError, IntegrityError, StoreError
 from refold.fold.events import ERASED_ID_PREFIX, Event, NewEvent, check_times
-from .delta_io import parquet_dataset
-from .erased_ids import pseudonyms
-from .layout import Layout
-from .log_reader import HEAD_KEY, LogReader
-from .heads import Head, publish_store_head
-from .filemodes import apply_commit, apply_tree
-from .hostlock import host_turn
-from .datafiles import FILE_TARGET_BYTES, WRITER_PROPERTIES, write_rows
-from .table_handles import commit_file
-from .schema import EVENTS_SCHEMA, TABLE_CONFIGURATION
-from .sealing import Sealed, seal_rows
-from .signing import signer_from_env
-from .checkpoints import checkpoint_fields  # (Merkle tree: refold/storage/merkle.py, issue 36)
-from .merkle import MerkleTree
+from refold.storage.delta.io import parquet_dataset
+from refold.storage.erased_ids import pseudonyms
+from refold.storage.layout import Layout
+from refold.storage.log.reader import HEAD_KEY, LogReader
+from refold.storage.log.heads import Head, publish_store_head
+from refold.storage.files.modes import apply_commit, apply_tree
+from refold.storage.log.hostlock import host_turn
+from refold.storage.log.datafiles import FILE_TARGET_BYTES, WRITER_PROPERTIES, write_rows
+from refold.storage.delta.handles import commit_file
+from refold.storage.log.schema import EVENTS_SCHEMA, TABLE_CONFIGURATION
+from refold.storage.log.sealing import Sealed, seal_rows
+from refold.storage.log.signing import signer_from_env
+from refold.storage.log.checkpoints import checkpoint_fields  # (Merkle tree: refold/storage/log/merkle.py, issue 36)
+from refold.storage.log.merkle import MerkleTree
 
 #: Once this many data files have been added since the last compaction, the append that added the
 #: last one merges them (0: never). delta-rs's commit cost grows with the number of files: a
@@ -97,7 +96,7 @@ def _dedupe(batch: Sequence[NewEvent], ids: list[str]) -> list[NewEvent]:
 Protector = Callable[[NewEvent], dict[str, Any]]
 
 
-def _plain(_: NewEvent) -> dict[str, Any]:
+def plain_protector(_: NewEvent) -> dict[str, Any]:
     return {}
 
 
@@ -105,11 +104,23 @@ def _plain(_: NewEvent) -> dict[str, Any]:
 _EMPTY_HEAD = Head(-1, GENESIS, datetime(1970, 1, 1, tzinfo=timezone.utc), 0)
 
 
+class _Again(Exception):
+    """An append attempt to run again at once (after an ambiguous error, on the reloaded table)."""
+
+
+def _conflict_wait(state) -> float:
+    """The tenacity wait before the next append attempt: none after :class:`_Again`; after a lost
+    race a random one of up to 10 ms per attempt so far (200 ms at most), so racing writers spread out."""
+    if isinstance(state.outcome.exception(), _Again):
+        return 0.0
+    return random.uniform(0, min(0.01 * state.attempt_number, 0.2))
+
+
 class EventLog(LogReader):
     """One store's log. Cheap to construct; safe to use from several threads and processes."""
 
     def __init__(self, layout: Layout, *, storage_options: dict[str, str] | None = None,
-                 protector: Protector = _plain):
+                 protector: Protector = plain_protector):
         if storage_options is not None and layout.storage_options is None:  # the side files need them too
             layout = dataclasses.replace(layout, storage_options=storage_options)
         self.layout = layout
@@ -117,7 +128,7 @@ class EventLog(LogReader):
         self.protector = protector
         self._init_caches()
         try:
-            self._dt = self._table()
+            self._dt = self.table()
         except TableNotFoundError:
             raise StoreError(
                 f"no event log at {layout.events}; create the store with `refold init {layout.root}`"
@@ -214,47 +225,53 @@ class EventLog(LogReader):
         unique = _dedupe(batch, ids)
         if len(unique) < len(batch):
             ids = [e.event_id for e in unique]
+        from tenacity import Retrying, retry_if_exception_type, stop_after_attempt
+
         reloaded = False
+        # another writer landed first (CommitFailedError): re-read the head and try again
+        retrying = Retrying(retry=retry_if_exception_type((CommitFailedError, _Again)),
+                            stop=stop_after_attempt(max_attempts), wait=_conflict_wait, reraise=True)
         with self._lock, self._writer_turn() as exclusive:
-            for attempt in range(max_attempts):
-                version = self._sync()
-                existing = self._check_existing(unique, ids)
-                fresh = [e for e in unique if e.event_id not in existing] if existing else unique
-                if not fresh:
-                    return [existing[e.event_id] for e in batch]
-                rows, new_head = self._seal_table(fresh, self._last, version + 1, protect=protect)
-                try:
-                    self._write(version, rows, {HEAD_KEY: json.dumps(new_head.as_json())})
-                except CommitFailedError:
-                    # Another writer landed first: re-read the head and try again, with jitter so
-                    # racing writers spread out.
-                    time.sleep(random.uniform(0, min(0.01 * (attempt + 1), 0.2)))
-                    continue
-                except Exception as exc:  # ambiguous: the commit may have landed before the error
-                    self._dt, self._last = None, None  # state unknown now: load the table afresh
-                    self._sync()
-                    landed = self._check_existing(unique, ids)
-                    if all(e.event_id in landed for e in unique):
-                        self._publish_head(new_head)
-                        return [landed[e.event_id] for e in batch]
-                    if not reloaded:  # the cached table may have been the problem: once more
-                        reloaded = True
-                        continue
-                    raise StoreError(
-                        f"append failed and the batch did not land ({exc}); it is safe to retry"
-                    ) from exc
-                self._remember(ids if fresh is unique else [e.event_id for e in fresh], new_head)
-                tree = self._grow_tree(new_head, rows)
-                self._publish_head(new_head, tree=tree)
-                if (exclusive and COMPACT_EVERY
-                        and len(self._indexed) - self._compacted_files >= COMPACT_EVERY):
-                    self._compact_quietly(self._fresh_table())
-                first = new_head.seq - len(fresh) + 1
-                if fresh is unique and len(unique) == len(batch):  # all new, no repeats: in order
-                    return list(range(first, first + len(batch)))
-                by_id = dict(zip((e.event_id for e in fresh), range(first, first + len(fresh))))
-                by_id.update(existing)
-                return [by_id[e.event_id] for e in batch]
+            try:
+                for attempt in retrying:
+                    with attempt:
+                        version = self._sync()
+                        existing = self._check_existing(unique, ids)
+                        fresh = [e for e in unique if e.event_id not in existing] if existing else unique
+                        if not fresh:
+                            return [existing[e.event_id] for e in batch]
+                        rows, new_head = self._seal_table(fresh, self._last, version + 1, protect=protect)
+                        try:
+                            self._write(version, rows, {HEAD_KEY: json.dumps(new_head.as_json())})
+                        except CommitFailedError:
+                            raise  # lost the race: the next attempt reads the new head
+                        except Exception as exc:  # ambiguous: the commit may have landed before the error
+                            self._dt, self._last = None, None  # state unknown now: load the table afresh
+                            self._sync()
+                            landed = self._check_existing(unique, ids)
+                            if all(e.event_id in landed for e in unique):
+                                self._publish_head(new_head)
+                                return [landed[e.event_id] for e in batch]
+                            if not reloaded:  # the cached table may have been the problem: once more
+                                reloaded = True
+                                raise _Again from exc
+                            raise StoreError(
+                                f"append failed and the batch did not land ({exc}); it is safe to retry"
+                            ) from exc
+                        self._remember(ids if fresh is unique else [e.event_id for e in fresh], new_head)
+                        tree = self._grow_tree(new_head, rows)
+                        self._publish_head(new_head, tree=tree)
+                        if (exclusive and COMPACT_EVERY
+                                and len(self._indexed) - self._compacted_files >= COMPACT_EVERY):
+                            self._compact_quietly(self._fresh_table())
+                        first = new_head.seq - len(fresh) + 1
+                        if fresh is unique and len(unique) == len(batch):  # all new, no repeats: in order
+                            return list(range(first, first + len(batch)))
+                        by_id = dict(zip((e.event_id for e in fresh), range(first, first + len(fresh))))
+                        by_id.update(existing)
+                        return [by_id[e.event_id] for e in batch]
+            except (CommitFailedError, _Again):
+                pass
         raise StoreError(f"append gave up after {max_attempts} commit conflicts; retry later")
 
     def version(self) -> int:
@@ -357,7 +374,7 @@ class EventLog(LogReader):
                           "but each costs more as files accumulate", RuntimeWarning, stacklevel=3)
 
     def _writer_turn(self):
-        """Writers on this host take turns (see :mod:`refold.storage.hostlock`)."""
+        """Writers on this host take turns (see :mod:`refold.storage.log.hostlock`)."""
         return host_turn(self.layout.root)
 
     def _fresh_table(self) -> DeltaTable:
@@ -377,7 +394,7 @@ class EventLog(LogReader):
                     return self._dt
                 except Exception:  # noqa: BLE001 - commits we never saw were cleaned up: reload
                     self._dt = None
-            self._dt = self._table()
+            self._dt = self.table()
             return self._dt
 
     def _is_current_version(self, version: int) -> bool:
@@ -444,11 +461,16 @@ class EventLog(LogReader):
         rows = seal_rows(
             fresh, first_seq=head.seq + 1, prev_link=head.link, recorded_at=recorded_at,
             table_version=version,
-            protector=self.protector if protect and self.protector is not _plain else None,
+            protector=self.protector if protect and self.protector is not plain_protector else None,
         )
         return rows, Head(head.seq + len(fresh), rows.link, recorded_at, version)
 
     # -- published heads ------------------------------------------------------------------------
+
+    def publish_head(self, head: Head) -> None:
+        """Publish ``head`` as the store's head (``receipts/heads/``), signed when this log signs:
+        for events that landed by another commit than :meth:`append` (an erasure's record)."""
+        self._publish_head(head)
 
     def _publish_head(self, head: Head, keep: int = 16, tree=None) -> None:
         extra = None
@@ -456,7 +478,7 @@ class EventLog(LogReader):
             extra = checkpoint_fields(self._signer, tree.size, tree.root())  # signed with the head
         publish_store_head(self.layout, head, keep=keep, signer=self._signer, extra=extra)
 
-    # -- the Merkle tree (refold/storage/merkle.py) -----------------------------------------------
+    # -- the Merkle tree (refold/storage/log/merkle.py) -----------------------------------------------
 
     def _grow_tree(self, head: Head, rows: Sealed):
         """Add the leaves of the rows that just landed to the Merkle tree; return its new edge.

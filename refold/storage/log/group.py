@@ -2,7 +2,7 @@
 
 A single-event append costs a whole Delta commit (a data file, a commit file, a published head),
 so a process whose threads append events one at a time (an agent server with many sessions) is
-bound by commit latency. :class:`GroupCommit` sits in front of an :class:`~refold.storage.log.EventLog`:
+bound by commit latency. :class:`GroupCommit` sits in front of an :class:`~refold.storage.log.eventlog.EventLog`:
 each caller queues its batch; one caller (the leader) takes what is queued, appends it as one
 batch and hands every caller its seqs. Callers that arrive while a commit is in flight wait and
 form the next group, which the first of them leads once the commit is done.
@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from refold.fold.errors import RefoldError
 from refold.fold.events import NewEvent, check_times
 
-from .log import EventLog
+from refold.storage.log.eventlog import EventLog
 
 
 @dataclass(eq=False)

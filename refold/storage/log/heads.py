@@ -26,7 +26,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from .filemodes import file_mode, make_dirs
+from refold.storage.files.modes import file_mode, make_dirs
 
 _HEAD_GLOB = "[0-9]" * 20 + ".json"  # receipts/heads/<table version, 20 digits>.json (older stores)
 JOURNAL = "heads.jsonl"
@@ -74,11 +74,11 @@ class HeadLine:
     error: str | None = None
     #: the start of a head a crash cut short (or a legacy file it left empty): no claim, not an error
     torn: bool = False
-    #: a signed head's Ed25519 signature (hex) and its key's fingerprint (refold.storage.signing)
+    #: a signed head's Ed25519 signature (hex) and its key's fingerprint (refold.storage.log.signing)
     signature: str | None = None
     key: str | None = None
     #: the signed checkpoint of the tree of seq + 1 leaves published with it, a C2SP signed note
-    #: (refold.storage.checkpoints); None on unsigned lines and lines of older refolds
+    #: (refold.storage.log.checkpoints); None on unsigned lines and lines of older refolds
     checkpoint: str | None = None
 
 
@@ -148,7 +148,7 @@ def _cut_short(text: bytes) -> bool:
 def publish_head(folder: str | os.PathLike, head: Head, *, keep: int = 16, signer=None,
                  extra: dict[str, Any] | None = None) -> None:
     """Append ``head`` to the folder's journal, signed when a ``signer``
-    (:class:`~refold.storage.signing.HeadSigner`) is given, with ``extra`` fields (a signed
+    (:class:`~refold.storage.log.signing.HeadSigner`) is given, with ``extra`` fields (a signed
     checkpoint). Best effort: the commit already landed, so a failure here warns instead of
     failing the append."""
     line = head.as_json()

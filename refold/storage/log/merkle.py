@@ -20,7 +20,7 @@ proof at 1M events reads one bottom tile from the log, at most one stored tile p
 and the edge, and hashes about a thousand times.
 
 The appender extends the tree right after its commit lands (:meth:`MerkleTree.appended`, from
-:class:`~refold.storage.log.EventLog`), from the edge it kept in memory, so an append pays its
+:class:`~refold.storage.log.eventlog.EventLog`), from the edge it kept in memory, so an append pays its
 leaves' hashes and ~255 node hashes per 256 leaves (~1.5 µs per event), and now and then a small
 write; nothing is read back.
 Everything here is derived from the log and rebuilt from it when missing, short or inconsistent
@@ -42,7 +42,7 @@ import struct
 import threading
 import warnings
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,15 +51,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from refold.fold.errors import IntegrityError, StoreError, ValidationError
-from .filemodes import file_mode, make_dirs
+from refold.fold.errors import IntegrityError, StoreError
+from refold.storage.files.modes import file_mode, make_dirs
 
-__all__ = ["EMPTY_ROOT", "TILE_HEIGHT", "Edge", "MerkleTree", "TreeCheck", "TreeView", "check_tree", "leaf_hashes",
-           "tile_key", "tree_view"]
+__all__ = ["EMPTY_ROOT", "TILE_HEIGHT", "Edge", "MerkleTree", "leaf_hashes",
+           "tile_key"]
 
 TILE_HEIGHT = 8
 TILE = 1 << TILE_HEIGHT
-_MASK = TILE - 1
+MASK = TILE - 1
 FOLDER = "merkle"
 EDGES = f"{FOLDER}/edge"  # the edge of size S is saved as merkle/edge/<S, 20 digits>
 EMPTY_ROOT = hashlib.sha256(b"").digest()
@@ -69,7 +69,7 @@ _MAGIC = b"refold-merkle-edge/v1\n"
 #: whoever opens the tree next catches the saved edge up from the log's last few commitments
 SAVE_EVERY = 4096
 #: commitments read from the log per step of a catch-up (bounds its memory)
-_CATCH_UP_CHUNK = 1 << 18
+CATCH_UP_CHUNK = 1 << 18
 _NODE = b"\x01"
 
 
@@ -101,7 +101,7 @@ def _is_hash_hex(value: Any) -> bool:
         return False
 
 
-def _node(left: bytes, right: bytes) -> bytes:
+def node_hash(left: bytes, right: bytes) -> bytes:
     return hashlib.sha256(_NODE + left + right).digest()
 
 
@@ -109,18 +109,18 @@ def _perfect(hashes: Sequence[bytes]) -> bytes:
     """The root of a perfect subtree over ``hashes`` (a power of two of them)."""
     sha = hashlib.sha256
     level = hashes
-    while len(level) > 1:  # (_node inlined: this is most of an append's tree work)
+    while len(level) > 1:  # (node_hash inlined: this is most of an append's tree work)
         level = [sha(_NODE + level[i] + level[i + 1]).digest() for i in range(0, len(level), 2)]
     return level[0]
 
 
-def _levels(row: Sequence[bytes]) -> list[list[bytes]]:
+def levels(row: Sequence[bytes]) -> list[list[bytes]]:
     """Every complete node above ``row`` (a tile's row, maybe partial): levels[k][i] is the node of
     height k (within the tile) over row[i·2^k : (i+1)·2^k]."""
     levels = [list(row)]
     while len(levels[-1]) > 1:
         below = levels[-1]
-        levels.append([_node(below[i], below[i + 1]) for i in range(0, len(below) - 1, 2)])
+        levels.append([node_hash(below[i], below[i + 1]) for i in range(0, len(below) - 1, 2)])
     return levels
 
 
@@ -191,7 +191,7 @@ class Edge:
                     start += 1 << k
         acc = parts[-1]
         for part in reversed(parts[:-1]):
-            acc = _node(part, acc)
+            acc = node_hash(part, acc)
         return acc
 
     def encode(self) -> bytes:
@@ -216,9 +216,9 @@ class Edge:
         for level in range(count):
             (n,) = struct.unpack_from(">H", body, at)
             at += 2
-            if n != (size >> (TILE_HEIGHT * level)) & _MASK:
+            if n != (size >> (TILE_HEIGHT * level)) & MASK:
                 raise ValueError(f"level {level} holds {n} hashes, a tree of {size} leaves has "
-                                 f"{(size >> (TILE_HEIGHT * level)) & _MASK}")
+                                 f"{(size >> (TILE_HEIGHT * level)) & MASK}")
             rows.append([body[at + 32 * i:at + 32 * (i + 1)] for i in range(n)])
             at += 32 * n
         if at != len(body) or (size >> (TILE_HEIGHT * count)) != 0:
@@ -228,7 +228,7 @@ class Edge:
 
 class MerkleTree:
     """The stored tree of one store (see the module docstring). Thread-safe; one per
-    :class:`~refold.storage.log.EventLog`, which keeps the edge of its own last append."""
+    :class:`~refold.storage.log.eventlog.EventLog`, which keeps the edge of its own last append."""
 
     def __init__(self, layout):
         self.layout = layout
@@ -241,7 +241,8 @@ class MerkleTree:
 
     # -- storage ------------------------------------------------------------------------------------
 
-    def _get(self, key: str) -> bytes | None:
+    def read(self, key: str) -> bytes | None:
+        """The stored bytes of ``key`` (a tile or an edge), None when there is none."""
         if self._local is not None:
             try:
                 return (self._local / key).read_bytes()
@@ -274,7 +275,7 @@ class MerkleTree:
             os.close(fd)
         os.replace(tmp, path)
 
-    def _edge_keys(self) -> list[str]:
+    def edge_keys(self) -> list[str]:
         """The saved edges' keys, newest (largest size) first."""
         if self._local is not None:
             try:
@@ -288,8 +289,8 @@ class MerkleTree:
 
     def load_edge(self) -> Edge | None:
         """The newest valid saved edge (None: none, or none valid: the tree is then rebuilt)."""
-        for key in self._edge_keys():
-            data = self._get(key)
+        for key in self.edge_keys():
+            data = self.read(key)
             try:
                 edge = Edge.decode(data or b"")
             except (ValueError, struct.error):
@@ -302,7 +303,7 @@ class MerkleTree:
         """Save ``edge`` under its size, then remove the older edges."""
         key = f"{EDGES}/{edge.size:020d}"
         self._put(key, edge.encode())
-        for old in self._edge_keys():
+        for old in self.edge_keys():
             if old < key:
                 self._delete(old)
 
@@ -358,9 +359,9 @@ class MerkleTree:
         if edge.size == size:
             return edge
         tiles: list[tuple[int, int, bytes]] = []
-        for lo in range(edge.size, size, _CATCH_UP_CHUNK):
-            hi = min(size, lo + _CATCH_UP_CHUNK)
-            tiles += edge.extend(leaf_hashes(_commitments(log, lo, hi)))
+        for lo in range(edge.size, size, CATCH_UP_CHUNK):
+            hi = min(size, lo + CATCH_UP_CHUNK)
+            tiles += edge.extend(leaf_hashes(commitments_of(log, lo, hi)))
         self._save_quietly(edge, tiles)
         self._saved = edge.size
         return edge
@@ -383,8 +384,9 @@ class MerkleTree:
 
     # -- reading ------------------------------------------------------------------------------------
 
-    def _cached(self, key: tuple[Any, ...], make) -> list[list[bytes]]:
-        """The node levels of a complete tile (its hashes never change), kept for the next proofs."""
+    def cached_levels(self, key: tuple[Any, ...], make) -> list[list[bytes]]:
+        """The node levels of a complete tile (its hashes never change): ``make()``'s the first
+        time ``key`` is asked for, kept for the next proofs."""
         with self._lock:
             levels = self._tiles.get(key)
             if levels is None:
@@ -396,15 +398,22 @@ class MerkleTree:
                 self._tiles.move_to_end(key)
             return levels
 
+    def edge_levels(self, edge: Edge, level: int) -> list[list[bytes]]:
+        """The node levels of ``edge``'s own (incomplete) row at ``level``, computed once per edge."""
+        with self._lock:
+            if level not in edge.levels:
+                edge.levels[level] = levels(edge.rows[level])
+            return edge.levels[level]
+
     def stored_tile(self, level: int, index: int, log) -> list[bytes]:
         """The 256 hashes of the complete tile ``index`` at ``level`` (>= 1), from its file, or
         rebuilt from the level below (and saved) when the file is missing or not 8 KiB."""
-        data = self._get(tile_key(level, index))
+        data = self.read(tile_key(level, index))
         if data is not None and len(data) == TILE * 32:
             return [data[i:i + 32] for i in range(0, len(data), 32)]
         if level == 1:  # one read of the 65,536 commitments below
             lo = index << (2 * TILE_HEIGHT)
-            leaves = leaf_hashes(_commitments(log, lo, lo + (1 << (2 * TILE_HEIGHT))))
+            leaves = leaf_hashes(commitments_of(log, lo, lo + (1 << (2 * TILE_HEIGHT))))
             below = [_perfect(leaves[i:i + TILE]) for i in range(0, len(leaves), TILE)]
         else:
             below = [_perfect(self.stored_tile(level - 1, t, log)) for t in range(index * TILE, (index + 1) * TILE)]
@@ -419,11 +428,14 @@ class MerkleTree:
         rows they come from (seq, commitment, kind, erasure_id)."""
         lo = index * TILE
         hi = lo + TILE if size is None else min(lo + TILE, size)
-        rows = _rows(log, lo, hi, ["commitment", "kind", "erasure_id"])
+        rows = rows_of(log, lo, hi, ["commitment", "kind", "erasure_id"])
         return leaf_hashes(rows["commitment"].to_pylist()), rows
 
 
-def _rows(log, lo: int, hi: int, columns: list[str]) -> pa.Table:
+# -- verify's side --------------------------------------------------------------------------------------
+
+
+def rows_of(log, lo: int, hi: int, columns: list[str]) -> pa.Table:
     """The log's rows of seqs [lo, hi), in seq order, checked to be exactly those seqs."""
     table = log.arrow(columns=["seq", *columns], filter=(pc.field("seq") >= lo) & (pc.field("seq") < hi),
                       prune=[{"seq": (lo, hi - 1)}])
@@ -434,176 +446,10 @@ def _rows(log, lo: int, hi: int, columns: list[str]) -> pa.Table:
     return table
 
 
-def _commitments(log, lo: int, hi: int) -> list[str]:
-    return _rows(log, lo, hi, ["commitment"])["commitment"].to_pylist()
-
-
-class TreeView:
-    """The tree of the log's first ``size`` leaves, answering subtree hashes and leaf entries
-    (a :class:`refold.proofs.TreeSource`). ``edge`` is an edge of at least ``size`` leaves."""
-
-    def __init__(self, tree: MerkleTree, edge: Edge, size: int, log):
-        self.tree, self.edge, self.size, self.log = tree, edge, size, log
-        self._bottom: dict[int, tuple[list[bytes], pa.Table]] = {}
-
-    def _row_levels(self, level: int, index: int) -> list[list[bytes]]:
-        """The node levels of tile ``index`` at ``level`` as far as it is complete at the edge's size."""
-        tree, edge = self.tree, self.edge
-        complete = (index + 1) << (TILE_HEIGHT * (level + 1)) <= edge.size
-        if not complete:  # the edge's own row at that level
-            with tree._lock:
-                if level not in edge.levels:
-                    edge.levels[level] = _levels(edge.rows[level])
-                return edge.levels[level]
-        if level == 0:
-            return tree._cached(("leaves", index), lambda: _levels(self._bottom_tile(index)[0]))
-        return tree._cached((level, index), lambda: _levels(tree.stored_tile(level, index, self.log)))
-
-    def _bottom_tile(self, index: int) -> tuple[list[bytes], pa.Table]:
-        if index not in self._bottom:
-            self._bottom[index] = self.tree.bottom_tile(index, self.log)
-        return self._bottom[index]
-
-    def node(self, height: int, index: int) -> bytes:
-        """The complete node at ``height`` over leaves [index·2^height, (index+1)·2^height)."""
-        if (index + 1) << height > self.size:
-            raise ValueError(f"node {height}/{index} is not complete in a tree of {self.size} leaves")
-        level, within = divmod(height, TILE_HEIGHT)
-        first = index << within  # its first descendant in row ``level``
-        levels = self._row_levels(level, first >> TILE_HEIGHT)
-        return levels[within][(first & _MASK) >> within]
-
-    def subtree(self, lo: int, hi: int) -> bytes:
-        """MTH of leaves [lo, hi) (a range the RFC's recursion visits)."""
-        n = hi - lo
-        if n <= 0:
-            return EMPTY_ROOT
-        if n & (n - 1) == 0:
-            height = n.bit_length() - 1
-            return self.node(height, lo >> height)
-        k = 1 << ((n - 1).bit_length() - 1)
-        return _node(self.subtree(lo, lo + k), self.subtree(lo + k, hi))
-
-    def root(self) -> bytes:
-        return self.subtree(0, self.size)
-
-    def entry(self, index: int) -> tuple[bytes, dict[str, Any]]:
-        """Leaf ``index``'s entry (the event's commitment, 32 bytes) and whether it was erased."""
-        tile = index >> TILE_HEIGHT
-        if (tile + 1) << TILE_HEIGHT <= self.edge.size:  # its bottom tile is read for the proof anyway
-            row = self._bottom_tile(tile)[1].slice(index & _MASK, 1).to_pylist()[0]
-            commitment = bytes.fromhex(row["commitment"])
-        else:  # one of the newest leaves, whose hashes the edge holds: check the edge against the log
-            row = _rows(self.log, index, index + 1, ["commitment", "kind", "erasure_id"]).to_pylist()[0]
-            commitment = bytes.fromhex(row["commitment"])
-            if hashlib.sha256(b"\x00" + commitment).digest() != self.edge.rows[0][index & _MASK]:
-                raise IntegrityError(f"the saved Merkle tree ({EDGES}/) differs from the log at seq {index}; run "
-                                     f"`refold verify {self.log.layout.root}`", first_bad_seq=index)
-        erased = row["kind"] == "tombstone"
-        return commitment, {"erased": erased, "erasure_id": row["erasure_id"] if erased else None}
+def commitments_of(log, lo: int, hi: int) -> list[str]:
+    return rows_of(log, lo, hi, ["commitment"])["commitment"].to_pylist()
 
 
 def log_size(log) -> int:
     """How many events the log holds (its head's seq + 1)."""
     return log.head().seq + 1
-
-
-def tree_view(log, size: int | None = None, *, leaf: int | None = None, since: int | None = None) -> TreeView:
-    """The tree of ``log``'s first ``size`` leaves (default: all of them), caught up from the log
-    if the saved tree is behind. ``leaf`` / ``since``: the leaf index or the older size a proof
-    is asked for, checked here so a bad request fails with what to ask instead."""
-    events = log_size(log)
-    if size is None:
-        size = events
-    for name, value in (("size", size), ("seq", leaf), ("size1", since)):
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
-            raise ValidationError(f"{name} must be a whole number >= 0, not {value!r}")
-    if size > events:
-        raise ValidationError(f"the log holds {events} event(s), so there is no tree of size {size}; "
-                              f"ask for a size from 1 to {events}")
-    if leaf is not None and leaf >= size:
-        raise ValidationError(f"seq {leaf} is not in the tree of size {size}"
-                              + (f" (the log holds {events} event(s)); pass a --size above {leaf}"
-                                 if leaf < events else f"; the log holds {events} event(s) (seqs 0..{events - 1})"))
-    if since is not None and not 0 < since <= size:
-        raise ValidationError(f"no consistency proof from size {since} to {size}: the older size must be from 1 "
-                              f"to {size}")
-    if size == 0 and leaf is None and since is None:
-        return TreeView(_tree_of(log), Edge(), 0, log)
-    tree = _tree_of(log)
-    return TreeView(tree, tree.current(log, size, events), size, log)
-
-
-def _tree_of(log) -> MerkleTree:
-    tree = getattr(log, "merkle", None)
-    return tree if isinstance(tree, MerkleTree) else MerkleTree(log.layout)
-
-
-# -- verify's side --------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class TreeCheck:
-    """What :func:`check_tree` found: the root at each size asked for (within the log), problems,
-    notes, and the first seq a saved edge holds beyond the log's end (a truncated tail)."""
-
-    roots: dict[int, bytes]
-    problems: list[str]
-    notes: list[str]
-    truncated_at: int | None = None
-
-
-def check_tree(layout, commitments: Sequence[str], sizes: Iterable[int]) -> TreeCheck:
-    """Recompute the tree from ``commitments`` (every event's, in seq order; the chain already
-    checked) and compare the stored tiles and edges with it. A missing tile is a note: it is
-    rebuilt from the log on demand; one that differs from the log is a problem, and so is an
-    edge of more leaves than the log holds (like a published head past the log's end)."""
-    tree = MerkleTree(layout)
-    problems: list[str] = []
-    notes: list[str] = []
-    n = len(commitments)
-    edges: dict[int, tuple[str, Edge]] = {}  # size → (key, edge) of every saved edge
-    truncated: int | None = None  # the first seq a saved edge holds that the log does not
-    for key in tree._edge_keys():
-        try:
-            edge = Edge.decode(tree._get(key) or b"")
-            if edge.size != int(key.rsplit("/", 1)[-1]):
-                raise ValueError(f"it holds a tree of {edge.size} leaves")
-        except (ValueError, struct.error) as exc:
-            problems.append(f"{key}: not a valid tree edge ({exc}); remove it, and the next append or proof "
-                            "rebuilds the tree from the log")
-            continue
-        if edge.size > n:
-            problems.append(f"{key}: the Merkle tree holds {edge.size} leaves but the log ends at seq {n - 1}: the "
-                            "tail was truncated (or the tree is another log's)")
-            truncated = n if truncated is None else truncated
-            continue
-        edges[edge.size] = (key, edge)
-    saved = max(edges, default=0)  # tiles complete at this size must be there
-    stops = sorted({s for s in sizes if 0 <= s <= n} | set(edges))
-    roots: dict[int, bytes] = {}
-    edge = Edge()
-    bad_tiles: list[str] = []
-    missing = 0
-    at = 0
-    for stop in [*stops, n]:
-        for lo in range(at, stop, _CATCH_UP_CHUNK):
-            hi = min(stop, lo + _CATCH_UP_CHUNK)
-            for level, index, data in edge.extend(leaf_hashes(commitments[lo:hi])):
-                found = tree._get(tile_key(level, index))
-                if found is None:
-                    missing += (index + 1) << (TILE_HEIGHT * (level + 1)) <= saved
-                elif found != data:
-                    bad_tiles.append(tile_key(level, index))
-        at = max(at, stop)
-        roots[stop] = edge.root()
-        if stop in edges and edges[stop][1].rows != edge.rows:
-            problems.append(f"{edges[stop][0]}: its hashes differ from the tree of the log's first {stop} events "
-                            "(an edit, or a bug); remove it, and the next append or proof rebuilds the tree")
-    if bad_tiles:
-        problems.append(f"{len(bad_tiles)} Merkle tile(s) differ from the tree of the log's commitments, first "
-                        f"{bad_tiles[0]} (edited or damaged): proofs from them would not verify; remove them, and "
-                        "the next proof rebuilds them from the log")
-    if missing:
-        notes.append(f"{missing} Merkle tile(s) under {FOLDER}/ are missing; the next proof rebuilds them from the log")
-    return TreeCheck(roots, problems, notes, truncated)

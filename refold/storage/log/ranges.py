@@ -2,7 +2,7 @@
 
 Pruning trusts the add actions' min/max of ``seq``; statistics edited in ``_delta_log`` (or rows
 moved between files) make a pruned read skip events, and a fold built from it would silently
-lack them. ``verify`` finds such files by reading them (:mod:`refold.storage.verify_stats`); the
+lack them. ``verify`` finds such files by reading them (:mod:`refold.storage.log.verify_stats`); the
 check here is the cheap, always-on half: a read of the seqs from ``start`` on must hold each of
 ``start … end`` exactly once, where ``end`` is the last seq the table version must hold — the
 largest of the files' seq maxima, and the head its newest commit recorded for that version
@@ -22,10 +22,10 @@ from deltalake import DeltaTable
 from refold.fold.errors import IntegrityError
 from refold.fold.events import Event
 
-from .delta_io import _file_stats, read_files
-from .log_reader import HEAD_KEY
-from .schema import EVENTS_SCHEMA, table_to_events
-from .table_handles import shared_table
+from refold.storage.delta.io import _file_stats, read_files
+from refold.storage.log.reader import HEAD_KEY
+from refold.storage.log.schema import EVENTS_SCHEMA, table_to_events
+from refold.storage.delta.handles import shared_table
 
 __all__ = ["check_range", "events_from", "last_seq"]
 
@@ -89,7 +89,7 @@ def check_range(seqs: pa.Array | pa.ChunkedArray, start: int, end: int, *, store
 
 
 def events_from(log, start: int) -> list[Event]:
-    """The stored events of ``log`` (an :class:`~refold.storage.log.EventLog`) from seq ``start``
+    """The stored events of ``log`` (an :class:`~refold.storage.log.eventlog.EventLog`) from seq ``start``
     to the head, in log order, as stored (shred mode: still sealed; erased: tombstones).
 
     Only the data files whose statistics allow such seqs are read, through this process's open

@@ -1,5 +1,5 @@
 """Reading the event log: heads, rows by seq / record time / id (the appending side is
-:mod:`refold.storage.log`, which extends :class:`LogReader`)."""
+:mod:`refold.storage.log.eventlog`, which extends :class:`LogReader`)."""
 
 from __future__ import annotations
 
@@ -15,11 +15,11 @@ from deltalake import DeltaTable
 from refold.fold.chain import GENESIS
 from refold.fold.errors import IntegrityError
 from refold.fold.events import Event
-from .delta_io import Bounds, parquet_dataset, read_arrow, read_files, seq_spans
-from .table_handles import shared_table
-from .heads import Head, read_published_head
-from .layout import Layout
-from .schema import EVENTS_SCHEMA, table_to_events
+from refold.storage.delta.io import Bounds, parquet_dataset, read_arrow, read_files, seq_spans
+from refold.storage.delta.handles import shared_table
+from refold.storage.log.heads import Head, read_published_head
+from refold.storage.layout import Layout
+from refold.storage.log.schema import EVENTS_SCHEMA, table_to_events
 
 __all__ = ["HEAD_KEY", "LogReader", "recorded_head"]
 
@@ -65,12 +65,15 @@ class LogReader:
     storage_options: dict[str, str] | None
     _prefix_ends: dict[int, int]
 
-    def _table(self, version: int | None = None) -> DeltaTable:
+    def table(self, version: int | None = None) -> DeltaTable:
+        """A new handle on the log's Delta table at ``version`` (default: the newest), for code that
+        needs delta-rs itself: the file list, the commit history, a write transaction."""
         return DeltaTable(self.layout.events, version=version, storage_options=self.storage_options)
+
 
     def version(self) -> int:
         """The newest table version (a writer keeps its own handle: see ``EventLog.version``)."""
-        return self._table().version()
+        return self.table().version()
 
     def head(self, dt: DeltaTable | None = None) -> Head:
         """The current head, read from the rows and checked against the head that the newest
@@ -84,7 +87,7 @@ class LogReader:
         at: delta-rs rebases an OPTIMIZE over commits that landed meanwhile
         (``max_commit_retries=0`` does not stop it), and the head it carries is then stale.
         """
-        dt = dt or self._table()
+        dt = dt or self.table()
         actual = self._head_from_rows(dt)
         recorded = recorded_head(dt)
         if recorded is not None and (recorded.seq, recorded.link) != (actual.seq, actual.link):
@@ -147,7 +150,7 @@ class LogReader:
               version: int | None = None, prune: Sequence[Bounds] | None = None) -> pa.Table:
         """Raw rows sorted by seq (refold's internal reader).
 
-        ``prune``: where the wanted rows lie (see :func:`~refold.storage.delta_io.read_arrow`), e.g.
+        ``prune``: where the wanted rows lie (see :func:`~refold.storage.delta.io.read_arrow`), e.g.
         ``[{"kind": ("retraction", "retraction")}]``; files that cannot hold them are not read.
         """
         wanted = _with_seq(columns)
@@ -155,7 +158,7 @@ class LogReader:
             with shared_table(self.layout.events, self.storage_options).view() as dt:
                 table = read_arrow(dt, EVENTS_SCHEMA, columns=wanted, filter=filter, prune=prune)
             return table.sort_by("seq")
-        return read_arrow(self._table(version), EVENTS_SCHEMA, columns=wanted, filter=filter,
+        return read_arrow(self.table(version), EVENTS_SCHEMA, columns=wanted, filter=filter,
                           prune=prune).sort_by("seq")
 
     def prefix_end(self, as_of: int | str | datetime) -> int | None:
@@ -188,7 +191,7 @@ class LogReader:
         files' kind statistics, so after an erasure spread over the log nearly every file may hold
         any kind: whole rows of all of them cost ~40-70 ms at 20k events, the two phases ~5.
         Both phases read one version of the log, file by file on this thread
-        (:func:`~refold.storage.delta_io.read_files`: a handful of small reads, where a dataset
+        (:func:`~refold.storage.delta.io.read_files`: a handful of small reads, where a dataset
         scan's set-up and thread pool cost more than the rows)."""
         prune = [{"kind": (k, k)} for k in kinds]
         wanted = _with_seq(columns)
@@ -245,7 +248,7 @@ class LogReader:
                      seqs: Iterable[int] | None = None) -> list[Event]:
         """The events among ``ids``; ``seqs``, their log positions where the caller knows them
         (a fact's ``source_seqs``): only the files whose seq range holds one are read."""
-        dt = dt or self._table()
+        dt = dt or self.table()
         prune = None if seqs is None else [{"seq": span} for span in seq_spans(seqs)]
         table = read_arrow(dt, EVENTS_SCHEMA, filter=pc.field("event_id").isin(ids), prune=prune)
         return list(table_to_events(table))

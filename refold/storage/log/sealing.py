@@ -33,7 +33,7 @@ import pyarrow.compute as pc
 
 from refold.fold.chain import DOMAIN, HEADER_FIELDS, canonical_time, seal
 from refold.fold.events import Event, NewEvent
-from .schema import EVENTS_SCHEMA, events_to_table
+from refold.storage.log.schema import EVENTS_SCHEMA, events_to_table
 
 __all__ = ["COLUMN_WISE_FROM", "Sealed", "chain_links", "commit_digests", "seal_rows", "user_columns"]
 

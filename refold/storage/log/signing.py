@@ -17,7 +17,6 @@ past the newest signed head were appended without the key.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,9 +25,10 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
+from refold.fold.canonical import canonical_json
 from refold.fold.errors import StoreError, ValidationError
-from .heads import Head
-from .layout import Layout
+from refold.storage.log.heads import Head
+from refold.storage.layout import Layout
 
 __all__ = ["KEY_ENV", "PUBLIC_KEY_FILE", "HeadSigner", "fingerprint", "head_message", "load_public_key",
            "recorded_public_key", "set_up_signing", "signer_from_env", "signature_ok"]
@@ -41,9 +41,9 @@ _DOMAIN = b"refold/head/v1\n"
 
 
 def head_message(head: Head) -> bytes:
-    """The bytes a head's signature covers."""
-    return _DOMAIN + json.dumps({"link": head.link, "seq": head.seq}, sort_keys=True,
-                                separators=(",", ":")).encode()
+    """The bytes a head's signature covers. (Canonical JSON: a link is hex and a seq an int, so
+    these are the bytes the ASCII-escaping encoder of earlier versions wrote.)"""
+    return _DOMAIN + canonical_json({"link": head.link, "seq": head.seq})
 
 
 def fingerprint(public: Ed25519PublicKey) -> str:

@@ -34,15 +34,15 @@ from refold.fold.errors import IntegrityError, ValidationError
 from refold.fold.chain import GENESIS, commitment_of, link_of
 from refold.fold.erasure_record import Erased, ErasureRecord, tombstone_problem
 from refold.fold.events import MAX_TIME, MIN_TIME, Event
-from .heads import publish_store_head, store_head_lines
-from .log import EventLog, Head
-from .log_reader import HEAD_KEY
-from .schema import EVENTS_SCHEMA, stored_time_texts, table_to_events
-from .signing import (KEY_ENV, PUBLIC_KEY_FILE, HeadSigner, fingerprint, load_private, recorded_public_key,
+from refold.storage.log.heads import publish_store_head, store_head_lines
+from refold.storage.log.eventlog import EventLog, Head
+from refold.storage.log.reader import HEAD_KEY
+from refold.storage.log.schema import EVENTS_SCHEMA, stored_time_texts, table_to_events
+from refold.storage.log.signing import (KEY_ENV, PUBLIC_KEY_FILE, HeadSigner, fingerprint, load_private, recorded_public_key,
                       signature_ok)
-from .verify_stats import statistics_problems
-from .checkpoints import CheckpointError, checkpoint_fields, open_checkpoint, parse_checkpoint
-from .merkle import check_tree, tree_view
+from refold.storage.log.verify_stats import statistics_problems
+from refold.storage.log.checkpoints import CheckpointError, checkpoint_fields, open_checkpoint, parse_checkpoint
+from refold.storage.log.tree_views import check_tree, tree_view
 
 #: what a field may raise when a stored value has the wrong shape (a null inside a list, a
 #: non-hex hash, a null where the header needs a value)
@@ -91,7 +91,7 @@ def _read_events(log: EventLog) -> tuple[list[Event], list[tuple[int | None, str
     (stored by an older refold) comes back clamped; its stored text is returned too, so the
     commitment is checked against what was sealed.
     """
-    dt = log._table()
+    dt = log.table()
     if not log.layout.is_local:
         table = log.arrow()
         return (*_decoded(table, "the log"), _stored_times(table))
@@ -209,7 +209,7 @@ def verify(log: EventLog, *, against: Head | None = None, signed_heads: bool = F
     first duplicated seq. A problem with a published-heads line alone leaves it None.
 
     ``signed_heads`` (implied by ``public_key``): the log must end at a head signed by the
-    operator's key (:mod:`refold.storage.signing`): ``public_key`` when given (pinned by the
+    operator's key (:mod:`refold.storage.log.signing`): ``public_key`` when given (pinned by the
     caller), else the one the store records; events past the newest signed head are reported
     from the first of them, and that head is the reference for erasures recorded after it.
     """
@@ -265,7 +265,7 @@ def verify(log: EventLog, *, against: Head | None = None, signed_heads: bool = F
         _check_checkpoints(log, [by_seq[seq][0].commitment for seq in range(len(by_seq))], problems, bad, notes,
                            key=public_key, signed=signed_heads or public_key is not None)
     try:
-        head = Head(last.seq, last.link, last.recorded_at, log._table().version()) if last else None
+        head = Head(last.seq, last.link, last.recorded_at, log.table().version()) if last else None
     except _MALFORMED:
         head = None
     first = min(bad) if bad else None
@@ -338,7 +338,7 @@ def _check_heads(log: EventLog, against: Head | None, by_seq: dict[int, list[Eve
 
 def _check_checkpoints(log: EventLog, commitments: list[str], problems: list[str], bad: list[int],
                        notes: list[str], *, key: Ed25519PublicKey | None, signed: bool) -> None:
-    """Every checkpoint published with a head (refold.storage.checkpoints) against the Merkle tree
+    """Every checkpoint published with a head (refold.storage.log.checkpoints) against the Merkle tree
     of the log's commitments, and the stored tree (tiles, edge) against the same tree. With
     ``signed``, each checkpoint's signature must verify with ``key`` (default: the recorded key)."""
     heads_dir = "receipts/heads"
@@ -477,7 +477,7 @@ def check_recorded_heads(log: EventLog, events: list[Event]) -> tuple[list[str],
     bad: list[int] = []
     # a malformed row (no table_version) counts as older than any commit: it is reported elsewhere
     versions = [e.table_version if isinstance(e.table_version, int) else -1 for e in events]
-    for entry in log._table().history():
+    for entry in log.table().history():
         raw = entry.get(HEAD_KEY)
         if raw is None:
             continue

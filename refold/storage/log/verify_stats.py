@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .schema import STATS_COLUMNS
+from refold.storage.log.schema import STATS_COLUMNS
 
 #: timestamp statistics may be cut to milliseconds by writers other than refold's own
 _TIME_SLACK = timedelta(milliseconds=1)
