@@ -33,9 +33,10 @@ venv-full: $(VENV)/.full
 demo: $(VENV)/.core
 	$(BIN)/python -m refold.demo ./demo-store
 
-# Two pytest workers (pytest-xdist); the tests of one shared heavy process (a Ray head, moto, the
-# llama.cpp server) stay on one worker (tests/conftest.py groups them), so each starts once.
-PYTEST := $(BIN)/python -m pytest -q -n 2 --dist loadgroup
+# Two pytest workers (pytest-xdist), a test module's tests on one worker in file order (its
+# module-scoped fixtures, e.g. one store in a bucket, serve them in turn). (--dist loadgroup would
+# keep the Ray/moto/llama.cpp tests on one worker, but xdist 3.8 cannot group under pytest 9.2.)
+PYTEST := $(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 test: $(VENV)/.full
 	$(PYTEST)

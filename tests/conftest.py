@@ -30,12 +30,6 @@ FIXTURE_MARKERS = {
 }
 
 
-#: Markers whose tests share one heavy process per pytest worker: under ``pytest -n 2 --dist
-#: loadgroup`` (``make test``) each group runs on one worker, so the suite starts one Ray head,
-#: one moto server and one llama.cpp server, not one per worker.
-SHARED_PROCESS_GROUPS = ("ray", "llm", "s3")
-
-
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
 def pytest_collection_modifyitems(config, items):
     for item in items:
@@ -43,9 +37,6 @@ def pytest_collection_modifyitems(config, items):
         for fixture, marker in FIXTURE_MARKERS.items():
             if fixture in used and item.get_closest_marker(marker) is None:
                 item.add_marker(marker)
-        group = next((m for m in SHARED_PROCESS_GROUPS if item.get_closest_marker(m) is not None), None)
-        if group is not None and item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture

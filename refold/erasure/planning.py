@@ -16,12 +16,16 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from refold.erasure.receipts import fields_as_json, list_receipts
 from refold.fold.errors import StoreError
-from refold.storage.derived import DerivedStore
 from refold.storage.delta.io import read_arrow
+from refold.storage.derived import DerivedStore
 from refold.storage.erased_ids import pseudonyms
 from refold.storage.layout import Layout
-from refold.erasure.receipts import fields_as_json, list_receipts
 
 #: What refold cannot reach, listed on every plan and receipt.
 OUT_OF_SCOPE = (
@@ -166,7 +170,16 @@ def plan_rows(log, subject_ids: Sequence[str], *, key_ids: Iterable[str] = (),
     them into Python cost seconds at a million events (in shred mode every event is encrypted)."""
     import polars as pl
 
-    table = pl.from_arrow(log.arrow(columns=PLAN_COLUMNS))
+    if extras:
+        table = pl.from_arrow(log.arrow(columns=PLAN_COLUMNS))
+    else:
+        # two reads: the small list columns of every event find the seqs; the plan's columns
+        # (commitments, ciphertext) are read only from the files holding those seqs
+        seqs = _seqs_tagged(log.arrow(columns=["subjects", "key_ids"]), subject_ids, key_ids)
+        if not seqs:
+            return []
+        table = pl.from_arrow(log.arrow(columns=PLAN_COLUMNS, filter=pc.field("seq").isin(seqs),
+                                        prune=[{"seq": span} for span in seq_spans(seqs)]))
     if not extras and table.height:
         wanted = pl.Series(sorted(set(subject_ids)), dtype=pl.Utf8).implode()
         tagged = pl.col("subjects").list.eval(pl.element().is_in(wanted)).list.any().fill_null(False)
@@ -174,6 +187,33 @@ def plan_rows(log, subject_ids: Sequence[str], *, key_ids: Iterable[str] = (),
         under = pl.col("key_ids").list.eval(pl.element().is_in(keys)).list.any().fill_null(False)
         table = table.filter(tagged | (pl.col("cipher").is_not_null() & under))
     return table.to_dicts()
+
+
+def seq_spans(seqs: Sequence[int], most: int = 32) -> list[tuple[int, int]]:
+    """At most ``most`` (first, last) seq ranges covering every one of ``seqs``: the ranges split
+    at the widest gaps, so a pruned read opens the files holding those seqs and few others
+    (each range is one alternative the reader tests against every file's statistics)."""
+    ordered = sorted(set(seqs))
+    if not ordered:
+        return []
+    gaps = sorted(range(1, len(ordered)), key=lambda i: ordered[i] - ordered[i - 1], reverse=True)[:most - 1]
+    starts = [0, *sorted(gaps)]
+    ends = [*(i - 1 for i in sorted(gaps)), len(ordered) - 1]
+    return [(ordered[a], ordered[b]) for a, b in zip(starts, ends)]
+
+
+def _seqs_tagged(rows: pa.Table, subject_ids: Sequence[str], key_ids: Iterable[str]) -> list[int]:
+    """Seqs of the ``rows`` (columns seq, subjects, key_ids) tagged with one of ``subject_ids`` or
+    under one of ``key_ids`` (Arrow kernels: no Python loop over the log)."""
+    hit = np.zeros(rows.num_rows, dtype=bool)
+    for column, wanted in (("subjects", subject_ids), ("key_ids", key_ids)):
+        values = pa.array(sorted(set(wanted)), pa.string())
+        if not len(values) or not rows.num_rows:
+            continue
+        lists = rows[column].combine_chunks()
+        parents = pc.list_parent_indices(lists).filter(pc.is_in(pc.list_flatten(lists), value_set=values))
+        hit[parents.to_numpy()] = True
+    return [int(s) for s in np.asarray(rows["seq"])[hit]]
 
 
 def make_plan(log, subject_id: str, *, mode: str, keystore=None, registry=None,

@@ -217,8 +217,13 @@ class _Run:
             if step in self.journal["done"]:
                 continue
             step_started = time.perf_counter()
+            if step == "receipt":  # (the receipt's own write is not among the timings it reports)
+                self.journal.setdefault("timings", {})["total"] = round(
+                    sum(v for k, v in self.journal.get("timings", {}).items() if k != "total"), 3)
             result = getattr(self, f"_{step}")()
-            _log.info("erasure %s: %s in %.3fs", self.erasure_id, step, time.perf_counter() - step_started)
+            seconds = time.perf_counter() - step_started
+            self.journal.setdefault("timings", {})[step] = round(seconds, 3)
+            _log.info("erasure %s: %s in %.3fs", self.erasure_id, step, seconds)
             faults.point(f"erasure.{step}")
             if step == "receipt":
                 self.layout.files().delete(_journal_key(self.erasure_id))
@@ -440,7 +445,7 @@ class _Run:
             state_digest=res.get("refold", {}).get("state_digest"),
             extraction_calls=res.get("refold", {}).get("extraction_calls"),
             scan=res.get("scan", {}), engines=self.plan.engines, out_of_scope=self.plan.out_of_scope,
-            notes=tuple(notes),
+            notes=tuple(notes), timings={k: v for k, v in j.get("timings", {}).items() if k != "receipt"},
         )
         receipt.write(self.layout)
         return receipt

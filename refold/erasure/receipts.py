@@ -115,6 +115,9 @@ class Receipt:
     notes: tuple[str, ...] = ()
     #: the batch this erasure ran in (:mod:`refold.erasure.batch`), else None
     batch_id: str | None = None
+    #: seconds each step took (``scan`` is the residue scan: the proof; the other steps are the
+    #: work), and ``total``; a resumed erasure's steps are timed in the run that did them
+    timings: Mapping[str, float] = field(default_factory=dict)
     format: str = FORMAT
 
     @property

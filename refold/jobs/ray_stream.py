@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from refold import faults
 from refold.fold.errors import ExtractionError, RefoldError
 from refold.fold.extract import Extraction
 from refold.engine.progress import FoldProgress
@@ -127,6 +128,7 @@ class CacheWriter:
             inserted = self.cache.put(self._pending, seqs=self._seqs)
             self.inserted += inserted
             self.writes += 1
+            faults.point("jobs.cache_written")  # (tests pause a job here to stop it mid-extraction)
         self._pending, self._seqs, self._last = [], {}, time.monotonic()
         return inserted
 
