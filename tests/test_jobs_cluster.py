@@ -71,11 +71,12 @@ def test_jobs_on_a_head_node(head, tmp_path):
 
     # 1. a projection stopped part-way through its extraction
     job_id = f"refold-project-{os.getpid()}-{time.monotonic_ns()}"
-    # the job's driver stops for good after its second cache write (16 rows): the stop below lands
-    # mid-extraction whatever the machine's speed (tests/fault_driver.py, --pause)
+    # the job's driver stops for good after its second cache write (every 8 extractions, never on
+    # time: 16 rows): the stop below lands mid-extraction whatever the machine's speed
+    # (tests/fault_driver.py, --pause)
     started = submit(head, "tests.fault_driver", "--pause", "jobs.cache_written:2", "-m", "refold.jobs.project",
-                     str(store), "--batch-size", "4", "--flush-events", "8", "--no-progress", wait=False,
-                     submission_id=job_id)
+                     str(store), "--batch-size", "4", "--flush-events", "8", "--flush-seconds", "3600",
+                     "--no-progress", wait=False, submission_id=job_id)
     assert started.returncode == 0, started.stderr[-3000:]
     deadline = time.monotonic() + 240
     while _rows(store) < 16:
