@@ -477,7 +477,7 @@ def test_merge_groups_committed_at_once_land_whole(mem):
     replace only their own partitions: the result equals the groups committed one by one."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from refold.engine.merge import groups_of as _groups, merge_group
+    from refold.engine.merge import groups_of, merge_group
     from refold.storage.state import StateStore
 
     mem.append(_log(200))
@@ -488,7 +488,7 @@ def test_merge_groups_committed_at_once_land_whole(mem):
     tag = store.tag()
     with ThreadPoolExecutor(4) as pool:
         written = list(pool.map(lambda g: merge_group(StateStore(mem.layout, spec.hash), spec, g, buckets=8, run="t"),
-                                _groups(8, 2)))
+                                groups_of(8, 2)))
     assert sum(written) == tag.facts
     store.set_tag(tag)
     assert canonical_graph(_state_graph(refold.open(mem.root))) == expected
@@ -515,7 +515,7 @@ def test_merge_groups_commit_their_partitions_on_object_storage(mem, s3_bucket):
     layer equals the local store's."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from refold.engine.merge import groups_of as _groups, merge_group
+    from refold.engine.merge import groups_of, merge_group
     from refold.storage.layout import Layout
     from refold.storage.state import StateStore
 
@@ -529,7 +529,7 @@ def test_merge_groups_commit_their_partitions_on_object_storage(mem, s3_bucket):
     with ThreadPoolExecutor(4) as pool:
         written = list(pool.map(lambda g: merge_group(
             StateStore(Layout(s3_bucket.uri), spec.hash, storage_options=s3_bucket.storage_options), spec, g,
-            buckets=8, run="s3"), _groups(8, 2)))
+            buckets=8, run="s3"), groups_of(8, 2)))
     key = ["fact_id"]
     got = pl.from_arrow(remote.read("facts", layer="merged")).sort(key)
     want = pl.from_arrow(local.read("facts", layer="merged")).sort(key)
