@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import refold
-from refold.erasure.planning import PLAN_COLUMNS, plan_rows, seq_spans
+from refold.erasure.planning import PLAN_COLUMNS, plan_rows
+from refold.storage.delta.io import seq_spans
 from tests.fold_helpers import fact_event
 
 

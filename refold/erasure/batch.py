@@ -294,8 +294,8 @@ class _BatchRun(_Run):
             fresh.append(NewEvent(kind="erasure", content=record.content(), source="refold:erasure",
                                   event_id=eid))
         seqs = system.append(fresh) if fresh else []
-        self._publish_record_head(list(self.erasure_ids.values()))
         by_id = {**present, **{e.event_id: q for e, q in zip(fresh, seqs)}}
+        self._publish_record_head(list(self.erasure_ids.values()), seqs=list(by_id.values()))
         return {"seqs": {s: by_id[eid] for s, eid in self.erasure_ids.items()}}
 
     def _destroy_keys(self) -> dict:

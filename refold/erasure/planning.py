@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 
 from refold.erasure.receipts import fields_as_json, list_receipts
 from refold.fold.errors import StoreError
-from refold.storage.delta.io import read_arrow
+from refold.storage.delta.io import read_arrow, seq_spans
 from refold.storage.derived import DerivedStore
 from refold.storage.erased_ids import pseudonyms
 from refold.storage.layout import Layout
@@ -187,19 +187,6 @@ def plan_rows(log, subject_ids: Sequence[str], *, key_ids: Iterable[str] = (),
         under = pl.col("key_ids").list.eval(pl.element().is_in(keys)).list.any().fill_null(False)
         table = table.filter(tagged | (pl.col("cipher").is_not_null() & under))
     return table.to_dicts()
-
-
-def seq_spans(seqs: Sequence[int], most: int = 32) -> list[tuple[int, int]]:
-    """At most ``most`` (first, last) seq ranges covering every one of ``seqs``: the ranges split
-    at the widest gaps, so a pruned read opens the files holding those seqs and few others
-    (each range is one alternative the reader tests against every file's statistics)."""
-    ordered = sorted(set(seqs))
-    if not ordered:
-        return []
-    gaps = sorted(range(1, len(ordered)), key=lambda i: ordered[i] - ordered[i - 1], reverse=True)[:most - 1]
-    starts = [0, *sorted(gaps)]
-    ends = [*(i - 1 for i in sorted(gaps)), len(ordered) - 1]
-    return [(ordered[a], ordered[b]) for a, b in zip(starts, ends)]
 
 
 def _seqs_tagged(rows: pa.Table, subject_ids: Sequence[str], key_ids: Iterable[str]) -> list[int]:

@@ -253,19 +253,19 @@ class _Run:
                             shredded=[e["seq"] for e in self.plan.events] if self.plan.mode == "shred" else ())
         (seq,) = system.append([NewEvent(kind="erasure", content=record.content(),
                                          source="refold:erasure", event_id=eid)])
-        self._publish_record_head([eid])
+        self._publish_record_head([eid], seqs=[seq])
         return {"seq": seq}
 
-    def _publish_record_head(self, erasure_ids: Sequence[str]) -> None:
+    def _publish_record_head(self, erasure_ids: Sequence[str], *, seqs: Sequence[int] | None = None) -> None:
         """Publish the head that the erasure record's commit made, unless a published head
         already covers it. The append publishes it right after its commit; a run killed in
         between left none, and ``verify`` would then take each tombstone that the record
         vouches for as erased by a forged erasure appended after the newest published head. So
         whichever run gets here publishes it (a rerun's append finds the record and commits
-        nothing)."""
+        nothing). ``seqs``: the records' log positions when known, so only their files are read."""
         from refold.storage.log.heads import Head, store_published_head
 
-        records = self.log.events_by_id(None, list(erasure_ids))
+        records = self.log.events_by_id(None, list(erasure_ids), seqs=seqs)  # (seqs: only their files)
         if not records:
             raise ErasureError("the erasure record is not in the log after its append; run `refold verify`")
         last = max(records, key=lambda e: e.seq)
