@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -121,6 +121,10 @@ class StateTag:
 def among(column: str, values: Iterable[str]) -> pc.Expression:
     """A read filter: string ``column`` is one of ``values`` (for :meth:`StateStore.read`)."""
     return pc.field(column).isin(pa.array(sorted(set(values)), pa.string()))
+
+
+#: the tables a state digest covers, in its order, each with the key order of its rows
+_DIGESTED = {"facts": ["layer", "fact_id"], "entities": ["node"]}
 
 
 class StateStore:
@@ -270,28 +274,18 @@ class StateStore:
         import hashlib
 
         digest = hashlib.sha256(f"state{FORMAT}".encode())
-        for name, order in (("facts", ["layer", "fact_id"]), ("entities", ["node"])):
+        for name in _DIGESTED:
             for start in range(0, buckets, group):
-                part = list(range(start, min(start + group, buckets)))
-                rows = self.read(name, buckets=part)
-                if name == "entities" and rows.num_rows:
-                    summaries = [None if s is None else json.dumps(json.loads(s), sort_keys=True, ensure_ascii=False)
-                                 for s in rows["summary"].to_pylist()]
-                    rows = rows.set_column(rows.schema.get_field_index("summary"), "summary",
-                                           pa.array(summaries, pa.string()))
-                rows = rows.sort_by([("bucket", "ascending")] + [(c, "ascending") for c in order])
-                # each bucket's rows are a slice of the sorted rows (no filter pass per bucket)
-                ends = np.searchsorted(rows["bucket"].to_numpy(), np.array(part), side="right")
                 empty = None
-                for bucket, end, begin in zip(part, ends, [0, *ends[:-1]]):
-                    if end > begin:
-                        _feed_rows(digest, f"{name}:{bucket}", rows.slice(int(begin), int(end - begin)))
+                for bucket, rows in self._digest_slices(name, list(range(start, min(start + group, buckets)))):
+                    if rows.num_rows:
+                        _feed_rows(digest, f"{name}:{bucket}", rows)
                         continue
                     # an empty bucket feeds its label and the same bytes for every column (most
                     # buckets of a small store): computed once per table, fed as they are
                     if empty is None:
                         empty = _Recorded()
-                        _feed_rows(empty, None, rows.slice(0, 0))
+                        _feed_rows(empty, None, rows)
                     digest.update(f"{name}:{bucket}\0".encode())
                     digest.update(empty.data)
         return digest.hexdigest()
@@ -318,7 +312,7 @@ class StateStore:
             stored = {}
         fresh: dict[str, list[str]] = {}
         total = hashlib.sha256(f"state{FORMAT}/buckets".encode())
-        for name, order in (("facts", ["layer", "fact_id"]), ("entities", ["node"])):
+        for name in _DIGESTED:
             sets = self._bucket_files(name, buckets)
             digests: dict[int, str] = {}
             for bucket in range(buckets):
@@ -327,18 +321,9 @@ class StateStore:
                     digests[bucket] = known[1]
             todo = [b for b in range(buckets) if b not in digests]
             for start in range(0, len(todo), group):
-                part = todo[start:start + group]
-                rows = self.read(name, buckets=part)
-                if name == "entities" and rows.num_rows:
-                    summaries = [None if s is None else json.dumps(json.loads(s), sort_keys=True, ensure_ascii=False)
-                                 for s in rows["summary"].to_pylist()]
-                    rows = rows.set_column(rows.schema.get_field_index("summary"), "summary",
-                                           pa.array(summaries, pa.string()))
-                rows = rows.sort_by([("bucket", "ascending")] + [(c, "ascending") for c in order])
-                ends = np.searchsorted(rows["bucket"].to_numpy(), np.array(part), side="right")
-                for bucket, end, begin in zip(part, ends, [0, *ends[:-1]]):
+                for bucket, rows in self._digest_slices(name, todo[start:start + group]):
                     one = hashlib.sha256()
-                    _feed_rows(one, None, rows.slice(int(begin), int(end - begin)))
+                    _feed_rows(one, None, rows)
                     digests[bucket] = one.hexdigest()
             for bucket in range(buckets):
                 total.update(f"{name}:{bucket}\0{digests[bucket]}".encode())
@@ -346,6 +331,20 @@ class StateStore:
         if kept and fresh != stored:
             files.put_json(key, fresh)  # (hashes of rows only: no personal data, no residue)
         return total.hexdigest()
+
+    def _digest_slices(self, name: str, part: list[int]) -> Iterator[tuple[int, pa.Table]]:
+        """Each bucket of ``part`` with its rows of ``name`` as a digest feeds them: in key order,
+        entity summaries as JSON with sorted keys (one read of the group; each bucket's rows a
+        slice of the sorted rows, no filter pass per bucket; an empty bucket, an empty slice)."""
+        rows = self.read(name, buckets=part)
+        if name == "entities" and rows.num_rows:
+            summaries = [None if s is None else json.dumps(json.loads(s), sort_keys=True, ensure_ascii=False)
+                         for s in rows["summary"].to_pylist()]
+            rows = rows.set_column(rows.schema.get_field_index("summary"), "summary", pa.array(summaries, pa.string()))
+        rows = rows.sort_by([("bucket", "ascending")] + [(c, "ascending") for c in _DIGESTED[name]])
+        ends = np.searchsorted(rows["bucket"].to_numpy(), np.array(part), side="right")
+        for bucket, end, begin in zip(part, ends, [0, *ends[:-1]]):
+            yield bucket, rows.slice(int(begin), int(end - begin))
 
     def _bucket_files(self, name: str, buckets: int) -> dict[int, str]:
         """Per bucket of ``name`` now, a hash of its data files' paths (one of each bucket's
