@@ -1,1 +1,4 @@
-"""The extraction cache: a Delta table keyed by (event_id, spec_hash), and its rows. Imports storage's delta and files, and fold."""
+"""The extraction cache: a Delta table keyed by (event_id, spec_hash), and its rows.
+
+Imports storage's delta and files, and fold.
+"""
