@@ -18,14 +18,15 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 #: through another fixture: pytest's fixture closure), so that ``make test-fast``
 #: (``-m "not slow and not ray and not llm and not s3"``) leaves it out without a decorator of its
 #: own. The names are the fixtures of tests/object_store.py and tests/moto_process.py (moto's
-#: S3/KMS server), tests/ray_head.py (a ``ray start --head`` node) and tests/llm_server.py
+#: S3/KMS server), tests/ray_head.py (a ``ray start --head`` node), tests/ray_cluster.py (a head
+#: and a worker node) and tests/llm_server.py
 #: (llama.cpp serving the packaged GGUF). A test that starts one of these some other way (a local
 #: ``ray.init``, an in-process llama.cpp model, ``running_moto()``) carries the marker itself; so
 #: does a test of faiss or the MiniLM model (``search``) and one that takes more than a few
 #: seconds (``slow``). The markers are declared in pyproject.toml ([tool.pytest.ini_options]).
 FIXTURE_MARKERS = {
     "moto_server": "s3", "s3_bucket": "s3", "kms_key": "s3", "aws_env": "s3", "moto_process": "s3",
-    "head": "ray",
+    "head": "ray", "two_nodes": "ray",
     "llama_server": "llm",
 }
 

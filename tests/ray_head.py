@@ -4,7 +4,9 @@
 ``RAY_AUTH_MODE=disabled`` (Ray 2.60 turns token authentication on whenever a token exists in
 ~/.ray, and the loopback test cluster needs none). Teardown stops exactly the processes the
 fixture started (the ``ray start`` process group), never every Ray on the machine as ``ray stop``
-would. A test module uses it with ``from tests.ray_head import head``.
+would. A test module uses it with ``from tests.ray_head import head``. The pieces it is made of
+(:func:`ray_node`: one ``ray start --block`` process group with its own temp dir, stopped on exit;
+:func:`head_args`, :func:`node_ports`) also start the nodes of :mod:`tests.ray_cluster`.
 
 :func:`submit` runs ``ray job submit --working-dir .`` (the checkout): the job runs
 ``python -m refold.jobs.…`` in the folder Ray unpacked it to, so the code that runs is the
@@ -14,6 +16,7 @@ JSON summary line out of the submit's output. :func:`chat_events` is the log the
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -24,13 +27,15 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 
-__all__ = ["Head", "REPO", "api", "chat_events", "free_ports", "head", "ray_cli", "submit", "summary",
+__all__ = ["REPO", "Head", "api", "chat_events", "free_ports", "head", "head_args", "node_ports", "node_temp",
+           "ray_cli", "ray_env", "ray_node", "shut_down_local_ray", "stop_group", "submit", "summary", "tmpdir_in",
            "wait_for_http"]
 
 REPO = Path(__file__).resolve().parents[1]
@@ -61,7 +66,7 @@ def free_ports(n: int) -> list[int]:
             s.close()
 
 
-def _stop_group(proc: subprocess.Popen, timeout: float = 10) -> None:
+def stop_group(proc: subprocess.Popen, timeout: float = 10) -> None:
     """SIGTERM the `ray start --block` process (it shuts its node down), then SIGKILL its group."""
     pgid = proc.pid  # start_new_session=True: the group is ours alone
     if proc.poll() is None:
@@ -77,35 +82,78 @@ def _stop_group(proc: subprocess.Popen, timeout: float = 10) -> None:
     proc.wait()
 
 
-@pytest.fixture(scope="module")
-def head():
-    import ray
+def ray_env() -> dict[str, str]:
+    """The environment of a loopback test node and of the CLI calls to it (no token auth, no
+    usage stats, the venv's ``ray`` and ``python`` first on PATH)."""
+    return {**os.environ, "RAY_AUTH_MODE": "disabled", "PATH": f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}",
+            "RAY_USAGE_STATS_ENABLED": "0"}
 
-    if ray.is_initialized():  # one Ray runtime at a time on this machine
-        ray.shutdown()
-    gcs, dash, client, agent, agent_grpc, env_agent, metrics, node_mgr, obj_mgr = free_ports(9)
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "PATH": f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}",
-           "RAY_USAGE_STATS_ENABLED": "0"}
-    temp = tempfile.mkdtemp(prefix="rj", dir="/tmp")  # short: Ray's socket paths must fit 107 bytes
-    log = open(Path(temp) / "ray-start.log", "w")
+
+def node_temp() -> Path:
+    """A fresh temp dir for one node (short: Ray's socket paths must fit 107 bytes)."""
+    return Path(tempfile.mkdtemp(prefix="rj", dir="/tmp"))
+
+
+def tmpdir_in(temp: Path) -> Path:
+    """``temp``/tmp, made: a node's own TMPDIR, inside its temp dir."""
+    (temp / "tmp").mkdir(exist_ok=True)
+    return temp / "tmp"
+
+
+@contextlib.contextmanager
+def ray_node(args: list[str], *, temp: Path, env: dict[str, str],
+             stop_timeout: float = 10) -> Iterator[subprocess.Popen]:
+    """``ray start --block --node-ip-address 127.0.0.1 ARGS --temp-dir TEMP`` in a process group of
+    its own, logging to ``TEMP/ray-start.log``, for the ``with`` block; then exactly that group is
+    stopped (:func:`stop_group`, SIGKILL after ``stop_timeout`` seconds) and ``temp`` removed."""
+    log = open(temp / "ray-start.log", "w")
     proc = subprocess.Popen(
-        [RAY, "start", "--head", "--block", "--node-ip-address", "127.0.0.1", "--port", str(gcs),
-         "--num-cpus", "2", "--include-dashboard", "true", "--dashboard-host", "127.0.0.1",
-         "--dashboard-port", str(dash), "--ray-client-server-port", str(client),
-         "--dashboard-agent-listen-port", str(agent), "--dashboard-agent-grpc-port", str(agent_grpc),
-         "--runtime-env-agent-port", str(env_agent), "--metrics-export-port", str(metrics),
-         "--node-manager-port", str(node_mgr), "--object-manager-port", str(obj_mgr),
-         "--temp-dir", temp, "--disable-usage-stats"],
+        [RAY, "start", "--block", "--node-ip-address", "127.0.0.1", *args, "--temp-dir", str(temp),
+         "--disable-usage-stats"],
         env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )
     try:
-        wait_for_http(f"http://127.0.0.1:{dash}/api/version", proc, what="the head node's dashboard",
-                      log=Path(temp) / "ray-start.log", seconds=120)
-        yield Head(address=f"http://127.0.0.1:{dash}", env=env, temp=Path(temp))
+        yield proc
     finally:
-        _stop_group(proc)
+        stop_group(proc, timeout=stop_timeout)
         log.close()
         shutil.rmtree(temp, ignore_errors=True)
+
+
+def node_ports(*, head: bool) -> list[str]:
+    """``ray start`` flags giving one node free ports of its own (several nodes share 127.0.0.1)."""
+    agent, agent_grpc, env_agent, metrics, node_mgr, obj_mgr, client = free_ports(7)
+    ports = ["--dashboard-agent-listen-port", str(agent), "--dashboard-agent-grpc-port", str(agent_grpc),
+             "--runtime-env-agent-port", str(env_agent), "--metrics-export-port", str(metrics),
+             "--node-manager-port", str(node_mgr), "--object-manager-port", str(obj_mgr)]
+    return [*ports, "--ray-client-server-port", str(client)] if head else ports
+
+
+def head_args(*, gcs: int, dashboard: int, num_cpus: int = 2, resources: dict[str, float] | None = None) -> list[str]:
+    """``ray start`` flags of a head node: GCS and dashboard (job API) on those ports of 127.0.0.1,
+    ``num_cpus`` logical CPUs, custom ``resources``, free ports for the rest."""
+    extra = ["--resources", json.dumps(resources)] if resources else []
+    return ["--head", "--port", str(gcs), "--num-cpus", str(num_cpus), *extra, "--include-dashboard", "true",
+            "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dashboard), *node_ports(head=True)]
+
+
+def shut_down_local_ray() -> None:
+    """Disconnect this process's Ray runtime, if any: one Ray runtime at a time on this machine."""
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def head():
+    shut_down_local_ray()
+    gcs, dash = free_ports(2)
+    env, temp = ray_env(), node_temp()
+    with ray_node(head_args(gcs=gcs, dashboard=dash), temp=temp, env=env) as proc:
+        wait_for_http(f"http://127.0.0.1:{dash}/api/version", proc, what="the head node's dashboard",
+                      log=temp / "ray-start.log", seconds=120)
+        yield Head(address=f"http://127.0.0.1:{dash}", env=env, temp=temp)
 
 
 def wait_for_http(url: str, proc: subprocess.Popen, *, what: str, log: Path | None = None,
