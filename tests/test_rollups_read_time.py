@@ -124,3 +124,24 @@ def test_a_state_of_the_previous_format_is_not_read_and_is_refolded_in_full(mem)
     tag = old.state_store(old.current_spec()).tag()
     assert tag is not None and [r[0] for r in tag.rollups] == ["works_in"]
     assert refold.open(mem.root).facts(subject="Person1").equals(want)
+
+
+def test_why_in_a_process_that_read_nothing_answers_as_a_warm_one(mem):
+    """``why`` of a stored fact, a stored (inverse) roll-up and a compose roll-up, as a process
+    that never read them (no hints: it locates the stored ids' buckets by id, and reads a found
+    roll-up's inputs from their subjects' buckets only), answers what a warm process does, with
+    subjects spread over many buckets."""
+    from refold.reads.rollups import forget_hints
+
+    log = [fact_event(org, "located_in", city, day=0) for org, city in (("Acme", "Boston"), ("Globex", "Oslo"))]
+    log += [fact_event(f"Person{i}", "works_at", ("Acme", "Globex")[i % 2], day=1 + i) for i in range(24)]
+    log += [fact_event("Acme", "located_in", "Paris", day=40)]
+    mem.append(log)
+    mem.fold(full=True)
+    rows = pl.concat([mem.facts(subject=f"Person{i}") for i in (3, 8, 17)] + [mem.facts(subject="Acme")])
+    ids = {d: rows.filter(pl.col("derivation") == d)["fact_id"].to_list() for d in ("extracted", "works_in", "employs")}
+    assert all(ids.values()), ids
+    warm = {i: mem.why(i) for found in ids.values() for i in found}
+    for fact_id, answer in warm.items():
+        forget_hints()
+        assert refold.open(mem.root).why(fact_id) == answer, fact_id

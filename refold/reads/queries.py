@@ -248,8 +248,9 @@ def _with_inputs(store: StateStore, tag: StateTag, overlay: "StateOverlay | None
         # named, that layer (an organisation's holds its staff's inverse roll-ups) is read only
         # for the rest; with no buckets named, both layers in one read of every bucket
         first = None if buckets is None else "merged"
+        where = buckets if buckets is not None or not stored else _id_buckets(store, tag, stored)
         found = pl.from_arrow(store.read("facts", version=tag.facts_version, filter=among("fact_id", stored),
-                                         buckets=buckets, layer=first)) if stored else df.head(0)
+                                         buckets=where, layer=first)) if stored and where else df.head(0)
         if overlay is not None:
             found = overlay.apply(found, fact_ids=stored)
         missing = stored - set(found["fact_id"].to_list())
@@ -267,6 +268,14 @@ def _with_inputs(store: StateStore, tag: StateTag, overlay: "StateOverlay | None
         wanted = {i for ids in found["inputs"].to_list() for i in ids or ()} - seen
         buckets = _input_buckets(found, tag)
     return pl.concat(frames)
+
+
+def _id_buckets(store: StateStore, tag: StateTag, fact_ids: set[str]) -> set[int]:
+    """The buckets whose stored rows (either layer) hold one of ``fact_ids`` (a fact id names no
+    bucket): one read of the id column alone, so the whole rows are then read from those
+    buckets only (an id of no stored row, a compose roll-up, reads no rows at all)."""
+    hit = store.read("facts", version=tag.facts_version, columns=["fact_id", "bucket"], filter=among("fact_id", fact_ids))
+    return set(hit["bucket"].to_pylist())
 
 
 def _input_buckets(df: pl.DataFrame, tag: StateTag) -> set[int] | None:

@@ -252,7 +252,12 @@ def find_derived(store: StateStore, tag: StateTag, fact_ids: Iterable[str],
             pairs = pairs_deriving(rule, firsts, seconds, wanted)
             if not pairs:
                 continue
-            rows = _derive_pairs(store, tag, rule, pairs, wanted, overlay)
+            # the pairs' inputs are read from their subjects' buckets only (a roll-up's first
+            # input lives in its subject's bucket, the second in the first's object's)
+            homes = dict(zip(firsts["fact_id"].to_list(), firsts["subject"].to_list()))
+            homes.update(zip(seconds["fact_id"].to_list(), seconds["subject"].to_list()))
+            where = {bucket_of(homes[i], tag.buckets) for p in pairs for i in p}
+            rows = _derive_pairs(store, tag, rule, pairs, wanted, overlay, where)
             found.append(rows)
             wanted -= set(rows["fact_id"].to_list())
             if not wanted:
