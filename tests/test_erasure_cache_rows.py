@@ -47,7 +47,10 @@ def test_the_merge_read_returns_what_get_does_pruned_or_not_and_after_a_purge(tm
 
 
 def test_the_plan_counts_and_the_purge_removes_cache_rows_by_key_or_by_request(tmp_path):
-    from refold.erasure.planning import _cache_impact
+    from refold.erasure.planning import cache_impact, cache_rows_from
+
+    def _cache_impact(layout, ids):
+        return cache_impact(cache_rows_from(layout, ids), ids)
 
     layout = Layout(str(tmp_path))
     assert _cache_impact(layout, {"ev-001"}) == (0, ())  # no cache table yet
@@ -57,6 +60,11 @@ def test_the_plan_counts_and_the_purge_removes_cache_rows_by_key_or_by_request(t
     rows, engines = _cache_impact(layout, {"ev-001", "ev-004", "ev-999"})
     assert rows == 4 and engines == ({"engine": "rules", "model_id": None, "host": None, "events": 4},)
     assert _cache_impact(layout, {"ev-002"})[0] == 1
+    # a batch reads the hits of every subject's events once, then splits them per subject
+    hits = cache_rows_from(layout, {"ev-001", "ev-004", "ev-002"})
+    assert hits.num_rows == 5
+    assert cache_impact(hits, {"ev-001", "ev-004"}) == (rows, engines)
+    assert cache_impact(hits, {"ev-002"})[0] == 1 and cache_impact(hits, set()) == (0, ())
     # the purge removes the same rows: by key, or by a request that quoted an erased event
     assert cache.purge(["ev-001", "ev-004", "ev-999"]).rows == 4
     assert cache.keys("s1") == {f"ev-{i:03d}" for i in range(10)} - {"ev-000", "ev-001", "ev-003", "ev-004"}

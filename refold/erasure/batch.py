@@ -39,8 +39,8 @@ from refold.storage.log.eventlog import EventLog
 from refold.erasure.scan import scan_report
 from refold.storage.subjects import SubjectRegistry
 from refold.erasure.procedure import STEPS, _noop, _now, _resolve, _Run, _save, removed_and_delta
-from refold.erasure.log_rewrite import record_for
-from refold.erasure.planning import ErasurePlan, make_plan, parse_journal, plan_rows
+from refold.erasure.log_rewrite import kept_rows, record_for
+from refold.erasure.planning import ErasurePlan, SharedReads, make_plan, parse_journal, plan_rows
 from refold.erasure.receipts import Receipt
 
 __all__ = ["BatchResult", "erase_batch", "plan_batch", "summary_path"]
@@ -102,7 +102,8 @@ def plan_batch(log, subject_ids: Sequence[str], *, mode: str, keystore=None, reg
     ``skip_unknown`` leaves them out of the result."""
     live = [k for s in subject_ids for k in keystore.key_ids(s)] if keystore is not None else []
     rows = plan_rows(log, subject_ids, key_ids=live)  # the log read once for every subject (their rows only)
-    plans = {s: make_plan(log, s, mode=mode, keystore=keystore, registry=registry, rows=rows)
+    shared = SharedReads.read(log, rows)  # the cache, the receipts and the head, once too
+    plans = {s: make_plan(log, s, mode=mode, keystore=keystore, registry=registry, rows=rows, shared=shared)
              for s in subject_ids}
     unknown = [s for s, p in plans.items() if p.nothing_to_do and p.previous_erasure_id is None]
     if skip_unknown:
@@ -285,12 +286,14 @@ class _BatchRun(_Run):
                           protector=lambda e: {"erasure_id": e.event_id})
         present = {e.event_id: e.seq for e in system.events_by_id(None, list(self.erasure_ids.values()))}
         fresh = []
+        # the rows every record names, read once (a read per subject cost ~9 s for 100 at 1M events)
+        rows = kept_rows(self.log, [seq for seq, s in self.owner.items() if self.erasure_ids[s] not in present])
         for s, eid in self.erasure_ids.items():
             if eid in present:
                 continue
             owned = [seq for seq, o in self.owner.items() if o == s]
             mine = [int(e["seq"]) for e in self.plans[s].events] if self.plans[s].mode == "shred" else []
-            record = record_for(self.log, eid, owned, planned, pseudonym=pseudonym, shredded=mine)
+            record = record_for(self.log, eid, owned, planned, pseudonym=pseudonym, shredded=mine, rows=rows)
             fresh.append(NewEvent(kind="erasure", content=record.content(), source="refold:erasure",
                                   event_id=eid))
         seqs = system.append(fresh) if fresh else []

@@ -46,11 +46,11 @@ from refold.fold.erasure_record import Erased, ErasureRecord
 from refold.fold.errors import ErasureError
 from refold.fold.events import Event
 from refold.storage.log.datafiles import FILE_TARGET_BYTES, ROW_GROUP_ROWS
-from refold.storage.delta.io import parquet_dataset
+from refold.storage.delta.io import parquet_dataset, seq_spans
 from refold.storage.files.options import arrow_filesystem, arrow_paths
 from refold.storage.log.schema import EVENTS_SCHEMA, STATS_COLUMNS, events_to_table, table_to_events
 
-__all__ = ["Staged", "record_for", "stage", "tombstone"]
+__all__ = ["Staged", "kept_rows", "record_for", "stage", "tombstone"]
 
 
 # -- the erasure record --------------------------------------------------------------------------
@@ -58,25 +58,37 @@ __all__ = ["Staged", "record_for", "stage", "tombstone"]
 _KEPT = ["seq", "event_id", "commitment", "recorded_at", "table_version"]
 
 
+def kept_rows(log, seqs: Iterable[int]) -> dict[int, dict[str, Any]]:
+    """seq → the log row (the columns an erasure record keeps) of each of ``seqs`` still in the
+    log, read only from the data files that can hold them."""
+    wanted = sorted(set(seqs))
+    if not wanted:
+        return {}
+    rows = log.arrow(columns=_KEPT, filter=pc.field("seq").isin(wanted),
+                     prune=[{"seq": span} for span in seq_spans(wanted)]).to_pylist()
+    return {r["seq"]: r for r in rows}
+
+
 def record_for(log, erasure_id: str, seqs: Iterable[int],
                planned: Mapping[int, str] | None = None, *,
                pseudonym: Callable[[str], str] | None = None,
-               shredded: Iterable[int] = ()) -> ErasureRecord:
+               shredded: Iterable[int] = (), rows: Mapping[int, Mapping[str, Any]] | None = None
+               ) -> ErasureRecord:
     """The record naming the events at ``seqs`` as they stand now (before their tombstones).
 
     ``planned``: seq → commitment the erasure was planned with; a row that differs (or is gone)
     stops the erasure, as the tombstone commit would. ``pseudonym`` maps an event id to what its
     tombstone will hold (:mod:`refold.storage.erased_ids`); the record then never holds the id.
     ``shredded``: seqs of events the erasure makes unreadable without a tombstone (shred mode),
-    named by their planned commitments.
+    named by their planned commitments. ``rows``: :func:`kept_rows` of (at least) ``seqs``, read
+    once by a caller recording many erasures.
     """
     wanted = sorted(set(seqs))
     gone = [(s, (planned or {}).get(s)) for s in sorted(set(shredded) - set(wanted))]
     gone = [(s, c) for s, c in gone if c is not None]
     if not wanted:
         return ErasureRecord.build(erasure_id, (), gone)
-    rows = log.arrow(columns=_KEPT, filter=pc.field("seq").isin(wanted)).to_pylist()
-    found = {r["seq"]: r for r in rows}
+    found = kept_rows(log, wanted) if rows is None else rows
     erased = []
     for seq in wanted:
         row = found.get(seq)
