@@ -94,6 +94,36 @@ class KeyStoreContract:
         ks.destroy("tenant:acme")
         assert ks.get(tenant_id) == tenant_key and ks.key_ids(KeyOwner.tenant("acme")) == [tenant_id]
 
+    def test_get_or_create_many_makes_each_owners_key_once(self, tmp_path):
+        """One call for a batch's owners (repeats, a subject and a tenant of one name): one key
+        per distinct owner, listed under it, and the same keys on the next call."""
+        ks = self.make(tmp_path)
+        owners = [f"s-{i % 7}" for i in range(20)] + [KeyOwner.tenant("s-1"), KeyOwner.subject("s-1")]
+        got = ks.get_or_create_many(owners)
+        assert set(got) == {KeyOwner.subject(f"s-{i}") for i in range(7)} | {KeyOwner.tenant("s-1")}
+        for owner, (key_id, key) in got.items():
+            assert ks.key_ids(owner) == [key_id] and ks.get(key_id) == key and len(key) == KEY_BYTES
+        assert len({key_id for key_id, _ in got.values()}) == len(got)
+        assert ks.get_or_create_many(reversed(owners)) == got
+        assert ks.get_or_create("s-3") == got[KeyOwner.subject("s-3")]
+
+    def test_get_or_create_many_keeps_existing_keys_and_adds_new_ones(self, tmp_path):
+        ks = self.make(tmp_path)
+        old = {s: ks.get_or_create(s) for s in ("s-a", "s-b")}
+        got = ks.get_or_create_many(["s-a", "s-new", "s-b", "s-other"])
+        assert got[KeyOwner.subject("s-a")] == old["s-a"] and got[KeyOwner.subject("s-b")] == old["s-b"]
+        assert ks.key_ids("s-new") == [got[KeyOwner.subject("s-new")][0]]
+        assert ks.key_ids("s-a") == [old["s-a"][0]]
+
+    def test_get_or_create_many_refuses_an_erased_owner_before_making_keys(self, tmp_path):
+        ks = self.make(tmp_path)
+        ks.get_or_create("s-gone")
+        ks.destroy("s-gone", erasure_id="er-9")
+        with pytest.raises(ErasedSubjectError, match="er-9"):
+            ks.get_or_create_many(["s-fresh", "s-gone"])
+        assert ks.key_ids("s-fresh") == []
+        assert ks.get_or_create_many([]) == {}
+
     def test_unknown_key_is_none(self, tmp_path):
         assert self.make(tmp_path).get("00" * 16) is None
 

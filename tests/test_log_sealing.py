@@ -23,7 +23,7 @@ from refold.fold.chain import DOMAIN, GENESIS, HEADER_FIELDS, reference_header_b
 from refold.fold.events import Event, Fact, NewEvent
 from refold.storage.log import sealing
 from refold.storage.log.schema import EVENTS_SCHEMA, events_to_table, table_to_events
-from refold.storage.log.sealing import COLUMN_WISE_FROM, _seal_plain, chain_links, commit_digests, seal_rows
+from refold.storage.log.sealing import COLUMN_WISE_FROM, _seal_columns, chain_links, commit_digests, seal_rows
 
 _NASTY = st.sampled_from(['"', "\\", "\\\"", "\u2028", "\u2029", "\x7f", "é", "日本", "🦜", "\n\r\t\b\f",
                           "</script>", "null", "{\"a\":1}", " "] + [chr(c) for c in range(0x20)])
@@ -51,20 +51,26 @@ def _events(draw):
 
 def _column_wise(new: list[NewEvent], **kwargs):
     """The column-wise sealer itself (seal_rows takes it from COLUMN_WISE_FROM events on)."""
-    return _seal_plain(new, salts=os.urandom(16 * len(new)), **kwargs)
+    return _seal_columns(new, salts=os.urandom(16 * len(new)), overrides={}, **kwargs)
 
 
-def _by_seal(new: list[NewEvent], table, *, first_seq, prev_link, recorded_at, version) -> list[Event]:
-    """What fold/chain.py's ``seal`` makes of the same events with the same salts."""
+def _by_seal(new: list[NewEvent], table, *, first_seq, prev_link, recorded_at, version,
+             overrides=None) -> list[Event]:
+    """What fold/chain.py's ``seal`` makes of the same events with the same salts (each event
+    with its values of ``overrides`` stored instead of its own)."""
     out, prev = [], prev_link
     for i, (e, salt) in enumerate(zip(new, table["salt"].to_pylist())):
-        event = seal(Event(
+        event = Event(
             seq=first_seq + i, event_id=e.event_id, recorded_at=recorded_at, table_version=version,
             kind=e.kind, tenant=e.tenant, source=e.source, content=e.content, subjects=e.subjects,
             principals=e.principals, trace_id=e.trace_id, justification=e.justification,
             valid_from=e.valid_from, valid_to=e.valid_to, ingestion_run=e.ingestion_run, fact=e.fact,
             salt=salt,
-        ), prev)
+        )
+        mine = {name: values[i] for name, values in (overrides or {}).items()}
+        if "key_ids" in mine:
+            mine["key_ids"] = tuple(mine["key_ids"])
+        event = seal(event.with_(**mine), prev)
         out.append(event)
         prev = event.link
     return out
@@ -149,6 +155,47 @@ def test_seal_rows_takes_either_path_with_the_same_result():
         assert table.schema == EVENTS_SCHEMA and table.num_rows == n
         expected = _by_seal(new, table, first_seq=0, prev_link=GENESIS, recorded_at=when, version=1)
         assert list(table_to_events(table)) == expected and last == expected[-1].link
+
+
+def _protected(n: int) -> dict:
+    """Stored columns a protector gives: ciphertext-like content, cipher and key ids on most rows,
+    an erasure id and a fact on some, values that need JSON escaping on a few."""
+    return {
+        "content": [f"Y2lwaGVy{i}==" for i in range(n)],
+        "justification": [None if i % 3 else f'kept "{i}"' for i in range(n)],
+        "fact": [Fact("s", "r", f"o\n{i}") if i % 5 == 4 else None for i in range(n)],
+        "cipher": ["aes256gcm-v1" if i % 7 else None for i in range(n)],
+        "key_ids": [[f"{i:032x}", "ab" * 16][: 1 + i % 2] if i % 7 else [] for i in range(n)],
+        "erasure_id": [None if i % 4 else f"er-{i}\u2028" for i in range(n)],
+    }
+
+
+@pytest.mark.parametrize("n", [1, COLUMN_WISE_FROM - 1, COLUMN_WISE_FROM, 3 * COLUMN_WISE_FROM])
+@pytest.mark.parametrize("columns", [("content", "justification", "fact", "cipher", "key_ids"), ("erasure_id",),
+                                     ("content", "justification", "fact", "cipher", "key_ids", "erasure_id")])
+def test_overridden_columns_seal_like_events_holding_them(n, columns):
+    """Stored columns given as overrides (shred mode's ciphertext, an erasure record's id) give
+    the rows, commitments and links fold/chain.py's ``seal`` gives the events holding those
+    values, on either path."""
+    when = datetime(2026, 1, 2, tzinfo=timezone.utc)
+    new = [_plain(i, subjects=("a", f"s{i}"), trace_id=None if i % 2 else "t", justification=f"j{i}",
+                  fact=Fact("x", "y", "z") if i % 2 else None) for i in range(n)]
+    overrides = {name: values for name, values in _protected(n).items() if name in columns}
+    table, last = seal_rows(new, first_seq=5, prev_link=GENESIS, recorded_at=when, table_version=3,
+                            overrides=overrides)
+    expected = _by_seal(new, table, first_seq=5, prev_link=GENESIS, recorded_at=when, version=3,
+                        overrides=overrides)
+    assert list(table_to_events(table)) == expected and last == expected[-1].link
+    assert table.equals(events_to_table(expected))
+
+
+def test_overrides_of_unknown_columns_or_wrong_length_are_refused():
+    new = [_plain(i) for i in range(2)]
+    when = datetime.now(timezone.utc)
+    with pytest.raises(ValueError, match="'seq' cannot be overridden"):
+        seal_rows(new, first_seq=0, prev_link=GENESIS, recorded_at=when, table_version=1, overrides={"seq": [1, 2]})
+    with pytest.raises(ValueError, match="1 values of cipher for 2 events"):
+        seal_rows(new, first_seq=0, prev_link=GENESIS, recorded_at=when, table_version=1, overrides={"cipher": ["c"]})
 
 
 # -- the hashes --------------------------------------------------------------------------------------

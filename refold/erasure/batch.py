@@ -283,7 +283,7 @@ class _BatchRun(_Run):
         # one erasure event per subject, its id the subject's erasure id (so a rerun finds them),
         # all in one commit; each record vouches for the tombstones that name its erasure
         system = EventLog(self.layout, storage_options=self.log.storage_options,
-                          protector=lambda e: {"erasure_id": e.event_id})
+                          protector=lambda batch: {"erasure_id": [e.event_id for e in batch]})
         present = {e.event_id: e.seq for e in system.events_by_id(None, list(self.erasure_ids.values()))}
         fresh = []
         # the rows every record names, read once (a read per subject cost ~9 s for 100 at 1M events)

@@ -243,7 +243,7 @@ class _Run:
         # (no personal data, readable without keys) with the id inside its commitment. Its event
         # id is the erasure id, so a rerun after a crash finds it instead of appending it again.
         system = EventLog(self.layout, storage_options=self.log.storage_options,
-                          protector=lambda _e: {"erasure_id": eid})
+                          protector=lambda batch: {"erasure_id": [eid] * len(batch)})
         # its content is the erasure record: the events the tombstone step will replace, as they
         # stand now, so that verify accepts exactly those tombstones and no others; it names them
         # by their ids' pseudonyms, as the tombstones will (a caller's id may be personal data)

@@ -37,6 +37,7 @@ import binascii
 import json
 import os
 from collections.abc import Sequence
+from json.encoder import encode_basestring as _enc  # the C escaper canonical_json uses
 from typing import TYPE_CHECKING, Any
 
 from refold.fold.canonical import canonical_json
@@ -97,14 +98,26 @@ def marked_in_log(log, marks: frozenset[str], *, since: int = 0, until: int | No
 
 def event_key(keys: Sequence[tuple[str, bytes]], event_id: str) -> bytes:
     """Derive the event key from ``(key_id, key)`` pairs (order-independent: sorted by key id)."""
+    return _expand(_extract(keys), event_id)
+
+
+def _extract(keys: Sequence[tuple[str, bytes]]) -> bytes:
+    """HKDF's extract step over the keys (sorted by key id): the same for every event that
+    needs the same keys, so a batch computes it once per key set."""
     from cryptography.hazmat.primitives import hashes
     from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
     if not keys:
         raise StoreError("an encrypted event needs at least one key")
-    ikm = b"".join(key for _, key in sorted(keys))
-    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None,
-                info=_INFO + event_id.encode("utf-8")).derive(ikm)
+    return HKDF.extract(hashes.SHA256(), None, b"".join(key for _, key in sorted(keys)))
+
+
+def _expand(prk: bytes, event_id: str) -> bytes:
+    """HKDF's expand step: the event's own key."""
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDFExpand
+
+    return HKDFExpand(hashes.SHA256(), 32, _INFO + event_id.encode("utf-8")).derive(prk)
 
 
 def associated_data(*, event_id: str, subjects: Sequence[str], tenant: str,
@@ -116,25 +129,63 @@ def associated_data(*, event_id: str, subjects: Sequence[str], tenant: str,
     return canonical_json(value)
 
 
-def encrypt_event(event: NewEvent, keystore: KeyStore) -> dict[str, Any]:
-    """Column overrides that replace ``event``'s readable fields by their ciphertext."""
+#: :func:`associated_data` up to the event id's value (its keys sorted: cipher, event_id, …)
+_AAD_BEFORE_ID = b'{"cipher":' + canonical_json(CIPHER) + b',"event_id":'
+
+
+def _aad_after_id(subjects: Sequence[str], tenant: str, key_ids: Sequence[str]) -> bytes:
+    """:func:`associated_data` after the event id's value: the same for every event with these
+    subjects, tenant and keys (``_AAD_BEFORE_ID + event id + this`` is its canonical JSON)."""
+    rest = {"key_ids": sorted(key_ids), "schema": SCHEMA_VERSION, "subjects": list(subjects), "tenant": tenant}
+    return b"," + canonical_json(rest)[1:]
+
+
+def _payload(event: NewEvent) -> bytes:
+    """The canonical JSON of what is encrypted (content, fact, justification), written directly
+    with the string encoder :func:`~refold.fold.canonical.canonical_json` uses (tests compare)."""
+    fact = event.fact
+    fact_text = "null" if fact is None else (
+        '{"object":' + _enc(fact.object) + ',"relation":' + _enc(fact.relation) + ',"subject":'
+        + _enc(fact.subject) + "}")
+    justification = "null" if event.justification is None else _enc(event.justification)
+    return ('{"content":' + _enc(event.content) + ',"fact":' + fact_text + ',"justification":'
+            + justification + "}").encode("utf-8")
+
+
+def encrypt_events(events: Sequence[NewEvent], keystore: KeyStore) -> dict[str, list[Any]]:
+    """Stored columns that replace the readable fields of ``events`` by their ciphertext, one
+    value per event (a :data:`refold.storage.log.eventlog.Protector`'s answer): ``content`` the
+    base64 of nonce ‖ ciphertext ‖ tag, ``justification`` and ``fact`` None, ``cipher``
+    :data:`CIPHER`, ``key_ids`` the sorted ids of the keys each event needs.
+
+    The keys of every owner in the batch come from one :meth:`KeyStore.get_or_create_many` call
+    (raises :class:`~refold.fold.errors.ErasedSubjectError` when one of them was erased). Each
+    event still gets its own key (:func:`event_key`), random nonce and associated data.
+    """
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-    keys = [keystore.get_or_create(s) for s in key_subjects(event.subjects, event.tenant)]
-    key_ids = tuple(sorted(k for k, _ in keys))
-    payload = canonical_json({"content": event.content, "justification": event.justification,
-                              "fact": event.fact.as_dict() if event.fact else None})
-    nonce = os.urandom(NONCE_BYTES)
-    aad = associated_data(event_id=event.event_id, subjects=event.subjects, tenant=event.tenant,
-                          key_ids=key_ids)
-    sealed = AESGCM(event_key(keys, event.event_id)).encrypt(nonce, payload, aad)
-    return {
-        "content": base64.b64encode(nonce + sealed).decode("ascii"),
-        "justification": None,
-        "fact": None,
-        "cipher": CIPHER,
-        "key_ids": key_ids,
-    }
+    # what events with the same subjects and tenant share: owners, key ids, HKDF's extract, and
+    # the associated data around the event id
+    sets = {(e.subjects, e.tenant) for e in events}
+    owners = {key: key_subjects(*key) for key in sets}
+    keys = keystore.get_or_create_many([o for some in owners.values() for o in some])
+    shared = {}
+    for (subjects, tenant), some in owners.items():
+        pairs = [keys[o] for o in some]
+        ids = tuple(sorted(k for k, _ in pairs))
+        shared[(subjects, tenant)] = (ids, _extract(pairs), _aad_after_id(subjects, tenant, ids))
+    nonces = os.urandom(NONCE_BYTES * len(events))
+    contents, key_ids = [], []
+    for i, event in enumerate(events):
+        ids, prk, after_id = shared[(event.subjects, event.tenant)]
+        nonce = nonces[NONCE_BYTES * i: NONCE_BYTES * (i + 1)]
+        aad = _AAD_BEFORE_ID + _enc(event.event_id).encode("utf-8") + after_id
+        sealed = AESGCM(_expand(prk, event.event_id)).encrypt(nonce, _payload(event), aad)
+        contents.append(base64.b64encode(nonce + sealed).decode("ascii"))
+        key_ids.append(ids)
+    n = len(events)
+    return {"content": contents, "justification": [None] * n, "fact": [None] * n,
+            "cipher": [CIPHER] * n, "key_ids": key_ids}
 
 
 def shred_protector(layout: Layout, *, keystore: KeyStore | None = None):
@@ -146,8 +197,8 @@ def shred_protector(layout: Layout, *, keystore: KeyStore | None = None):
         keystore = open_keystore(layout, read_settings(layout))
     store = keystore
 
-    def protect(event: NewEvent) -> dict[str, Any]:
-        return encrypt_event(event, store)
+    def protect(events: Sequence[NewEvent]) -> dict[str, list[Any]]:
+        return encrypt_events(events, store)
 
     return protect
 

@@ -23,19 +23,19 @@ from __future__ import annotations
 
 import secrets
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from refold.fold.errors import ErasedSubjectError, StoreError
 
-from refold.storage.keys.port import KEY_BYTES, KeyOwner, _check_subject, _new_key_id, _refuse
+from refold.storage.keys.port import KEY_BYTES, KeyOwner, KeyStore, _check_subject, _new_key_id, _refuse, each
 
 __all__ = ["ObjectKeyStore"]
 
 _ERASED_LINE = "erased"
 
 
-class ObjectKeyStore:
+class ObjectKeyStore(KeyStore):
     """The :class:`~refold.storage.keys.port.KeyStore` port on a store's side files (object storage)."""
 
     kind = "file"
@@ -104,30 +104,46 @@ class ObjectKeyStore:
 
     def get_or_create(self, subject_id: "str | KeyOwner") -> tuple[str, bytes]:
         owner = _check_subject(subject_id)
+        return self.get_or_create_many([owner])[owner]
+
+    def get_or_create_many(self, owners: "Iterable[str | KeyOwner]") -> dict[KeyOwner, tuple[str, bytes]]:
+        """:meth:`get_or_create` of each distinct owner, several owners' requests in flight at
+        once (each owner's reads and conditional update are its own; see the module docstring).
+        The erased markers are listed first: an erased owner refuses the call before any key is
+        made (one made meanwhile loses its conditional update and is refused there)."""
+        wanted = list(dict.fromkeys(map(_check_subject, owners)))
         with self._thread_lock:
-            for key_id in reversed(self._ids(owner)):
-                key = self.get(key_id)
-                if key is not None:
-                    return key_id, key
-            erased = self.erased(owner)
-            if erased is not None:
-                raise _refuse(owner, erased)
-            key_id = _new_key_id()
-            key, stored = self._make_key(owner, key_id)
-            self.files.create(self._key(key_id), stored)
-
-            def add(data: bytes | None) -> bytes:
-                lines = (data or b"").decode("ascii").splitlines()
-                if _ERASED_LINE in lines:
+            marks = self.erased_owners()
+            for owner in wanted:
+                if owner.digest() in marks:
                     raise _refuse(owner, self.erased(owner) or "")
-                return ("\n".join([*lines, key_id]) + "\n").encode("ascii")
+            return dict(zip(wanted, each(self._get_or_create, wanted)))
 
-            try:
-                self.files.update(self._subject(owner), add)
-            except ErasedSubjectError:
-                self.files.delete(self._key(key_id))  # destroyed meanwhile: this key was never handed out
-                raise
-            return key_id, key
+    def _get_or_create(self, owner: KeyOwner) -> tuple[str, bytes]:
+        """:meth:`get_or_create` of one owner (the caller holds the thread lock)."""
+        for key_id in reversed(self._ids(owner)):
+            key = self.get(key_id)
+            if key is not None:
+                return key_id, key
+        erased = self.erased(owner)
+        if erased is not None:
+            raise _refuse(owner, erased)
+        key_id = _new_key_id()
+        key, stored = self._make_key(owner, key_id)
+        self.files.create(self._key(key_id), stored)
+
+        def add(data: bytes | None) -> bytes:
+            lines = (data or b"").decode("ascii").splitlines()
+            if _ERASED_LINE in lines:
+                raise _refuse(owner, self.erased(owner) or "")
+            return ("\n".join([*lines, key_id]) + "\n").encode("ascii")
+
+        try:
+            self.files.update(self._subject(owner), add)
+        except ErasedSubjectError:
+            self.files.delete(self._key(key_id))  # destroyed meanwhile: this key was never handed out
+            raise
+        return key_id, key
 
     def destroy(self, subject_id: "str | KeyOwner", *, erasure_id: str | None = None) -> list[str]:
         owner = _check_subject(subject_id)

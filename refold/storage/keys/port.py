@@ -12,6 +12,11 @@ Contract (:class:`KeyStore`):
 
 * ``get_or_create(subject_id)`` returns the subject's current ``(key_id, key)``, creating a random
   32-byte key the first time; concurrent callers for one subject get the same key.
+* ``get_or_create_many(owners)`` is ``get_or_create`` for every distinct owner of ``owners`` at
+  once, as ``{KeyOwner: (key_id, key)}``: what an append calls, once per batch. An erased owner
+  among them raises :class:`~refold.fold.errors.ErasedSubjectError` before any key is made. The
+  port's default asks ``get_or_create`` per owner; the adapters do it in one go (one lock, the
+  new keys written and made durable together).
 * ``key_ids(subject_id)`` lists the subject's live key ids without creating one.
 * ``get(key_id)`` returns the key bytes, or ``None`` once the key is destroyed (or never existed).
 * ``destroy(subject_id, erasure_id=None)`` first records a durable *erased* marker for the
@@ -57,16 +62,21 @@ import hashlib
 import os
 import secrets
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
 from refold.fold.errors import ErasedSubjectError, StoreError
 
 from refold.storage.files.modes import file_mode, make_dirs
 
 KEY_BYTES = 32
+#: owners' current keys a :class:`FileKeyStore` keeps in memory (oldest dropped first): one
+#: append of 1,000 events about as many subjects then checks its keys with a ``stat`` each
+KNOWN_KEYS = 65_536
 _LEGACY_TENANT_PREFIX = "tenant:"  # the old, shared name space (see KeyOwner.legacy_name)
 
 
@@ -108,6 +118,11 @@ class KeyStore(Protocol):
 
     def get_or_create(self, subject_id: "str | KeyOwner") -> tuple[str, bytes]: ...
 
+    def get_or_create_many(self, owners: "Iterable[str | KeyOwner]") -> dict[KeyOwner, tuple[str, bytes]]:
+        """:meth:`get_or_create` of each distinct owner in ``owners`` (default: one call each;
+        an adapter that subclasses the port inherits it)."""
+        return {owner: self.get_or_create(owner) for owner in dict.fromkeys(map(owner_of, owners))}
+
     def key_ids(self, subject_id: "str | KeyOwner") -> list[str]: ...
 
     def get(self, key_id: str) -> bytes | None: ...
@@ -134,6 +149,9 @@ def marks_fingerprint(marks: "Iterable[str]") -> str:
     return f"{len(names)}:{hashlib.sha256(chr(10).join(names).encode('ascii')).hexdigest()}"
 
 
+_HEX = frozenset("0123456789abcdef")
+
+
 def _new_key_id() -> str:
     return secrets.token_hex(16)
 
@@ -148,6 +166,28 @@ def owner_of(subject_id: "str | KeyOwner") -> KeyOwner:
 
 def _check_subject(subject_id: "str | KeyOwner") -> KeyOwner:
     return owner_of(subject_id)
+
+
+_T = TypeVar("_T")
+_R = TypeVar("_R")
+#: threads for a batch of key writes or KMS calls: waits on the disk or the network (fsync,
+#: GenerateDataKey), so several in flight cost little more than one
+_WORKERS = 8
+
+
+def each(fn: Callable[[_T], _R], items: Sequence[_T]) -> list[_R]:
+    """``fn`` of each item, in order; in a few threads when there are several (for IO that
+    waits: an fsync, a KMS or object-store call), each taking every n-th item in turn (a task
+    per thread, not per item). The first error raised is re-raised."""
+    workers = min(_WORKERS, len(items))
+    if workers < 2:
+        return [fn(x) for x in items]
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        parts = list(pool.map(lambda first: [fn(x) for x in items[first::workers]], range(workers)))
+    out: list[_R] = [None] * len(items)  # type: ignore[list-item]
+    for first, part in enumerate(parts):
+        out[first::workers] = part
+    return out
 
 
 def _refuse(owner: KeyOwner, erasure_id: str) -> ErasedSubjectError:
@@ -166,7 +206,7 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-class FileKeyStore:
+class FileKeyStore(KeyStore):
     """Keys as files under ``root`` (a store's ``keys/``)::
 
         root/ids/<key_id>          the 32 key bytes, mode 0600
@@ -183,7 +223,8 @@ class FileKeyStore:
 
     Subject files are named by a hash only to keep arbitrary subject ids filesystem-safe; they
     are unlinked with the keys. Erased markers are written (durably) before the keys go, and
-    checked under the lock before a key is made.
+    checked under the lock before a key is made. The keys an object read or made stay in its
+    memory (:data:`KNOWN_KEYS` of them) and are served only while their key file exists.
 
     Subclasses change what a key file holds through three hooks (the KMS adapter keeps a wrapped
     key there): :meth:`_make_key`, :meth:`_open_key` and :meth:`_before_destroy`.
@@ -198,6 +239,8 @@ class FileKeyStore:
         self._subjects = self.root / "subjects"
         self._erased = self.root / "erased"
         self._thread_lock = threading.Lock()
+        self._known: OrderedDict[KeyOwner, tuple[str, bytes]] = OrderedDict()  # see _current
+        self._known_lock = threading.Lock()
 
     # -- paths and locking ------------------------------------------------------------------------
 
@@ -208,7 +251,7 @@ class FileKeyStore:
         return self._subjects / owner.legacy_digest()
 
     def _key_file(self, key_id: str) -> Path:
-        if not key_id or not all(c in "0123456789abcdef" for c in key_id):
+        if not key_id or not _HEX.issuperset(key_id):
             raise StoreError(f"malformed key id {key_id!r}: expected lowercase hex")
         return self._ids / key_id
 
@@ -224,20 +267,34 @@ class FileKeyStore:
             yield
 
     def _write_file(self, folder: Path, name: str, data: bytes) -> None:
-        tmp = folder / f".tmp-{secrets.token_hex(8)}"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, file_mode(folder))
-        try:
-            os.write(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, folder / name)
-        _fsync_dir(folder)
+        self._write_files([(folder, name, data)])
 
     @staticmethod
-    def _ids_in(path: Path) -> list[str]:
+    def _write_files(files: Sequence[tuple[Path, str, bytes]]) -> None:
+        """Write each ``(folder, name, data)`` durably: temp files written and fsync'd (several
+        at once: the disk merges concurrent flushes into one), renamed into place in order, then
+        each folder fsync'd once."""
+        def write(file: tuple[Path, str, bytes]) -> str:
+            folder, _, data = file
+            tmp = os.path.join(folder, f".tmp-{secrets.token_hex(8)}")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, file_mode(folder))
+            try:
+                os.write(fd, data)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            return tmp
+
+        for tmp, (folder, name, _) in zip(each(write, files), files):
+            os.replace(tmp, os.path.join(folder, name))
+        for folder in dict.fromkeys(folder for folder, _, _ in files):
+            _fsync_dir(folder)
+
+    @staticmethod
+    def _ids_in(path: "Path | str") -> list[str]:
         try:
-            text = path.read_text(encoding="ascii")
+            with open(path, "rb") as f:  # (builtin open on a str: a third of pathlib's cost per read)
+                text = f.read().decode("ascii")
         except FileNotFoundError:
             return []
         return [line for line in text.splitlines() if line]
@@ -272,7 +329,8 @@ class FileKeyStore:
 
     def get(self, key_id: str) -> bytes | None:
         try:
-            data = self._key_file(key_id).read_bytes()
+            with open(self._key_file(key_id), "rb") as f:
+                data = f.read()
         except FileNotFoundError:
             return None
         return self._open_key(key_id, data)
@@ -302,37 +360,71 @@ class FileKeyStore:
         owner's legacy name is never handed out for new writes: under that name a subject and a
         tenant could share it. Raises :class:`ErasedSubjectError` once the owner was erased."""
         owner = _check_subject(subject_id)
-        found = self._current(owner)
-        if found is not None:
-            return found
+        return self.get_or_create_many([owner])[owner]
+
+    def get_or_create_many(self, owners: "Iterable[str | KeyOwner]") -> dict[KeyOwner, tuple[str, bytes]]:
+        """:meth:`get_or_create` of each distinct owner: the keys that exist are read without the
+        lock; the missing ones are made under one lock turn, after one listing of the erased
+        markers (an erased owner refuses the whole call before any key is made), their key files
+        and subject files written in one round (:meth:`_write_files`)."""
+        wanted = list(dict.fromkeys(map(_check_subject, owners)))
+        found = {owner: self._current(owner) for owner in wanted}
+        if all(found.values()):
+            return found  # type: ignore[return-value]
         with self._locked():
-            erased = self.erased(owner)
-            if erased is not None:
-                raise _refuse(owner, erased)
-            found = self._current(owner)  # another process may have created it meanwhile
-            if found is not None:
-                return found
-            key_id = _new_key_id()
-            key, stored = self._make_key(owner, key_id)
-            self._write_file(self._ids, key_id, stored)
-            # the subject file is written last: a crash before it leaves an unused key, never a
-            # used key the subject file does not name (which destroy would then miss)
-            live = [k for k in self._read_ids(owner) if self.exists(k)]
-            self._write_file(self._subjects, self._subject_file(owner).name,
-                             ("\n".join([*live, key_id]) + "\n").encode("ascii"))
-            return key_id, key
+            missing = [owner for owner in wanted if found[owner] is None]
+            marks = self.erased_owners()
+            for owner in missing:
+                if owner.digest() in marks:
+                    raise _refuse(owner, self.erased(owner) or "")
+            for owner in missing:  # another process may have created it meanwhile
+                found[owner] = self._current(owner)
+            new = [owner for owner in missing if found[owner] is None]
+            ids = [_new_key_id() for _ in new]
+            made = each(lambda pair: self._make_key(*pair), list(zip(new, ids)))
+            # key files and subject files in one round, all durable before any key is handed
+            # out; a crash in between leaves an unused key, or a subject file naming a key that
+            # is not there (skipped: the next call makes another), never a used key unnamed. A
+            # new owner's subject file names only the new key: _current found no live one there
+            self._write_files([(self._ids, key_id, stored) for key_id, (_, stored) in zip(ids, made)]
+                              + [(self._subjects, owner.digest(), (key_id + "\n").encode("ascii"))
+                                 for owner, key_id in zip(new, ids)])
+            for owner, key_id, (key, _) in zip(new, ids, made):
+                found[owner] = self._keep_current(owner, key_id, key)
+        return found  # type: ignore[return-value]
 
     def _current(self, owner: KeyOwner) -> tuple[str, bytes] | None:
+        """The owner's newest live key under its typed name, or None. A key this object read or
+        made before is served while its key file exists (one ``stat`` instead of reading the
+        subject file and the key file): destroying the owner unlinks it, and no other key is
+        made for an owner that has one, so it is still the current one."""
+        known = self._known.get(owner)
+        if known is not None:
+            if os.path.exists(os.path.join(self._ids, known[0])):
+                return known
+            self._forget(owner)
         for key_id in reversed(self._read_ids(owner)):
             key = self.get(key_id)
             if key is not None:
-                return key_id, key
+                return self._keep_current(owner, key_id, key)
         return None
+
+    def _keep_current(self, owner: KeyOwner, key_id: str, key: bytes) -> tuple[str, bytes]:
+        with self._known_lock:
+            self._known[owner] = (key_id, key)
+            if len(self._known) > KNOWN_KEYS:
+                self._known.popitem(last=False)
+        return key_id, key
+
+    def _forget(self, owner: KeyOwner) -> None:
+        with self._known_lock:
+            self._known.pop(owner, None)
 
     def destroy(self, subject_id: "str | KeyOwner", *, erasure_id: str | None = None) -> list[str]:
         """Mark the owner erased (durably, first), then destroy its keys, legacy ones included."""
         owner = _check_subject(subject_id)
         with self._locked():
+            self._forget(owner)
             make_dirs(self._erased)
             if self.erased(owner) is None or erasure_id:
                 self._write_file(self._erased, owner.digest(), (erasure_id or "").encode("ascii"))
@@ -358,7 +450,7 @@ class FileKeyStore:
         return {"key_store": self.kind, "erasure_id": erasure_id, "how": "key files deleted"}
 
 
-class MemoryKeyStore:
+class MemoryKeyStore(KeyStore):
     """TEST ADAPTER ONLY: keys in a dict, gone with the process. Never use it for a real store.
 
     It exists so unit tests of the crypto need no files (and it passes the same contract tests
@@ -373,16 +465,28 @@ class MemoryKeyStore:
 
     def get_or_create(self, subject_id: "str | KeyOwner") -> tuple[str, bytes]:
         owner = _check_subject(subject_id)
+        return self.get_or_create_many([owner])[owner]
+
+    def get_or_create_many(self, owners: "Iterable[str | KeyOwner]") -> dict[KeyOwner, tuple[str, bytes]]:
+        wanted = list(dict.fromkeys(map(_check_subject, owners)))
         with self._lock:
-            for key_id in reversed(self._by_subject.get(owner, [])):
-                if key_id in self._keys:
-                    return key_id, self._keys[key_id]
-            if owner in self._erased:
-                raise _refuse(owner, self._erased[owner])
-            key_id = _new_key_id()
-            self._keys[key_id] = secrets.token_bytes(KEY_BYTES)
-            self._by_subject.setdefault(owner, []).append(key_id)
-            return key_id, self._keys[key_id]
+            found = {owner: self._current(owner) for owner in wanted}
+            for owner in wanted:
+                if found[owner] is None and owner in self._erased:
+                    raise _refuse(owner, self._erased[owner])
+            for owner in wanted:
+                if found[owner] is None:
+                    key_id = _new_key_id()
+                    self._keys[key_id] = secrets.token_bytes(KEY_BYTES)
+                    self._by_subject.setdefault(owner, []).append(key_id)
+                    found[owner] = (key_id, self._keys[key_id])
+            return found  # type: ignore[return-value]
+
+    def _current(self, owner: KeyOwner) -> tuple[str, bytes] | None:
+        for key_id in reversed(self._by_subject.get(owner, [])):
+            if key_id in self._keys:
+                return key_id, self._keys[key_id]
+        return None
 
     def key_ids(self, subject_id: "str | KeyOwner") -> list[str]:
         owner = _check_subject(subject_id)

@@ -42,7 +42,7 @@ import os
 import random
 import threading
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -92,11 +92,14 @@ def _dedupe(batch: Sequence[NewEvent], ids: list[str]) -> list[NewEvent]:
     return list(seen.values()) if len(seen) < len(batch) else list(batch)
 
 
-#: Turns a validated event into stored column overrides (shred mode encrypts content here).
-Protector = Callable[[NewEvent], dict[str, Any]]
+#: Turns a batch of validated events into stored columns that replace theirs, one value per
+#: event (``{"content": [...], ...}``; see :func:`~refold.storage.log.sealing.seal_rows`), called
+#: once per append attempt: shred mode encrypts the batch here with its keys fetched in one go.
+Protector = Callable[[Sequence[NewEvent]], Mapping[str, Sequence[Any]]]
 
 
-def plain_protector(_: NewEvent) -> dict[str, Any]:
+def plain_protector(_: Sequence[NewEvent]) -> Mapping[str, Sequence[Any]]:
+    """The protector that stores events as they are."""
     return {}
 
 
@@ -460,8 +463,7 @@ class EventLog(LogReader):
         recorded_at = max(datetime.now(timezone.utc), head.recorded_at)
         rows = seal_rows(
             fresh, first_seq=head.seq + 1, prev_link=head.link, recorded_at=recorded_at,
-            table_version=version,
-            protector=self.protector if protect and self.protector is not plain_protector else None,
+            table_version=version, overrides=self.protector(fresh) if protect else None,
         )
         return rows, Head(head.seq + len(fresh), rows.link, recorded_at, version)
 

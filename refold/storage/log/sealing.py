@@ -6,14 +6,14 @@ Every append seals its events here. Each event gets 16 random bytes of salt and 
     commitment = H(DOMAIN ‖ canonical header ‖ digest)
     link       = H(prev_link ‖ commitment)
 
-Plain events (stored as they are: no cipher, key ids or erasure id) are sealed column by column:
-their fields become Arrow arrays once, the canonical header of every row is assembled from
-those arrays by Arrow string kernels (constant text between columns; JSON escaping only where a
-value needs it), and the hashes run with :mod:`hashlib` over the joined byte strings. A
-protector that changes stored fields (shred mode encrypts content), and a batch too small to
-repay the kernel calls, take the general path: one ``Event`` per row, sealed with
-:func:`~refold.fold.chain.seal`. Both give the same bytes for the same input (tests compare them
-on random events, escapes and all, and pin golden values).
+A batch is sealed column by column: its fields become Arrow arrays once, the canonical header of
+every row is assembled from those arrays by Arrow string kernels (constant text between columns;
+JSON escaping only where a value needs it), and the hashes run with :mod:`hashlib` over the
+joined byte strings. Stored columns that replace what the events hold (``overrides``: shred mode's
+ciphertext, cipher and key ids; an erasure record's erasure id) come as whole columns and are
+sealed the same way. A batch too small to repay the kernel calls takes the general path: one
+``Event`` per row, sealed with :func:`~refold.fold.chain.seal`. Both give the same bytes for the
+same input (tests compare them on random events, escapes and all, and pin golden values).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import binascii
 import hashlib
 import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from json.encoder import encode_basestring as _enc  # the C escaper json.dumps uses
 from typing import Any, NamedTuple, Union
@@ -35,7 +35,8 @@ from refold.fold.chain import DOMAIN, HEADER_FIELDS, canonical_time, seal
 from refold.fold.events import Event, NewEvent
 from refold.storage.log.schema import EVENTS_SCHEMA, events_to_table
 
-__all__ = ["COLUMN_WISE_FROM", "Sealed", "chain_links", "commit_digests", "seal_rows", "user_columns"]
+__all__ = ["COLUMN_WISE_FROM", "OVERRIDABLE", "Sealed", "chain_links", "commit_digests", "seal_rows",
+           "user_columns"]
 
 #: below this many events the fixed cost of ~30 Arrow kernel calls exceeds sealing one by one
 #: (measured between Delta commits, caches cold: 10 events 1.0 vs 0.7 ms, 32 events 1.3 vs 1.6)
@@ -48,6 +49,8 @@ LISTS = ("subjects", "principals")
 TIMES = ("valid_from", "valid_to")
 #: fields a batch mostly holds one value of (one writer's kind, one tenant, one ingestion run)
 USUALLY_CONSTANT = ("kind", "tenant", "ingestion_run")
+#: the stored columns ``overrides`` may replace (what protecting an event changes)
+OVERRIDABLE = ("content", "justification", "fact", "cipher", "key_ids", "erasure_id")
 
 #: bytes that a JSON string keeps as they are: ``encode_basestring`` escapes only the control
 #: characters, the quote and the backslash (UTF-8 continuation bytes are all >= 0x80)
@@ -66,20 +69,31 @@ class Sealed(NamedTuple):
 
 
 def seal_rows(fresh: Sequence[NewEvent], *, first_seq: int, prev_link: str, recorded_at: datetime,
-              table_version: int, protector: Callable[[NewEvent], dict[str, Any]] | None = None,
+              table_version: int, overrides: Mapping[str, Sequence[Any]] | None = None,
               salts: bytes | None = None) -> Sealed:
     """The rows of ``fresh`` as seqs ``first_seq…``, chained after ``prev_link`` (a :class:`Sealed`).
 
     Each event gets 16 fresh random bytes of salt (``salts``: 16 bytes per event given by the
-    caller instead, for reproducible tests). ``protector`` (when given) returns stored column
-    overrides per event. Timestamps must be timezone-aware (validation makes them so).
+    caller instead, for reproducible tests). ``overrides`` maps stored columns of
+    :data:`OVERRIDABLE` to one value per event that is stored (and sealed) instead of the
+    event's own: ``content`` a string, ``justification``/``cipher``/``erasure_id`` a string or
+    None, ``fact`` a :class:`~refold.fold.events.Fact` or None, ``key_ids`` a sequence of
+    strings. Timestamps must be timezone-aware (validation makes them so).
     """
     n = len(fresh)
     if salts is None:
         salts = os.urandom(16 * n)
     elif len(salts) != 16 * n:
         raise ValueError(f"seal_rows: {len(salts)} bytes of salt for {n} events; give 16 per event")
-    if protector is not None or n < COLUMN_WISE_FROM:
+    overrides = dict(overrides or {})
+    for name, values in overrides.items():
+        if name not in OVERRIDABLE:
+            raise ValueError(f"seal_rows: column {name!r} cannot be overridden; give only {', '.join(OVERRIDABLE)}")
+        if len(values) != n:
+            raise ValueError(f"seal_rows: {len(values)} values of {name} for {n} events; give one per event")
+    if "key_ids" in overrides:
+        overrides["key_ids"] = [tuple(ids) for ids in overrides["key_ids"]]
+    if n < COLUMN_WISE_FROM:
         rows, prev = [], prev_link
         for i, e in enumerate(fresh):
             event = Event(
@@ -90,24 +104,28 @@ def seal_rows(fresh: Sequence[NewEvent], *, first_seq: int, prev_link: str, reco
                 valid_to=e.valid_to, ingestion_run=e.ingestion_run, fact=e.fact,
                 salt=salts[16 * i: 16 * i + 16].hex(),
             )
-            overrides = protector(e) if protector is not None else None
-            event = seal(event.with_(**overrides) if overrides else event, prev)
+            if overrides:
+                event = event.with_(**{name: values[i] for name, values in overrides.items()})
+            event = seal(event, prev)
             prev = event.link
             rows.append(event)
         return Sealed(events_to_table(rows), prev)
-    return _seal_plain(fresh, first_seq=first_seq, prev_link=prev_link, recorded_at=recorded_at,
-                       table_version=table_version, salts=salts)
+    return _seal_columns(fresh, first_seq=first_seq, prev_link=prev_link, recorded_at=recorded_at,
+                         table_version=table_version, salts=salts, overrides=overrides)
 
 
-def _seal_plain(fresh: Sequence[NewEvent], *, first_seq: int, prev_link: str,
-                recorded_at: datetime, table_version: int, salts: bytes) -> Sealed:
-    """Column-wise :func:`seal_rows` for events stored as they are (no cipher, key ids, erasure id)."""
+def _seal_columns(fresh: Sequence[NewEvent], *, first_seq: int, prev_link: str, recorded_at: datetime,
+                  table_version: int, salts: bytes, overrides: Mapping[str, Sequence[Any]]) -> Sealed:
+    """Column-wise :func:`seal_rows` (``overrides`` already checked)."""
     n = len(fresh)
     cols, shared = user_columns(fresh)
     cols["seq"] = pa.array(np.arange(first_seq, first_seq + n, dtype=np.int64))
+    for name in ("content", "justification"):
+        if name in overrides:
+            cols[name] = pa.array(overrides[name], pa.string())
     fact_header: _Json = "null"
     cols["fact"] = pa.nulls(n, pa.string())
-    facts = [e.fact for e in fresh]
+    facts = overrides["fact"] if "fact" in overrides else [e.fact for e in fresh]
     if any(f is not None for f in facts):
         cols["fact"] = pa.array([None if f is None else json.dumps(f.as_dict(), sort_keys=True)
                                  for f in facts], pa.string())
@@ -115,10 +133,16 @@ def _seal_plain(fresh: Sequence[NewEvent], *, first_seq: int, prev_link: str,
             "null" if f is None else '{"object":' + _enc(f.object) + ',"relation":'
             + _enc(f.relation) + ',"subject":' + _enc(f.subject) + "}" for f in facts
         ], pa.string()), "")
+    # what protection sets: absent (null, null, []) unless overridden
+    for name in ("cipher", "erasure_id"):
+        cols[name] = pa.array(overrides[name], pa.string()) if name in overrides else pa.nulls(n, pa.string())
+    cols["key_ids"] = (pa.array(overrides["key_ids"], TYPES["key_ids"]) if "key_ids" in overrides else
+                       pa.ListArray.from_arrays(pa.repeat(pa.scalar(0, pa.int32()), n + 1), pa.array([], pa.string())))
 
     # the canonical header of every row (fold/chain.py canonical_header, column by column)
     values: dict[str, _Json] = {
-        "cipher": "null", "erasure_id": "null", "key_ids": "[]", "fact": fact_header,
+        "cipher": _json_strings(cols["cipher"]), "erasure_id": _json_strings(cols["erasure_id"]),
+        "key_ids": _json_string_lists(cols["key_ids"]), "fact": fact_header,
         "recorded_at": _enc(canonical_time(recorded_at)),
         "seq": ("", pc.cast(cols["seq"], pa.string()), ""), "table_version": str(int(table_version)),
     }
@@ -140,9 +164,7 @@ def _seal_plain(fresh: Sequence[NewEvent], *, first_seq: int, prev_link: str,
     cols.update(
         recorded_at=pa.repeat(pa.scalar(recorded_at, TYPES["recorded_at"]), n),
         table_version=pa.repeat(pa.scalar(table_version, pa.int64()), n),
-        salt=_hex(salts, n), cipher=pa.nulls(n, pa.string()), erasure_id=pa.nulls(n, pa.string()),
-        key_ids=pa.ListArray.from_arrays(pa.repeat(pa.scalar(0, pa.int32()), n + 1), pa.array([], pa.string())),
-        commitment=_hex(commitments, n), prev_link=links.slice(0, n), link=links.slice(1, n),
+        salt=_hex(salts, n), commitment=_hex(commitments, n), prev_link=links.slice(0, n), link=links.slice(1, n),
     )
     table = pa.table([cols[name] for name in EVENTS_SCHEMA.names], schema=EVENTS_SCHEMA)
     return Sealed(table, chain[-32:].hex())
