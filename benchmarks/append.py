@@ -31,17 +31,28 @@ the same rows: the three SHA-256 per event alone, over prebuilt inputs, with has
 pyarrow writing refold's 23-column rows to a bare Parquet file (what the data file costs before
 any commit).
 
+A third part compares the erasure modes: the same events of the scale workload
+(``snapshot_workload.events``: about one data subject per 10 events) appended through
+``Memory.append`` in batches of 1,000 to a delete-mode store and to a shred-mode store (file key
+store), interleaved, median of ``--repeat`` runs. Shred mode's extra cost is making each new
+subject's key durable (two small files fsync'd, a batch's files together), fetching the batch's
+keys in one key-store call, and one HKDF, AES-GCM and base64 per event; ``--shred-only`` runs
+this part alone (``--shred-events`` events, default 100,000).
+
 The append floors (printed as met or MISSED, never asserted by the tests; see
 docs/benchmarks.md): a 1k-event batch within :data:`TARGET` × plain Parquet; the median
 single-event append at most :data:`SINGLE_MEDIAN_MS`; group commit from 8 threads at least
-:data:`GROUP_EVENTS_PER_S`.
+:data:`GROUP_EVENTS_PER_S`; shred-mode appends at most :data:`SHRED_TARGET` × delete mode's.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import gc
 import hashlib
 import json
+import os
 import shutil
 import sqlite3
 import statistics
@@ -62,9 +73,16 @@ from refold.storage.log.group import GroupCommit
 from refold.storage.log.schema import table_to_events
 from refold.storage.log.sealing import seal_rows
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from snapshot_workload import append_all  # noqa: E402
+from snapshot_workload import timed as timed_run  # noqa: E402
+from snapshot_workload import events as workload  # noqa: E402
+
 TARGET = 2.5  # refold time / plain Parquet time at >= 1k events per batch
 SINGLE_MEDIAN_MS = 30.0  # median single-event append on a local store
 GROUP_EVENTS_PER_S = 500.0  # 8 threads appending single events through group commit
+SHRED_TARGET = 3.0  # shred-mode append time / delete-mode append time, same events
 
 BASE_SCHEMA = pa.schema([
     ("seq", pa.int64()), ("event_id", pa.string()), ("recorded_at", pa.timestamp("us", tz="UTC")),
@@ -329,6 +347,44 @@ def measure_concurrent(workdir: Path, n: int, per: int, repeat: int) -> dict:
     return {"threads": n, "per": per, "seconds": best, "commits": commits}
 
 
+def measure_shred(workdir: Path, n: int, repeat: int) -> dict:
+    """Seconds per run of appending ``n`` workload events in batches of 1,000, per erasure mode
+    (the modes take turns, and which goes first alternates, so a noisy moment hits both); each
+    also carries the process's CPU seconds (``.cpu``)."""
+    seconds: dict[str, list] = {"delete": [], "shred": []}
+    keys = 0
+    for r in range(repeat):
+        batch = list(workload(n, seed=r))
+        for mode in ("delete", "shred") if r % 2 == 0 else ("shred", "delete"):
+            root = workdir / f"modes-{r}-{mode}"
+            mem = refold.init(root, mode=mode)
+            gc.collect()  # the runs before leave garbage; collect it outside the timed part
+            took, _ = timed_run(functools.partial(append_all, mem, batch, size=1000))
+            seconds[mode].append(took)
+            if mode == "shred":
+                keys = len(os.listdir(root / "keys" / "ids"))
+            # (the stores stay until the end: unlinking 20,000 key files between runs would load
+            # the file system's journal that the next run's fsyncs wait on)
+    return {"events": n, "seconds": seconds, "keys": keys}
+
+
+def report_shred(res: dict) -> bool:
+    s = res["seconds"]
+    delete, shred = statistics.median(s["delete"]), statistics.median(s["shred"])
+    per_run = statistics.median(b / a for a, b in zip(s["delete"], s["shred"]))
+    cpu = statistics.median(x.cpu for x in s["shred"]) / statistics.median(x.cpu for x in s["delete"])
+    print()
+    print(f"erasure modes: {res['events']:,} workload events appended in batches of 1,000 "
+          f"(Memory.append), median of {len(s['delete'])} interleaved runs:")
+    print(f"  delete mode  {delete:8.2f} s   runs {', '.join(f'{x:.2f}' for x in s['delete'])}")
+    print(f"  shred mode   {shred:8.2f} s   runs {', '.join(f'{x:.2f}' for x in s['shred'])}"
+          f"   ({res['keys']:,} subject keys made)")
+    ok = shred / delete <= SHRED_TARGET
+    print(f"ratio shred/delete append: {shred / delete:.2f}x, per run (median) {per_run:.2f}x"
+          f"  (target <= {SHRED_TARGET:.0f}x: {'met' if ok else 'MISSED'}); CPU time {cpu:.2f}x")
+    return ok
+
+
 def report(results: list[dict]) -> bool:
     print()
     print(f"{'workload':<12}{'events':>8}  {'refold ev/s':>12}{'parquet ev/s':>14}{'sqlite ev/s':>13}"
@@ -397,7 +453,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="small counts (< 30 s), for the test suite")
     parser.add_argument("--repeat", type=int, default=None, help="runs per cell; the best is kept")
     parser.add_argument("--dir", type=Path, default=None, help="work folder (default: a temp folder)")
+    parser.add_argument("--shred-events", type=int, default=None,
+                        help="events per run of the erasure-mode comparison (default 100,000; quick 2,000)")
+    parser.add_argument("--shred-only", action="store_true", help="run only the erasure-mode comparison")
     args = parser.parse_args(argv)
+    shred_events = args.shred_events or (2_000 if args.quick else 100_000)
     if args.quick:
         plan = [("single", 1, 20), ("batch=10", 10, 10), ("batch=100", 100, 5),
                 ("batch=1k", 1000, 3), ("batch=10k", 10_000, 1)]
@@ -410,16 +470,23 @@ def main(argv: list[str] | None = None) -> int:
         repeat = args.repeat or 3
     workdir = Path(tempfile.mkdtemp(prefix="refold-bench-", dir=args.dir))
     try:
-        print(f"append benchmark ({'quick' if args.quick else 'full'}, best of {repeat}); "
+        print(f"append benchmark ({'quick' if args.quick else 'full'}, "
+              f"{'median' if args.shred_only else 'best'} of {repeat}); "
               f"python {sys.version.split()[0]}, sqlite {sqlite3.sqlite_version}, pyarrow {pa.__version__}")
+        if args.shred_only:
+            report_shred(measure_shred(workdir, shred_events, repeat))
+            return 0
         results = []
         for label, size, count in plan:
             results.append(measure(workdir, label, size, count, repeat))
             print(f"  measured {label}", flush=True)
         concurrent = measure_concurrent(workdir, threads, per, repeat)
         print(f"  measured {threads} threads", flush=True)
+        modes = measure_shred(workdir, shred_events, repeat)
+        print("  measured erasure modes", flush=True)
         report(results)
         report_concurrent(concurrent)
+        report_shred(modes)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     return 0

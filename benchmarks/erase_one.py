@@ -15,12 +15,16 @@ own child process on a copy of that store:
              third subject's rows from the log, the extraction cache and the state items table,
              and vacuum each (the files holding those rows, rewritten)
 
+``--mode shred`` builds a shred-mode store instead (file key store): the erasures destroy the
+subjects' keys rather than rewriting their events into tombstones; every other step is the same
+(the floor stays plain deltalake's delete of the rows, what a delete-mode erasure must do).
+
 Printed: each step's seconds, refold / later erasure, later erasure / floor, and growth between
 sizes. Targets (issue #35, 1M): a whole erasure >= 10x faster than the refold, or within 2x of its
 floor where that target lies beyond the floor on this machine; <= 2x its time at 100k. Nothing is
 asserted on time.
 
-    python benchmarks/erase_one.py [--sizes 100000,1000000] [--work DIR] [--quick]
+    python benchmarks/erase_one.py [--sizes 100000,1000000] [--mode delete|shred] [--work DIR] [--quick]
 """
 
 from __future__ import annotations
@@ -40,10 +44,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 SEEDS = (10, 5, 10 / 3)  # the subjects of seqs N/10, N/5 and 3N/10
 
 
-def _child(step: str, root: Path, n: int) -> dict:
+def _child(step: str, root: Path, n: int, mode: str = "delete") -> dict:
     """Run one step in a fresh process; its JSON result."""
-    done = subprocess.run([sys.executable, __file__, "--step", step, "--root", str(root), "--n", str(n)],
-                          capture_output=True, text=True)
+    done = subprocess.run([sys.executable, __file__, "--step", step, "--root", str(root), "--n", str(n),
+                           "--mode", mode], capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"step {step} failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -54,14 +58,14 @@ def _subject(mem, n: int, share: float) -> str:
     return mem.log(since=seq, until=seq + 1)["subjects"].to_list()[0][0]
 
 
-def run_step(step: str, root: Path, n: int) -> dict:
+def run_step(step: str, root: Path, n: int, mode: str = "delete") -> dict:
     import refold
 
     if step == "build":
         from scale import workload
         from snapshot_workload import append_all
 
-        mem = refold.init(root)
+        mem = refold.init(root, mode=mode)
         append_all(mem, workload(n, seed=7))
         mem.fold()
         return {}
@@ -107,9 +111,9 @@ def _floor(mem, subject: str) -> dict:
     return out
 
 
-def measure(n: int, work: Path) -> dict:
+def measure(n: int, work: Path, mode: str = "delete") -> dict:
     base = work / f"base-{n}"
-    _child("build", base, n)
+    _child("build", base, n, mode)
     result = {}
     refold_copy = work / f"refold-{n}"
     shutil.copytree(base, refold_copy)
@@ -128,10 +132,10 @@ def measure(n: int, work: Path) -> dict:
     return result
 
 
-def report(results: dict[int, dict]) -> None:
+def report(results: dict[int, dict], mode: str = "delete") -> None:
     for n, r in results.items():
         later = (r["erase2"]["seconds"] + r["erase3"]["seconds"]) / 2
-        print(f"erase one subject: {n:,} events")
+        print(f"erase one subject: {n:,} events, {mode} mode")
         print(f"  refold from cache  {r['refold']['seconds']:.3f} s")
         for i in (1, 2, 3):
             e = r[f"erase{i}"]
@@ -161,16 +165,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default="100000,1000000", help="comma-separated event counts")
     parser.add_argument("--work", help="folder for the stores (default: a temporary folder)")
     parser.add_argument("--quick", action="store_true", help="2,000 and 6,000 events (for the test suite)")
+    parser.add_argument("--mode", choices=("delete", "shred"), default="delete",
+                        help="the stores' erasure mode (default delete)")
     parser.add_argument("--step", help=argparse.SUPPRESS)
     parser.add_argument("--root", help=argparse.SUPPRESS)
     parser.add_argument("--n", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.step:
-        print(json.dumps(run_step(args.step, Path(args.root), args.n)))
+        print(json.dumps(run_step(args.step, Path(args.root), args.n, args.mode)))
         return 0
     sizes = [2_000, 6_000] if args.quick else [int(s) for s in args.sizes.split(",")]
     with tempfile.TemporaryDirectory(dir=args.work) as work:
-        report({n: measure(n, Path(work)) for n in sizes})
+        report({n: measure(n, Path(work), args.mode) for n in sizes}, args.mode)
     return 0
 
 

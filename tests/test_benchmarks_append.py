@@ -31,4 +31,7 @@ def test_append_benchmark_quick(tmp_path):
                      out, re.M), out
     assert re.search(r"^floor group commit 8threads: [\d,]+ events/s  \(floor >= 500 events/s with 8 threads: "
                      r"(met|MISSED)\)", out, re.M), out
+    assert re.search(r"^ratio shred/delete append: \d+\.\d+x, per run \(median\) \d+\.\d+x  "
+                     r"\(target <= 3x: (met|MISSED)\); CPU time \d+\.\d+x$", out, re.M), out
+    assert re.search(r"shred mode .*\(([\d,]+) subject keys made\)", out), out
     assert list(tmp_path.iterdir()) == []  # the work folder is cleaned up
