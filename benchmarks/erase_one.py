@@ -81,34 +81,10 @@ def run_step(step: str, root: Path, n: int, mode: str = "delete") -> dict:
         return {"seconds": time.perf_counter() - started, "events": len(receipt.events),
                 "timings": dict(receipt.timings), "extraction_calls": receipt.extraction_calls}
     if step == "floor":
-        return _floor(mem, _subject(mem, n, SEEDS[2]))
+        from floors import erase_rows_floor
+
+        return erase_rows_floor(root, [_subject(mem, n, SEEDS[2])])
     raise SystemExit(f"unknown step {step}")
-
-
-def _floor(mem, subject: str) -> dict:
-    """Plain deltalake: delete the subject's rows from the log, the cache and the state items,
-    vacuum each; seconds per table."""
-    import pyarrow.compute as pc
-    from deltalake import DeltaTable
-
-    rows = mem.log_store.arrow(columns=["seq", "event_id", "subjects"])
-    parents = pc.list_parent_indices(rows["subjects"]).filter(pc.equal(pc.list_flatten(rows["subjects"]), subject))
-    hit = rows.take(parents)
-    seqs, ids = hit["seq"].to_pylist(), hit["event_id"].to_pylist()
-    quoted = ", ".join("'" + i + "'" for i in ids)
-    tables = {"log": (mem.layout.events, f"seq IN ({', '.join(map(str, seqs))})"),
-              "cache": (mem.layout.extractions, f"event_id IN ({quoted})"),
-              "state items": (mem.state_store(mem.current_spec()).path("items"), f"event_id IN ({quoted})")}
-    out = {}
-    for name, (path, predicate) in tables.items():
-        started = time.perf_counter()
-        dt = DeltaTable(path)
-        dt.delete(predicate)
-        dt.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
-        out[name] = time.perf_counter() - started
-    out["seconds"] = sum(out.values())
-    out["events"] = len(seqs)
-    return out
 
 
 def measure(n: int, work: Path, mode: str = "delete") -> dict:
@@ -145,7 +121,8 @@ def report(results: dict[int, dict], mode: str = "delete") -> None:
                   f"calls; {steps})")
         f = r["floor"]
         print(f"  floor  {f['seconds']:.3f} s  (log {f['log']:.2f}, cache {f['cache']:.2f}, "
-              f"state items {f['state items']:.2f}; {f['events']} events)")
+              f"state items {sum(v for k, v in f.items() if k.startswith('state items')):.2f}; {f['events']} events, "
+              f"{f['rewritten']} data files rewritten)")
         ratio, to_floor = r["refold"]["seconds"] / later, later / f["seconds"]
         beyond = r["refold"]["seconds"] / f["seconds"] < 10
         print(f"  refold / later erasure {ratio:.1f}x (target >= 10x: {'met' if ratio >= 10 else 'not met'}); "

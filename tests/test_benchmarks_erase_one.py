@@ -20,7 +20,7 @@ def test_erase_one_benchmark_quick():
     assert len(re.findall(r"^  refold from cache  \d+\.\d{3} s$", out, re.M)) == 2, out
     erasures = re.findall(r"^  erase [123]  \d+\.\d{3} s  \((\d+) events, (\d+) extraction calls; \w+ [\d.]+", out, re.M)
     assert len(erasures) == 6 and all(int(e) > 0 and c == "0" for e, c in erasures), out
-    assert len(re.findall(r"^  floor  \d+\.\d{3} s  \(log [\d.]+, cache [\d.]+, state items [\d.]+; [1-9]\d* events\)$",
+    assert len(re.findall(r"^  floor  \d+\.\d{3} s  \(log [\d.]+, cache [\d.]+, state items [\d.]+; [1-9]\d* events, [1-9]\d* data files rewritten\)$",
                           out, re.M)) == 2, out
     assert len(re.findall(r"refold / later erasure [\d.]+x \(target >= 10x: (met|not met)\); later erasure / floor "
                           r"[\d.]+x", out)) == 2, out
