@@ -82,6 +82,23 @@ def test_base64_inside_json_and_parquet_values(tmp_path):
     assert any(h.location.startswith("row group 0, column b, row 1, base64") for h in hits)
 
 
+def test_an_encoded_value_repeated_over_rows_is_reported_at_every_row_and_hex_values_at_none(tmp_path):
+    """A value held by many rows (as node ids are in the state tables) is decoded once, and its
+    hit is still reported at each row that holds it, with the location inside the value; values
+    that are hex and nothing else (hashes, salts) decode to noise and report nothing."""
+    secret = base64.b64encode(f"payload about {NEEDLE}".encode()).decode()
+    values = [f"data:{secret}" if i % 3 == 0 else "0123456789abcdef0123456789abcdef" for i in range(30)]
+    pq.write_table(pa.table({"v": values, "q": [json.dumps({"x": secret})] * 30}), tmp_path / "r.parquet")
+    hits = scan(tmp_path, [NEEDLE])
+    rows = sorted({int(h.location.split(", row ")[1].split(",")[0]) for h in hits
+                   if h.location.startswith("row group 0, column v, row ")})
+    assert rows == list(range(0, 30, 3))
+    assert all(", base64 at char 5 → byte offset" in h.location for h in hits
+               if h.location.startswith("row group 0, column v, row "))
+    quoted = {h.location for h in hits if h.location.startswith("row group 0, column q, row ")}
+    assert len(quoted) == 30 and all("→ JSON path x, base64 at char 0" in loc for loc in quoted), sorted(quoted)[:3]
+
+
 @pytest.mark.parametrize("encoding", ["utf-16", "utf-16-be", "utf-32-le"])
 def test_utf16_and_utf32_text(tmp_path, encoding):
     (tmp_path / "notes.bin").write_bytes(b"\x00\x01" + f"xx {NEEDLE.upper()} yy".encode(encoding))

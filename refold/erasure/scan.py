@@ -59,6 +59,11 @@ _B64_RUN = re.compile(r"[A-Za-z0-9+/_-]{16,}={0,2}")
 _HEX = re.compile(r"^[0-9a-fA-F]+$")
 #: values worth a slower look: JSON escapes or a base64-looking run
 _CANDIDATE = r"\\|[A-Za-z0-9+/_-]{16,}"
+#: a value that is hex and nothing else (a hash, a salt, a hex id): its one run is a hex run,
+#: which :meth:`_Scan.base64_runs` skips, and it is no JSON
+_HEX_VALUE = r"^[0-9a-fA-F]+$"
+#: the location a probe of one value reports its hits under (replaced by each row's)
+_HERE = "\x00"
 
 
 @dataclass(frozen=True, order=True)
@@ -372,11 +377,22 @@ class _Scan:
                                   if needle in self.matcher.text(v)], pa.uint64())
             for i in found.to_pylist()[:MAX_HITS_PER_FILE]:
                 self.add(file, f"{where}, row {rows[i].as_py()}", needle)
-        indices = pc.indices_nonzero(pc.match_substring_regex(array, _CANDIDATE))
+        # hex-only values are left out by a kernel too, not by a Python call each (they are
+        # three quarters of a store's candidates: every event's salt, commitment and links)
+        candidates = pc.and_not(pc.match_substring_regex(array, _CANDIDATE), pc.match_substring_regex(array, _HEX_VALUE))
+        indices = pc.indices_nonzero(candidates)
         if len(indices):
-            values = array.take(indices).to_pylist()
-            for i, value in zip(rows.take(indices).to_pylist(), values):
-                self.string(value, file, f"{where}, row {i}", 1, searched=True)
+            # a value repeated over many rows (node ids in the state tables) is decoded once, and
+            # what it holds is reported at every row that holds it
+            held: dict[str, list[tuple[str, str]]] = {}
+            for i, value in zip(rows.take(indices).to_pylist(), array.take(indices).to_pylist()):
+                if value not in held:
+                    probe = _Scan(self.root, self.matcher)
+                    probe.string(value, file, _HERE, 1, searched=True)
+                    held[value] = [(h.location[len(_HERE):], h.needle) for h in probe.hits]
+                    self.errors.extend(e for e in probe.errors if e not in self.errors)
+                for rest, needle in held[value]:
+                    self.add(file, f"{where}, row {i}{rest}", needle)
 
 
 def _b64decode(token: str) -> bytes | None:
