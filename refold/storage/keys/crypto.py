@@ -37,7 +37,6 @@ import binascii
 import json
 import os
 from collections.abc import Sequence
-from json.encoder import encode_basestring as _enc  # the C escaper canonical_json uses
 from typing import TYPE_CHECKING, Any
 
 from refold.fold.canonical import canonical_json
@@ -129,29 +128,6 @@ def associated_data(*, event_id: str, subjects: Sequence[str], tenant: str,
     return canonical_json(value)
 
 
-#: :func:`associated_data` up to the event id's value (its keys sorted: cipher, event_id, …)
-_AAD_BEFORE_ID = b'{"cipher":' + canonical_json(CIPHER) + b',"event_id":'
-
-
-def _aad_after_id(subjects: Sequence[str], tenant: str, key_ids: Sequence[str]) -> bytes:
-    """:func:`associated_data` after the event id's value: the same for every event with these
-    subjects, tenant and keys (``_AAD_BEFORE_ID + event id + this`` is its canonical JSON)."""
-    rest = {"key_ids": sorted(key_ids), "schema": SCHEMA_VERSION, "subjects": list(subjects), "tenant": tenant}
-    return b"," + canonical_json(rest)[1:]
-
-
-def _payload(event: NewEvent) -> bytes:
-    """The canonical JSON of what is encrypted (content, fact, justification), written directly
-    with the string encoder :func:`~refold.fold.canonical.canonical_json` uses (tests compare)."""
-    fact = event.fact
-    fact_text = "null" if fact is None else (
-        '{"object":' + _enc(fact.object) + ',"relation":' + _enc(fact.relation) + ',"subject":'
-        + _enc(fact.subject) + "}")
-    justification = "null" if event.justification is None else _enc(event.justification)
-    return ('{"content":' + _enc(event.content) + ',"fact":' + fact_text + ',"justification":'
-            + justification + "}").encode("utf-8")
-
-
 def encrypt_events(events: Sequence[NewEvent], keystore: KeyStore) -> dict[str, list[Any]]:
     """Stored columns that replace the readable fields of ``events`` by their ciphertext, one
     value per event (a :data:`refold.storage.log.eventlog.Protector`'s answer): ``content`` the
@@ -164,8 +140,7 @@ def encrypt_events(events: Sequence[NewEvent], keystore: KeyStore) -> dict[str, 
     """
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-    # what events with the same subjects and tenant share: owners, key ids, HKDF's extract, and
-    # the associated data around the event id
+    # what events with the same subjects and tenant share: owners, key ids and HKDF's extract
     sets = {(e.subjects, e.tenant) for e in events}
     owners = {key: key_subjects(*key) for key in sets}
     keys = keystore.get_or_create_many([o for some in owners.values() for o in some])
@@ -173,14 +148,16 @@ def encrypt_events(events: Sequence[NewEvent], keystore: KeyStore) -> dict[str, 
     for (subjects, tenant), some in owners.items():
         pairs = [keys[o] for o in some]
         ids = tuple(sorted(k for k, _ in pairs))
-        shared[(subjects, tenant)] = (ids, _extract(pairs), _aad_after_id(subjects, tenant, ids))
+        shared[(subjects, tenant)] = (ids, _extract(pairs))
     nonces = os.urandom(NONCE_BYTES * len(events))
     contents, key_ids = [], []
     for i, event in enumerate(events):
-        ids, prk, after_id = shared[(event.subjects, event.tenant)]
+        ids, prk = shared[(event.subjects, event.tenant)]
         nonce = nonces[NONCE_BYTES * i: NONCE_BYTES * (i + 1)]
-        aad = _AAD_BEFORE_ID + _enc(event.event_id).encode("utf-8") + after_id
-        sealed = AESGCM(_expand(prk, event.event_id)).encrypt(nonce, _payload(event), aad)
+        payload = canonical_json({"content": event.content, "justification": event.justification,
+                                  "fact": event.fact.as_dict() if event.fact else None})
+        aad = associated_data(event_id=event.event_id, subjects=event.subjects, tenant=event.tenant, key_ids=ids)
+        sealed = AESGCM(_expand(prk, event.event_id)).encrypt(nonce, payload, aad)
         contents.append(base64.b64encode(nonce + sealed).decode("ascii"))
         key_ids.append(ids)
     n = len(events)
